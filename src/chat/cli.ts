@@ -1,0 +1,3 @@
+import type { Command } from 'commander';
+
+export function registerChatCommands(_program: Command): void {}

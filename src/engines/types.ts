@@ -1,0 +1,44 @@
+// The one interface every inference backend implements (embedded torch worker, SGLang, vLLM,
+// llama.cpp, and fakes in tests). Token-in / token-out: callers never pass text.
+
+export interface SamplingParams {
+  temperature: number; // 0 = greedy
+  topP: number; // 1 = off
+  topK: number; // -1 = off
+  maxNewTokens: number;
+  stopTokenIds: number[]; // generation ends after emitting one of these (it is included in outputIds)
+  stopStrings: string[]; // generation ends once the decoded output contains one (included in outputIds)
+  seed?: number;
+}
+
+export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
+
+export interface GenerateResult {
+  outputIds: number[];
+  logprobs: number[]; // sampling logprob of each output id, same length as outputIds
+  finishReason: FinishReason;
+  error?: string; // set when finishReason is 'error'
+}
+
+export interface EngineLoad {
+  capacityTokens: number; // KV-cache token capacity
+  usedTokens?: number; // live usage where the backend reports it
+  running?: number;
+  queued?: number;
+}
+
+export interface Engine {
+  readonly name: string;
+  generate(inputIds: number[], sampling: SamplingParams, signal?: AbortSignal): Promise<GenerateResult>;
+  load(): Promise<EngineLoad>;
+  close(): Promise<void>;
+}
+
+export const DEFAULT_SAMPLING: SamplingParams = {
+  temperature: 1.0,
+  topP: 1.0,
+  topK: -1,
+  maxNewTokens: 1024,
+  stopTokenIds: [],
+  stopStrings: [],
+};

@@ -1,0 +1,3 @@
+import type { Command } from 'commander';
+
+export function registerRewardCommands(_program: Command): void {}

@@ -1,0 +1,47 @@
+// What a Python execution request and result look like everywhere: embedded pool, HTTP service,
+// Redis workers. Native API shapes; the code-judge-compatible routes translate at the edge.
+
+export interface RunRequest {
+  code: string;
+  stdin?: string;
+  timeoutMs?: number; // wall clock, default 4000
+  memoryMb?: number; // address-space limit
+  files?: Record<string, string>; // name -> base64 content, written into scratch before the run
+  fetchFiles?: string[]; // scratch files to return after the run
+  session?: string; // stateful interpreter id (optional feature)
+}
+
+export type RunStatus =
+  | 'ok' // exit code 0
+  | 'error' // non-zero exit or exception
+  | 'timeout'
+  | 'oom'
+  | 'output_limit'
+  | 'killed' // by a signal not otherwise classified
+  | 'queue_timeout' // could not start in time; never silently dropped
+  | 'busy' // admission refused
+  | 'invalid_input'
+  | 'internal_error';
+
+export interface RunResult {
+  status: RunStatus;
+  exitCode: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  truncated: boolean;
+  timedOut: boolean;
+  oom: boolean;
+  wallMs: number;
+  cpuMs: number;
+  peakMemoryKb: number;
+  files?: Record<string, string>;
+  error?: string; // human-readable cause for internal/invalid outcomes
+}
+
+/** Anything that runs Python: the embedded pool, the HTTP client, the Redis front door, fakes. */
+export interface CodeRunner {
+  run(req: RunRequest): Promise<RunResult>;
+  runBatch(reqs: RunRequest[]): Promise<RunResult[]>; // results in request order
+  close(): Promise<void>;
+}

@@ -1,0 +1,5 @@
+export { appendJsonl, readJsonl, readJsonlTolerant, streamJsonl } from './jsonl.js';
+export { Progress } from './progress.js';
+export { findPython, PYTHON_DIR } from './python.js';
+export { Rng } from './rng.js';
+export { startWorker } from './worker.js';

@@ -1,0 +1,60 @@
+import { createReadStream, appendFileSync, readFileSync, existsSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+
+// JSONL is the on-disk shape of every record that passes between stages (trajectories, metrics,
+// eval items), so a stage can be re-run from the previous stage's file.
+
+export function readJsonl<T = unknown>(path: string): T[] {
+  if (!existsSync(path)) return [];
+  const out: T[] = [];
+  readFileSync(path, 'utf8')
+    .split('\n')
+    .forEach((line, i) => {
+      if (line.trim() === '') return;
+      try {
+        out.push(JSON.parse(line) as T);
+      } catch (e) {
+        throw new Error(`${path}:${i + 1}: invalid JSON line (${(e as Error).message})`);
+      }
+    });
+  return out;
+}
+
+export async function* streamJsonl<T = unknown>(path: string): AsyncGenerator<T> {
+  const rl = createInterface({ input: createReadStream(path, 'utf8'), crlfDelay: Infinity });
+  let n = 0;
+  for await (const line of rl) {
+    n++;
+    if (line.trim() === '') continue;
+    try {
+      yield JSON.parse(line) as T;
+    } catch (e) {
+      throw new Error(`${path}:${n}: invalid JSON line (${(e as Error).message})`);
+    }
+  }
+}
+
+// Appends whole lines synchronously: a killed process leaves at most one torn last line, which
+// readers of resumable files must tolerate (see readJsonlTolerant).
+export function appendJsonl(path: string, records: unknown[]): void {
+  if (records.length === 0) return;
+  appendFileSync(path, records.map((r) => JSON.stringify(r)).join('\n') + '\n');
+}
+
+// For files written by a process that may have been killed mid-line: drops a torn final line.
+export function readJsonlTolerant<T = unknown>(path: string): T[] {
+  if (!existsSync(path)) return [];
+  const lines = readFileSync(path, 'utf8').split('\n');
+  const out: T[] = [];
+  lines.forEach((line, i) => {
+    if (line.trim() === '') return;
+    try {
+      out.push(JSON.parse(line) as T);
+    } catch (e) {
+      if (i < lines.length - 1 && lines.slice(i + 1).some((l) => l.trim() !== '')) {
+        throw new Error(`${path}:${i + 1}: invalid JSON line (${(e as Error).message})`);
+      }
+    }
+  });
+  return out;
+}
