@@ -4,7 +4,16 @@
 export type TurnEvent =
   | { kind: 'generation'; turn: number; start: number; end: number; finishReason: string; ms: number }
   | { kind: 'tool_call'; turn: number; name: string; arguments: string; parseError?: string }
-  | { kind: 'tool_result'; turn: number; text: string; error: boolean; ms: number; status?: string; start: number; end: number }
+  | {
+      kind: 'tool_result';
+      turn: number;
+      text: string;
+      error: boolean;
+      ms: number;
+      status?: string;
+      start: number;
+      end: number;
+    }
   | { kind: 'error'; turn: number; message: string };
 
 export type TrajectoryFinish =

@@ -1,4 +1,4 @@
-import { createReadStream, appendFileSync, readFileSync, existsSync } from 'node:fs';
+import { appendFileSync, createReadStream, existsSync, readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 // JSONL is the on-disk shape of every record that passes between stages (trajectories, metrics,

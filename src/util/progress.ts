@@ -50,5 +50,7 @@ export class Progress {
 function fmtSecs(s: number): string {
   if (s < 60) return `${s.toFixed(0)}s`;
   const m = Math.floor(s / 60);
-  return m < 60 ? `${m}m${String(Math.round(s % 60)).padStart(2, '0')}s` : `${Math.floor(m / 60)}h${String(m % 60).padStart(2, '0')}m`;
+  return m < 60
+    ? `${m}m${String(Math.round(s % 60)).padStart(2, '0')}s`
+    : `${Math.floor(m / 60)}h${String(m % 60).padStart(2, '0')}m`;
 }

@@ -34,7 +34,9 @@ export class Rng {
   /** k distinct items, uniformly, order preserved from the input. */
   sample<T>(xs: readonly T[], k: number): T[] {
     if (k >= xs.length) return xs.slice();
-    const idx = this.shuffle(xs.map((_, i) => i)).slice(0, k).sort((a, b) => a - b);
+    const idx = this.shuffle(xs.map((_, i) => i))
+      .slice(0, k)
+      .sort((a, b) => a - b);
     return idx.map((i) => xs[i]);
   }
 }

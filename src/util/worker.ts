@@ -6,6 +6,7 @@ export function startWorker(rel: string, callerUrl: string, options: WorkerOptio
   const fromSource = callerUrl.endsWith('.ts');
   const url = new URL(`${rel}${fromSource ? '.ts' : '.js'}`, callerUrl);
   const hasTsx = process.execArgv.some((a) => a.includes('tsx'));
-  const execArgv = fromSource && !hasTsx ? [...process.execArgv, '--import', import.meta.resolve('tsx')] : process.execArgv;
+  const execArgv =
+    fromSource && !hasTsx ? [...process.execArgv, '--import', import.meta.resolve('tsx')] : process.execArgv;
   return new Worker(url, { ...options, execArgv });
 }

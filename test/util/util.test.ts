@@ -1,0 +1,44 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { appendJsonl, readJsonl, readJsonlTolerant } from '../../src/util/jsonl.js';
+import { Rng } from '../../src/util/rng.js';
+
+test('Rng is deterministic under a seed and differs across seeds', () => {
+  const a = new Rng(7);
+  const b = new Rng(7);
+  const c = new Rng(8);
+  const xs = Array.from({ length: 5 }, () => a.next());
+  assert.deepEqual(
+    xs,
+    Array.from({ length: 5 }, () => b.next()),
+  );
+  assert.notDeepEqual(
+    xs,
+    Array.from({ length: 5 }, () => c.next()),
+  );
+  for (const x of xs) assert.ok(x >= 0 && x < 1);
+});
+
+test('Rng.sample keeps input order and picks distinct items', () => {
+  const r = new Rng(1);
+  const s = r.sample([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 4);
+  assert.equal(new Set(s).size, 4);
+  assert.deepEqual(
+    s,
+    [...s].sort((x, y) => x - y),
+  );
+});
+
+test('JSONL round-trips and tolerates only a torn final line', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-'));
+  const p = join(dir, 'a.jsonl');
+  appendJsonl(p, [{ a: 1 }, { b: 2 }]);
+  assert.deepEqual(readJsonl(p), [{ a: 1 }, { b: 2 }]);
+  writeFileSync(p, '{"a":1}\n{"b":');
+  assert.deepEqual(readJsonlTolerant(p), [{ a: 1 }]);
+  writeFileSync(p, '{"a":1}\n{"b":\n{"c":3}\n');
+  assert.throws(() => readJsonlTolerant(p), /a\.jsonl:2/);
+});
