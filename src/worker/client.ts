@@ -1,0 +1,383 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createServer } from 'node:net';
+import { resolve } from 'node:path';
+import type { GenerateResult, SamplingParams } from '../engines/types.js';
+import { findPython, PYTHON_DIR } from '../util/python.js';
+import {
+  encodeFrame,
+  type Frame,
+  FrameReader,
+  PROTOCOL_VERSION,
+  packRagged,
+  unpackRagged,
+  type WireArray,
+} from './protocol.js';
+import type {
+  LogprobsOptions,
+  LogprobsResult,
+  ModelConfig,
+  ModelInfo,
+  SaveOptions,
+  TrainBatch,
+  TrainOptions,
+  TrainStats,
+  WorkerStartOptions,
+} from './types.js';
+
+const STDERR_TAIL = 4000;
+
+interface Pending {
+  resolve: (f: Frame) => void;
+  reject: (e: Error) => void;
+}
+
+// One python process (one torch.distributed rank).
+class Rank {
+  readonly child: ChildProcess;
+  private readonly reader = new FrameReader();
+  private readonly pending = new Map<number, Pending>();
+  private stderrTail = '';
+  private hello: Promise<Frame>;
+  exited: string | null = null;
+
+  constructor(
+    python: string,
+    env: NodeJS.ProcessEnv,
+    private readonly onExit: (why: string) => void,
+  ) {
+    this.child = spawn(python, ['-u', '-m', 'rstar2_worker'], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let helloResolve!: (f: Frame) => void;
+    let helloReject!: (e: Error) => void;
+    this.hello = new Promise<Frame>((res, rej) => {
+      helloResolve = res;
+      helloReject = rej;
+    });
+    this.hello.catch(() => {});
+    this.pending.set(0, { resolve: helloResolve, reject: helloReject });
+    this.child.stdout?.on('data', (chunk: Buffer) => {
+      let frames: Frame[];
+      try {
+        frames = this.reader.push(chunk);
+      } catch (e) {
+        this.fail(`${(e as Error).message}; killing the worker`);
+        this.child.kill('SIGKILL');
+        return;
+      }
+      for (const f of frames) {
+        const id = Number(f.header.id ?? 0);
+        const p = this.pending.get(id);
+        if (!p) continue;
+        this.pending.delete(id);
+        if (f.header.error) p.reject(new Error(`worker: ${String(f.header.error)}`));
+        else p.resolve(f);
+      }
+    });
+    this.child.stderr?.on('data', (chunk: Buffer) => {
+      if (process.env.RSTAR2_WORKER_DEBUG) process.stderr.write(chunk);
+      this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-STDERR_TAIL);
+    });
+    this.child.on('error', (e) => this.fail(`could not start ${python}: ${e.message}`));
+    this.child.on('exit', (code, signal) => {
+      const how = signal ? `signal ${signal}` : `exit code ${code}`;
+      const tail = this.stderrTail.trim();
+      this.fail(
+        `policy worker (pid ${this.child.pid}) died with ${how}${tail ? `; stderr tail:\n${tail}` : ''}`,
+      );
+    });
+    this.child.stdin?.on('error', () => {}); // EPIPE after death is reported through 'exit'
+  }
+
+  private fail(why: string): void {
+    if (this.exited) return;
+    this.exited = why;
+    const err = new Error(why);
+    for (const p of this.pending.values()) p.reject(err);
+    this.pending.clear();
+    this.onExit(why);
+  }
+
+  waitHello(): Promise<Frame> {
+    return this.hello;
+  }
+
+  call(id: number, header: Record<string, unknown>, arrays: Record<string, WireArray>): Promise<Frame> {
+    if (this.exited) return Promise.reject(new Error(this.exited));
+    return new Promise<Frame>((res, rej) => {
+      this.pending.set(id, { resolve: res, reject: rej });
+      this.child.stdin?.write(encodeFrame({ ...header, id }, arrays));
+    });
+  }
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on('error', rej);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      srv.close(() => res(port));
+    });
+  });
+}
+
+/**
+ * Client for the PyTorch policy worker (python/rstar2_worker). Calls are serialised. If a rank dies,
+ * every pending call is rejected with the exit code and stderr tail, the other ranks are killed, and the
+ * next call starts fresh processes and replays the last init/load (training since then is lost — the
+ * rejected call is the report of that).
+ */
+export class PolicyWorker {
+  private ranks: Rank[] = [];
+  private nextId = 1;
+  private queue: Promise<unknown> = Promise.resolve();
+  private lastModel: { op: 'init'; config: ModelConfig; seed: number } | { op: 'load'; dir: string } | null =
+    null;
+  private closed = false;
+  private dead: string | null = null;
+  restarts = 0;
+  info: { version: number; torch: string; world: number } | null = null;
+
+  private constructor(
+    private readonly opts: Required<Pick<WorkerStartOptions, 'threads' | 'ranks'>> & WorkerStartOptions,
+  ) {}
+
+  static async start(opts: WorkerStartOptions = {}): Promise<PolicyWorker> {
+    const ranks = opts.ranks ?? 1;
+    const threads = opts.threads ?? 2;
+    if (!Number.isInteger(ranks) || ranks < 1)
+      throw new Error(`ranks must be a positive integer, got ${ranks}`);
+    if (!Number.isInteger(threads) || threads < 1)
+      throw new Error(`threads must be a positive integer, got ${threads}`);
+    const w = new PolicyWorker({ ...opts, ranks, threads });
+    await w.spawnAll();
+    return w;
+  }
+
+  get world(): number {
+    return this.opts.ranks;
+  }
+
+  /** Process ids of the ranks (rank 0 first); for supervision and tests. */
+  get pids(): number[] {
+    return this.ranks.map((r) => r.child.pid ?? -1);
+  }
+
+  private async spawnAll(): Promise<void> {
+    const python = findPython(this.opts.python);
+    const port = this.opts.ranks > 1 ? await freePort() : 0;
+    this.dead = null;
+    const onExit = (why: string) => {
+      if (this.dead || this.closed) return;
+      this.dead = why;
+      for (const r of this.ranks) if (!r.exited) r.child.kill('SIGKILL');
+    };
+    this.ranks = [];
+    for (let rank = 0; rank < this.opts.ranks; rank++) {
+      const env: NodeJS.ProcessEnv = {
+        ...process.env,
+        ...this.opts.env,
+        PYTHONPATH: [resolve(PYTHON_DIR), process.env.PYTHONPATH].filter(Boolean).join(':'),
+        RSTAR2_THREADS: String(this.opts.threads),
+        // torch threads parallelise; a second BLAS pool on top oversubscribes 2 cores (ts-tensor-engines.md)
+        OPENBLAS_NUM_THREADS: process.env.OPENBLAS_NUM_THREADS ?? '1',
+        OMP_NUM_THREADS: String(this.opts.threads),
+        RANK: String(rank),
+        WORLD_SIZE: String(this.opts.ranks),
+        MASTER_ADDR: '127.0.0.1',
+        MASTER_PORT: String(port),
+      };
+      this.ranks.push(new Rank(python, env, onExit));
+    }
+    let hellos: Frame[];
+    try {
+      hellos = await Promise.all(this.ranks.map((r) => r.waitHello()));
+    } catch (e) {
+      for (const r of this.ranks) if (!r.exited) r.child.kill('SIGKILL');
+      throw new Error(`policy worker failed to start: ${(e as Error).message}`);
+    }
+    for (const h of hellos) {
+      const v = Number(h.header.version);
+      if (v !== PROTOCOL_VERSION) {
+        await this.killAll();
+        throw new Error(
+          `policy worker protocol version mismatch: this client speaks v${PROTOCOL_VERSION}, ` +
+            `python/rstar2_worker speaks v${v} (src/ and python/ come from different checkouts)`,
+        );
+      }
+    }
+    this.info = { version: PROTOCOL_VERSION, torch: String(hellos[0].header.torch), world: this.opts.ranks };
+  }
+
+  private async killAll(): Promise<void> {
+    await Promise.all(
+      this.ranks.map(
+        (r) =>
+          new Promise<void>((res) => {
+            if (r.exited || r.child.exitCode !== null) return res();
+            r.child.once('exit', () => res());
+            r.child.kill('SIGKILL');
+          }),
+      ),
+    );
+  }
+
+  // Serialises calls; restarts dead processes first (replaying the last init/load).
+  private enqueue<T>(fn: () => Promise<T>): Promise<T> {
+    const run = async () => {
+      if (this.closed) throw new Error('policy worker is closed');
+      if (this.dead) {
+        await this.killAll();
+        this.restarts++;
+        await this.spawnAll();
+        const m = this.lastModel;
+        if (m?.op === 'init') await this.send('init', { config: m.config, seed: m.seed }, {}, 'all');
+        else if (m?.op === 'load') await this.send('load', { dir: m.dir }, {}, 'all');
+      }
+      return fn();
+    };
+    const p = this.queue.then(run, run);
+    this.queue = p.catch(() => {});
+    return p;
+  }
+
+  private async send(
+    op: string,
+    header: Record<string, unknown>,
+    arrays: Record<string, WireArray>,
+    to: 'all' | 'rank0',
+  ): Promise<Frame> {
+    const id = this.nextId++;
+    const targets = to === 'all' ? this.ranks : this.ranks.slice(0, 1);
+    const frames = await Promise.all(targets.map((r) => r.call(id, { ...header, op }, arrays)));
+    return frames[0];
+  }
+
+  async init(config: ModelConfig, seed = 0): Promise<ModelInfo> {
+    return this.enqueue(async () => {
+      const f = await this.send('init', { config, seed }, {}, 'all');
+      this.lastModel = { op: 'init', config, seed };
+      return f.header.result as ModelInfo;
+    });
+  }
+
+  async load(dir: string): Promise<ModelInfo> {
+    const abs = resolve(dir);
+    return this.enqueue(async () => {
+      const f = await this.send('load', { dir: abs }, {}, 'all');
+      this.lastModel = { op: 'load', dir: abs };
+      return f.header.result as ModelInfo;
+    });
+  }
+
+  async save(dir: string, opts: SaveOptions = {}): Promise<void> {
+    const abs = resolve(dir);
+    await this.enqueue(() =>
+      this.send('save', { dir: abs, optimizer: Boolean(opts.optimizer) }, {}, 'rank0'),
+    );
+  }
+
+  async generate(prompts: number[][], sampling: SamplingParams): Promise<GenerateResult[]> {
+    if (prompts.length === 0) return [];
+    const { flat, lens } = packRagged(prompts, 'prompts');
+    if (lens.some((n) => n === 0)) throw new Error('generate: every prompt needs at least one token');
+    return this.enqueue(async () => {
+      const f = await this.send('generate', { sampling }, { ids: flat, lens }, 'rank0');
+      const outLens = f.arrays.out_lens as Int32Array;
+      const ids = unpackRagged(f.arrays.out_ids, outLens);
+      const lps = unpackRagged(f.arrays.out_logprobs, outLens);
+      const reasons = f.header.finish as GenerateResult['finishReason'][];
+      return ids.map((outputIds, i) => ({ outputIds, logprobs: lps[i], finishReason: reasons[i] }));
+    });
+  }
+
+  async logprobs(seqs: number[][], opts: LogprobsOptions = {}): Promise<LogprobsResult[]> {
+    if (seqs.length === 0) return [];
+    const { flat, lens } = packRagged(seqs, 'seqs');
+    return this.enqueue(async () => {
+      const f = await this.send('logprobs', { ...opts }, { ids: flat, lens }, 'rank0');
+      const lp = unpackRagged(f.arrays.logprobs, lens);
+      const ent = unpackRagged(f.arrays.entropy, lens);
+      return lp.map((logprobs, i) => ({ logprobs, entropy: ent[i] }));
+    });
+  }
+
+  async trainStep(batch: TrainBatch, opts: TrainOptions): Promise<TrainStats> {
+    const arrays = packTrainBatch(batch);
+    if (!(typeof opts?.lr === 'number' && opts.lr >= 0))
+      throw new Error('trainStep: opts.lr must be a number ≥ 0');
+    return this.enqueue(async () => {
+      const f = await this.send('train_step', { loss: batch.loss, opts }, arrays, 'all');
+      return f.header.result as TrainStats;
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await this.queue;
+    this.closed = true;
+    await Promise.all(
+      this.ranks.map(
+        (r) =>
+          new Promise<void>((res) => {
+            if (r.exited || r.child.exitCode !== null) return res();
+            const t = setTimeout(() => r.child.kill('SIGKILL'), 5000);
+            r.child.once('exit', () => {
+              clearTimeout(t);
+              res();
+            });
+            r.child.stdin?.end(); // EOF: the worker exits cleanly
+          }),
+      ),
+    );
+  }
+}
+
+function packTrainBatch(batch: TrainBatch): Record<string, WireArray> {
+  if (batch?.loss !== 'grpo' && batch?.loss !== 'sft') {
+    throw new Error(`trainStep: batch.loss must be 'grpo' or 'sft', got ${JSON.stringify(batch?.loss)}`);
+  }
+  const seqs = batch.sequences;
+  if (!Array.isArray(seqs) || seqs.length === 0) throw new Error('trainStep: batch.sequences is empty');
+  const { flat, lens } = packRagged(
+    seqs.map((s) => s.ids),
+    'sequences[].ids',
+  );
+  const mask = new Int32Array(flat.length);
+  const old = new Float32Array(flat.length);
+  const hasOld = new Int32Array(seqs.length);
+  const adv = new Float32Array(seqs.length);
+  let off = 0;
+  seqs.forEach((s, i) => {
+    const n = s.ids.length;
+    if (!Array.isArray(s.mask) || s.mask.length !== n) {
+      throw new Error(`trainStep: sequences[${i}].mask has length ${s.mask?.length}, ids has ${n}`);
+    }
+    if (n > 0 && s.mask[0])
+      throw new Error(`trainStep: sequences[${i}].mask[0] must be 0 (nothing predicts the first token)`);
+    if (batch.loss === 'grpo') {
+      if (typeof s.advantage !== 'number' || !Number.isFinite(s.advantage)) {
+        throw new Error(`trainStep: sequences[${i}].advantage must be a finite number for loss 'grpo'`);
+      }
+      adv[i] = s.advantage;
+    }
+    if (s.oldLogprobs !== undefined) {
+      if (s.oldLogprobs.length !== n) {
+        throw new Error(
+          `trainStep: sequences[${i}].oldLogprobs has length ${s.oldLogprobs.length}, ids has ${n}`,
+        );
+      }
+      hasOld[i] = 1;
+    }
+    for (let j = 0; j < n; j++) {
+      const m = s.mask[j];
+      if (m !== 0 && m !== 1)
+        throw new Error(`trainStep: sequences[${i}].mask[${j}] = ${m}, expected 0 or 1`);
+      mask[off + j] = m;
+      if (hasOld[i]) old[off + j] = s.oldLogprobs?.[j] ?? 0;
+    }
+    off += n;
+  });
+  return { ids: flat, lens, mask, old_logprobs: old, has_old: hasOld, advantages: adv };
+}

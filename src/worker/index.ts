@@ -1,0 +1,17 @@
+export { PolicyWorker } from './client.js';
+export { MODEL_PRESETS, type ModelPreset } from './presets.js';
+export { PROTOCOL_VERSION } from './protocol.js';
+export type {
+  GenerateResult,
+  LogprobsOptions,
+  LogprobsResult,
+  ModelConfig,
+  ModelInfo,
+  SamplingParams,
+  SaveOptions,
+  TrainBatch,
+  TrainOptions,
+  TrainSequence,
+  TrainStats,
+  WorkerStartOptions,
+} from './types.js';

@@ -1,0 +1,98 @@
+import type { GenerateResult, SamplingParams } from '../engines/types.js';
+
+export type { GenerateResult, SamplingParams };
+
+// Hugging Face `config.json` keys of a Qwen2/Qwen3-family decoder (extra keys pass through untouched).
+export interface ModelConfig {
+  model_type?: 'qwen2' | 'qwen3' | string;
+  vocab_size: number;
+  hidden_size: number;
+  intermediate_size: number;
+  num_hidden_layers: number;
+  num_attention_heads: number;
+  num_key_value_heads?: number;
+  head_dim?: number;
+  max_position_embeddings?: number;
+  rope_theta?: number;
+  rms_norm_eps?: number;
+  tie_word_embeddings?: boolean;
+  attention_bias?: boolean;
+  bos_token_id?: number;
+  eos_token_id?: number | number[];
+  [key: string]: unknown;
+}
+
+export interface WorkerStartOptions {
+  python?: string; // default: findPython() (RSTAR2_PYTHON, else /usr/bin/python3)
+  threads?: number; // torch intra-op threads per rank (default 2)
+  ranks?: number; // torch.distributed ranks on the gloo backend (default 1)
+  env?: Record<string, string>;
+}
+
+export interface ModelInfo {
+  config: ModelConfig;
+  params: number;
+  dir?: string; // the checkpoint directory it came from, if loaded
+  restoredOptimizer?: boolean;
+}
+
+/** One training sequence. Every per-token array is aligned with `ids`. */
+export interface TrainSequence {
+  ids: number[];
+  // 1 = this token is trained (predicted from its prefix); 0 = prompt / tool output / padding.
+  // mask[0] must be 0: the first token has no prefix to predict it from.
+  mask: number[];
+  advantage?: number; // required for loss 'grpo' (one scalar per sequence, GRPO outcome advantage)
+  // Sampling-time logprob of ids[t] given ids[<t] (entry 0 unused). Absent: ratio = 1 (on-policy).
+  oldLogprobs?: number[];
+}
+
+export interface TrainBatch {
+  loss: 'grpo' | 'sft';
+  sequences: TrainSequence[];
+}
+
+export interface TrainOptions {
+  lr: number; // peak learning rate
+  warmupSteps?: number; // linear warmup from lr/warmupSteps to lr, then constant (default 0)
+  weightDecay?: number; // AdamW decoupled weight decay (default 0.01)
+  betas?: [number, number]; // default [0.9, 0.999]
+  eps?: number; // AdamW eps (default 1e-8)
+  gradClip?: number; // max global grad norm (default 1.0; 0 = off)
+  clipLow?: number; // PPO ratio lower clip eps (default 0.2)
+  clipHigh?: number; // PPO ratio upper clip eps, clip-higher (default 0.28)
+  dualClip?: number; // dual-clip constant c for negative advantages (default 3.0)
+  microBatchTokens?: number; // per-rank micro-batch budget in padded tokens (default 8192)
+  // 'token-mean': exact mean over every mask=1 token of the global batch (independent of micro-batching
+  // and rank count). 'verl': each micro-batch's token-mean scaled by its share of sequences (verl quirk).
+  lossAgg?: 'token-mean' | 'verl';
+}
+
+export interface TrainStats {
+  loss: number;
+  gradNorm: number; // global grad norm before clipping
+  clipFrac: number; // fraction of trained tokens where the clipped branch was taken (grpo)
+  entropy: number; // mean policy entropy over trained tokens
+  tokens: number; // non-padding tokens processed (all ranks)
+  trainedTokens: number; // mask=1 tokens
+  tokensPerS: number;
+  lr: number; // learning rate applied in this step
+  step: number; // optimizer steps completed (after this one)
+  microBatches: number; // on rank 0
+  timeS: number;
+}
+
+export interface LogprobsOptions {
+  temperature?: number; // logits are divided by this before log-softmax (default 1)
+  microBatchTokens?: number; // default 8192
+}
+
+/** Per sequence, aligned with ids: logprobs[t] = log p(ids[t] | ids[<t]); entry 0 is 0. */
+export interface LogprobsResult {
+  logprobs: number[];
+  entropy: number[]; // entropy of the predictive distribution at t (entry 0 is 0)
+}
+
+export interface SaveOptions {
+  optimizer?: boolean; // also write optimizer.pt (optimizer, step, RNG states) for exact resume
+}
