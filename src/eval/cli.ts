@@ -1,3 +1,123 @@
-import type { Command } from 'commander';
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { type Command, InvalidArgumentError } from 'commander';
+import { openBackend } from './backend.js';
+import { loadProblems, resolveBench } from './bench.js';
+import { readEvalDir, rescoreEvalDir, reverifyEvalDir, runEval } from './run.js';
+import type { EvalReport } from './score.js';
+import { loadVerifier } from './verify.js';
 
-export function registerEvalCommands(_program: Command): void {}
+const num =
+  (name: string, lo: number, hi: number, int = false) =>
+  (v: string) => {
+    const x = Number(v);
+    if (v.trim() === '' || !Number.isFinite(x) || x < lo || x > hi || (int && !Number.isInteger(x))) {
+      throw new InvalidArgumentError(`${name} must be ${int ? 'an integer' : 'a number'} in [${lo}, ${hi}]`);
+    }
+    return x;
+  };
+
+function summary(r: EvalReport): string {
+  const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+  return (
+    `${r.bench}: avg@${r.k} ${pct(r.avgAtK)}  pass@${r.k} ${pct(r.passAtK[String(r.k)] ?? 0)}  maj@${r.k} ${pct(r.majAtK)}  ` +
+    `tokens ${r.meanResponseTokens.toFixed(0)}  tool calls ${r.toolCallsPerAnswer.toFixed(2)}  ` +
+    `tool errors ${pct(r.toolErrorRate)}  (${r.problems} problems, ${r.samples} samples, ${r.wallTimeS.toFixed(1)} s)`
+  );
+}
+
+export function registerEvalCommands(program: Command): void {
+  program
+    .command('eval')
+    .description(
+      'sample k answers per benchmark problem with the Python tool and report avg@k, pass@k, maj@k (resumable)',
+    )
+    .option('--model <dir>', 'checkpoint directory (embedded engine)')
+    .option('--engine <url>', 'served engine URL (SGLang / vLLM / llama.cpp), or fake:ACC for a dry run')
+    .option('--bench <name>', 'named benchmark: aime24, aime25, hmmt25, math500, ...')
+    .option('--data <file>', 'benchmark JSONL with id, problem, answer')
+    .option('--k <n>', 'samples per problem', num('--k', 1, 1024, true), 16)
+    .option(
+      '--temperature <t>',
+      'sampling temperature (0 = greedy: k identical samples)',
+      num('--temperature', 0, 10),
+      0.6,
+    )
+    .option('--top-p <p>', 'nucleus sampling top-p', num('--top-p', 0, 1), 0.95)
+    .option(
+      '--max-tokens <n>',
+      'response budget per trajectory, all turns',
+      num('--max-tokens', 1, 1e7, true),
+    )
+    .option('--limit <n>', 'only the first N problems', num('--limit', 1, 1e9, true))
+    .option('--seed <n>', 'base sampling seed', num('--seed', 0, 2 ** 31, true), 0)
+    .option('--concurrency <n>', 'trajectories in flight', num('--concurrency', 1, 4096, true), 64)
+    .option('--out <dir>', 'eval directory (default evals/<bench>-k<k>-t<temperature>)')
+    .option(
+      '--no-retry-errors',
+      'on resume, keep samples that ended in an engine error instead of regenerating them',
+    )
+    .option('--no-progress', 'no progress bar')
+    .action(async (o) => {
+      if (Boolean(o.bench) === Boolean(o.data))
+        throw new Error('give exactly one of --bench NAME or --data FILE');
+      const dataFile = resolve(o.data ?? resolveBench(o.bench));
+      const bench: string = o.bench ?? dataFile.replace(/^.*\//, '').replace(/\.jsonl$/, '');
+      let problems = loadProblems(dataFile);
+      if (o.limit) problems = problems.slice(0, o.limit);
+      const out = resolve(o.out ?? `evals/${bench}-k${o.k}-t${o.temperature}`);
+      const backend = await openBackend({
+        model: o.model,
+        engine: o.engine,
+        temperature: o.temperature,
+        topP: o.topP,
+        maxTokens: o.maxTokens,
+        concurrency: o.concurrency,
+      });
+      const ac = new AbortController();
+      const onSig = () => ac.abort();
+      process.once('SIGINT', onSig);
+      try {
+        const report = await runEval({
+          outDir: out,
+          config: {
+            bench,
+            dataFile,
+            k: o.k,
+            temperature: o.temperature,
+            topP: o.topP,
+            maxTokens: o.maxTokens,
+            seed: o.seed,
+            engine: backend.name,
+            limit: o.limit,
+          },
+          problems,
+          rollout: backend.rollout,
+          verify: await loadVerifier(),
+          retryErrors: o.retryErrors,
+          progress: o.progress,
+          signal: ac.signal,
+        });
+        console.log(summary(report));
+        console.log(`report: ${out}/report.md`);
+      } finally {
+        process.off('SIGINT', onSig);
+        await backend.close();
+      }
+    });
+
+  program
+    .command('eval-rescore')
+    .description('recompute report.json/report.md of a saved eval directory without generating')
+    .argument('<dir>', 'eval directory written by rstar2 eval')
+    .option('--reverify', 'also re-check every saved answer with the current verifier')
+    .action(async (dir: string, o: { reverify?: boolean }) => {
+      const { config } = readEvalDir(dir);
+      let problems = existsSync(config.dataFile) ? loadProblems(config.dataFile) : undefined;
+      if (problems && config.limit) problems = problems.slice(0, config.limit);
+      const report = o.reverify
+        ? await reverifyEvalDir(dir, await loadVerifier(), problems)
+        : rescoreEvalDir(dir, problems);
+      console.log(summary(report));
+    });
+}

@@ -1,0 +1,23 @@
+export { openBackend } from './backend.js';
+export { listBenchmarks, loadProblems, resolveBench } from './bench.js';
+export { fakeTrajectory } from './fake.js';
+export {
+  type EvalConfig,
+  perRequest,
+  type RolloutFn,
+  type RolloutRequest,
+  readEvalDir,
+  rescoreEvalDir,
+  reverifyEvalDir,
+  runEval,
+} from './run.js';
+export {
+  type BenchProblem,
+  type EvalReport,
+  majorityVote,
+  normaliseAnswer,
+  passAtK,
+  renderMarkdown,
+  scoreEval,
+} from './score.js';
+export { fallbackVerify, lastBoxed, loadVerifier, type VerifyFn } from './verify.js';

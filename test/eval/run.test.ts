@@ -1,0 +1,198 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import type { Trajectory } from '../../src/agent/trajectory.js';
+import { loadProblems } from '../../src/eval/bench.js';
+import { fakeTrajectory } from '../../src/eval/fake.js';
+import { type EvalConfig, perRequest, rescoreEvalDir, runEval } from '../../src/eval/run.js';
+import { fallbackVerify, lastBoxed } from '../../src/eval/verify.js';
+import { readJsonl } from '../../src/util/jsonl.js';
+
+const problems = [
+  { id: 'p1', problem: '1+1?', answer: '2' },
+  { id: 'p2', problem: '2+2?', answer: '4' },
+  { id: 'p3', problem: '3+3?', answer: '6' },
+];
+const config = (k = 4): EvalConfig => ({
+  bench: 'toy',
+  dataFile: '/nonexistent',
+  k,
+  temperature: 0.6,
+  topP: 0.95,
+  seed: 0,
+  engine: 'test',
+});
+const dir = () => mkdtempSync(join(tmpdir(), 'rstar2-eval-'));
+const quiet = { progress: false, log: () => {} };
+
+// answers right on even samples, so the expected scores are known by hand
+const rolloutFn = (t: { problemId: string; answer: string; sample: number; seed: number }): Trajectory => {
+  const base = fakeTrajectory(t, 1);
+  return { ...base, text: `\\boxed{${t.sample % 2 === 0 ? t.answer : '999'}}` };
+};
+
+test('lastBoxed and the fallback verifier', async () => {
+  assert.equal(lastBoxed('a \\boxed{1} b \\boxed{\\frac{1}{2}}'), '\\frac{1}{2}');
+  assert.equal(lastBoxed('none'), null);
+  assert.equal((await fallbackVerify('\\boxed{012}', '12')).correct, true);
+  assert.equal((await fallbackVerify('\\boxed{13}', '12')).correct, false);
+});
+
+test('runEval saves scored trajectories and a report', async () => {
+  const out = dir();
+  const r = await runEval({
+    outDir: out,
+    config: config(),
+    problems,
+    rollout: perRequest(async (q) => rolloutFn(q), 3),
+    verify: fallbackVerify,
+    ...quiet,
+  });
+  assert.equal(r.samples, 12);
+  assert.equal(r.complete, true);
+  assert.equal(r.avgAtK, 0.5);
+  assert.equal(r.passAtK['2'], 1 - 1 / 6); // 2 of 4 correct: 1 - C(2,2)/C(4,2)
+  const saved = readJsonl<Trajectory>(join(out, 'trajectories.jsonl'));
+  assert.equal(saved.length, 12);
+  assert.ok(saved.every((t) => typeof t.correct === 'boolean' && t.gold !== undefined));
+  assert.match(readFileSync(join(out, 'report.md'), 'utf8'), /avg@4 \(mean pass@1\) \| 50\.0%/);
+  assert.equal(JSON.parse(readFileSync(join(out, 'report.json'), 'utf8')).avgAtK, 0.5);
+});
+
+test('a killed eval resumes from saved trajectories without regenerating them', async () => {
+  const out = dir();
+  const generated: string[] = [];
+  let calls = 0;
+  const crashing = perRequest(async (q) => {
+    if (++calls > 5) throw new Error('engine died');
+    generated.push(`${q.problemId}#${q.sample}`);
+    return rolloutFn(q);
+  }, 1);
+  await assert.rejects(
+    runEval({ outDir: out, config: config(), problems, rollout: crashing, verify: fallbackVerify, ...quiet }),
+    /stopped after 5\/12 new samples .*engine died/,
+  );
+  // a torn last line, as a SIGKILL mid-write leaves
+  appendFileSync(join(out, 'trajectories.jsonl'), '{"id":"p3#3","promptId":"p3"');
+  const second: string[] = [];
+  const r = await runEval({
+    outDir: out,
+    config: config(),
+    problems,
+    rollout: perRequest(async (q) => {
+      second.push(`${q.problemId}#${q.sample}`);
+      return rolloutFn(q);
+    }, 2),
+    verify: fallbackVerify,
+    ...quiet,
+  });
+  assert.equal(second.length, 7);
+  assert.deepEqual(
+    second.filter((id) => generated.includes(id)),
+    [],
+  );
+  assert.equal(r.complete, true);
+  assert.equal(r.avgAtK, 0.5);
+  assert.equal(readJsonl(join(out, 'trajectories.jsonl')).length, 12); // torn line gone, file parses
+  const state = JSON.parse(readFileSync(join(out, 'state.json'), 'utf8'));
+  assert.equal(state.sessions, 2);
+});
+
+test('resume refuses different settings; engine-error samples are regenerated', async () => {
+  const out = dir();
+  let first = true;
+  await runEval({
+    outDir: out,
+    config: config(2),
+    problems,
+    rollout: perRequest(async (q) => {
+      const t = rolloutFn(q);
+      if (first && q.problemId === 'p2')
+        return { ...t, finish: 'error' as const, error: 'timeout', text: '' };
+      return t;
+    }, 1),
+    verify: fallbackVerify,
+    ...quiet,
+  });
+  first = false;
+  await assert.rejects(
+    runEval({
+      outDir: out,
+      config: config(4),
+      problems,
+      rollout: async () => {},
+      verify: fallbackVerify,
+      ...quiet,
+    }),
+    /different settings \(k: 2 there, 4 now\)/,
+  );
+  const again: string[] = [];
+  const r = await runEval({
+    outDir: out,
+    config: config(2),
+    problems,
+    rollout: perRequest(async (q) => {
+      again.push(`${q.problemId}#${q.sample}`);
+      return rolloutFn(q);
+    }, 1),
+    verify: fallbackVerify,
+    ...quiet,
+  });
+  assert.deepEqual(again.sort(), ['p2#0', 'p2#1']);
+  assert.equal(r.finishes.error, undefined); // the regenerated records replace the errored ones
+  assert.equal(r.avgAtK, 0.5);
+});
+
+test('rescoring a saved eval reproduces the report without a rollout', async () => {
+  const out = dir();
+  const r1 = await runEval({
+    outDir: out,
+    config: config(),
+    problems,
+    rollout: perRequest(async (q) => rolloutFn(q), 4),
+    verify: fallbackVerify,
+    ...quiet,
+  });
+  writeFileSync(join(out, 'report.json'), '{}');
+  const r2 = rescoreEvalDir(out, problems);
+  assert.deepEqual(r2, r1);
+  assert.deepEqual(JSON.parse(readFileSync(join(out, 'report.json'), 'utf8')), r1);
+});
+
+test('loadProblems validates rows', () => {
+  const d = dir();
+  const f = join(d, 'b.jsonl');
+  writeFileSync(f, '{"id": "a", "problem": "x", "answer": 3}\n');
+  assert.deepEqual(loadProblems(f), [{ id: 'a', problem: 'x', answer: '3' }]);
+  writeFileSync(f, '{"id": "a", "problem": "x"}\n');
+  assert.throws(() => loadProblems(f), /b\.jsonl:1: missing string field 'answer'/);
+  writeFileSync(
+    f,
+    '{"id": "a", "problem": "x", "answer": "1"}\n{"id": "a", "problem": "y", "answer": "1"}\n',
+  );
+  assert.throws(() => loadProblems(f), /duplicate id 'a'/);
+});
+
+test('CLI: eval with the fake engine, then eval-rescore', { timeout: 60_000 }, () => {
+  const d = dir();
+  const data = join(d, 'toy.jsonl');
+  writeFileSync(data, problems.map((p) => JSON.stringify(p)).join('\n'));
+  const out = join(d, 'ev');
+  const env = { ...process.env, RSTAR2_NO_PROGRESS: '1' };
+  const run = (...args: string[]) =>
+    spawnSync(process.execPath, ['bin/rstar2.js', ...args], { encoding: 'utf8', env });
+  const a = run('eval', '--engine', 'fake:1', '--data', data, '--k', '2', '--out', out);
+  assert.equal(a.status, 0, a.stderr);
+  assert.match(a.stdout, /toy: avg@2 100\.0% {2}pass@2 100\.0% {2}maj@2 100\.0%/);
+  const b = run('eval-rescore', out);
+  assert.equal(b.status, 0, b.stderr);
+  assert.match(b.stdout, /avg@2 100\.0%/);
+  const c = run('eval', '--engine', 'fake:1', '--bench', 'toy', '--data', data);
+  assert.notEqual(c.status, 0);
+  assert.match(c.stderr, /exactly one of --bench NAME or --data FILE/);
+  const e = run('eval', '--engine', 'fake:1', '--data', data, '--k', '0');
+  assert.match(e.stderr, /--k must be an integer/);
+});
