@@ -1,0 +1,196 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { Template } from '@huggingface/jinja';
+import { TEMPLATE_NAMES, TEMPLATES, type TemplateName } from './templates.js';
+import type { Tokenizer } from './tokenizer.js';
+import type { ToolSchema } from './tools.js';
+
+export interface ToolCall {
+  type?: 'function';
+  function: { name: string; arguments: Record<string, unknown> | string };
+}
+
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant' | 'tool';
+  content: string;
+  tool_calls?: ToolCall[];
+}
+
+export interface RenderOptions {
+  tools?: ToolSchema[];
+  addGenerationPrompt?: boolean;
+  /** Extra template variables (HF `chat_template_kwargs`), e.g. `{ rstar2_prefix_quirk: false }`. */
+  vars?: Record<string, unknown>;
+}
+
+/**
+ * How tool-turn ids join the generated ids, which end with <|im_end|>:
+ * - 'reference': exactly what rStar2 appends (template slice after the system block), with NO '\n' after the
+ *   assistant's <|im_end|>. Default, because the released policy was trained on these sequences.
+ * - 'rerender': prepend the '\n' separator a full re-render of the conversation would have.
+ */
+export type ToolTurnBoundary = 'reference' | 'rerender';
+
+const ROLES = new Set(['system', 'user', 'assistant', 'tool']);
+
+function checkMessages(messages: readonly ChatMessage[]): void {
+  if (!Array.isArray(messages)) throw new TypeError('messages must be an array');
+  messages.forEach((m, i) => {
+    if (!m || typeof m !== 'object') throw new TypeError(`messages[${i}] must be an object`);
+    if (!ROLES.has(m.role))
+      throw new Error(
+        `messages[${i}].role must be one of ${[...ROLES].join(', ')}, got ${JSON.stringify(m.role)}`,
+      );
+    if (typeof m.content !== 'string') throw new TypeError(`messages[${i}].content must be a string`);
+  });
+}
+
+/** A Jinja chat template (HF `chat_template` semantics), rendered with @huggingface/jinja. */
+export class ChatTemplate {
+  private readonly compiled: Template;
+
+  constructor(
+    readonly source: string,
+    readonly name = 'custom',
+  ) {
+    try {
+      this.compiled = new Template(source);
+    } catch (e) {
+      throw new Error(`chat template ${name} does not parse: ${(e as Error).message}`);
+    }
+  }
+
+  /** A shipped template: 'rstar2' (default, training template), 'qwen' (Qwen2.5/Hermes) or 'compact' (tiny models). */
+  static named(name: string): ChatTemplate {
+    if (!(TEMPLATE_NAMES as string[]).includes(name)) {
+      throw new Error(`unknown chat template ${JSON.stringify(name)} (known: ${TEMPLATE_NAMES.join(', ')})`);
+    }
+    return new ChatTemplate(TEMPLATES[name as TemplateName], name);
+  }
+
+  /** The template stored in a tokenizer (its tokenizer_config.json `chat_template`). */
+  static fromTokenizer(tokenizer: Tokenizer): ChatTemplate {
+    const src = tokenizer.chatTemplate;
+    if (src === undefined) throw new Error('tokenizer_config.json has no chat_template');
+    return new ChatTemplate(src, 'tokenizer');
+  }
+
+  /**
+   * Resolve a template spec: a shipped name, 'tokenizer' (the tokenizer's own template), or a path to a
+   * .jinja file or a tokenizer_config.json.
+   */
+  static resolve(spec: string, tokenizer?: Tokenizer): ChatTemplate {
+    if ((TEMPLATE_NAMES as string[]).includes(spec)) return ChatTemplate.named(spec);
+    if (spec === 'tokenizer') {
+      if (!tokenizer) throw new Error("chat template 'tokenizer' needs a tokenizer");
+      return ChatTemplate.fromTokenizer(tokenizer);
+    }
+    if (!existsSync(spec)) {
+      throw new Error(
+        `chat template ${JSON.stringify(spec)} is neither a name (${TEMPLATE_NAMES.join(', ')}, tokenizer) nor a file`,
+      );
+    }
+    const text = readFileSync(spec, 'utf8');
+    if (spec.endsWith('.json')) {
+      let cfg: { chat_template?: unknown };
+      try {
+        cfg = JSON.parse(text);
+      } catch (e) {
+        throw new Error(`${spec} is not valid JSON: ${(e as Error).message}`);
+      }
+      const t = cfg.chat_template;
+      const src =
+        typeof t === 'string'
+          ? t
+          : Array.isArray(t)
+            ? (t.find((x) => x?.name === 'default') ?? t[0])?.template
+            : undefined;
+      if (typeof src !== 'string') throw new Error(`${spec} has no chat_template`);
+      return new ChatTemplate(src, spec);
+    }
+    return new ChatTemplate(text, spec);
+  }
+
+  render(messages: readonly ChatMessage[], opts: RenderOptions = {}): string {
+    checkMessages(messages);
+    return this.renderRaw(messages, opts);
+  }
+
+  // No message validation: the reference renders `[{}]` to find the system block.
+  private renderRaw(messages: readonly object[], opts: RenderOptions): string {
+    return this.compiled.render({
+      ...opts.vars,
+      messages,
+      tools: opts.tools && opts.tools.length > 0 ? opts.tools : undefined,
+      add_generation_prompt: opts.addGenerationPrompt ?? false,
+      bos_token: '',
+      eos_token: '<|im_end|>',
+    });
+  }
+
+  /** Prompt ids for a conversation, ending with the generation prompt (for rstar2: `<|im_start|>assistant\n<reason>`). */
+  promptIds(
+    tokenizer: Tokenizer,
+    messages: readonly ChatMessage[],
+    tools?: ToolSchema[],
+    vars?: Record<string, unknown>,
+  ): number[] {
+    return tokenizer.encode(this.render(messages, { tools, addGenerationPrompt: true, vars }), {
+      addSpecialTokens: false,
+    });
+  }
+
+  /**
+   * The ids appended after a generated turn that called tools: the reference renders the tool messages
+   * (merged into one user turn) with the generation prompt, and drops the ids of the default system block
+   * (the template rendered on `[{}]`).
+   */
+  toolTurnIds(
+    tokenizer: Tokenizer,
+    toolTexts: readonly string[],
+    boundary: ToolTurnBoundary = 'reference',
+  ): number[] {
+    if (toolTexts.length === 0) throw new Error('toolTurnIds needs at least one tool response');
+    const system = this.renderRaw([{}], {});
+    const msgs = toolTexts.map((content) => ({ role: 'tool' as const, content }));
+    const full = this.render(msgs, { addGenerationPrompt: true });
+    if (!full.startsWith(system)) {
+      throw new Error(
+        `chat template ${this.name}: rendering tool messages does not start with the system block`,
+      );
+    }
+    const systemIds = tokenizer.encode(system, { addSpecialTokens: false });
+    const fullIds = tokenizer.encode(full, { addSpecialTokens: false });
+    for (let i = 0; i < systemIds.length; i++) {
+      if (fullIds[i] !== systemIds[i]) {
+        throw new Error(`chat template ${this.name}: system-block ids are not a prefix of the tool-turn ids`);
+      }
+    }
+    const ids = fullIds.slice(systemIds.length);
+    return boundary === 'rerender' ? [...tokenizer.encode('\n', { addSpecialTokens: false }), ...ids] : ids;
+  }
+}
+
+let defaultTemplate: ChatTemplate | undefined;
+function rstar2(): ChatTemplate {
+  defaultTemplate ??= ChatTemplate.named('rstar2');
+  return defaultTemplate;
+}
+
+/** Prompt ids with the rStar2 template unless another is given. */
+export function promptIds(
+  tokenizer: Tokenizer,
+  messages: readonly ChatMessage[],
+  tools?: ToolSchema[],
+  opts: { template?: ChatTemplate; vars?: Record<string, unknown> } = {},
+): number[] {
+  return (opts.template ?? rstar2()).promptIds(tokenizer, messages, tools, opts.vars);
+}
+
+/** Tool-turn ids with the rStar2 template unless another is given; see ChatTemplate.toolTurnIds. */
+export function toolTurnIds(
+  tokenizer: Tokenizer,
+  toolTexts: readonly string[],
+  opts: { template?: ChatTemplate; boundary?: ToolTurnBoundary } = {},
+): number[] {
+  return (opts.template ?? rstar2()).toolTurnIds(tokenizer, toolTexts, opts.boundary);
+}
