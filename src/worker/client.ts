@@ -287,7 +287,7 @@ export class PolicyWorker {
       const outLens = f.arrays.out_lens as Int32Array;
       const ids = unpackRagged(f.arrays.out_ids, outLens);
       const lps = unpackRagged(f.arrays.out_logprobs, outLens);
-      const reasons = f.header.finish as GenerateResult['finishReason'][];
+      const reasons = (f.header.result as { finish: GenerateResult['finishReason'][] }).finish;
       return ids.map((outputIds, i) => ({ outputIds, logprobs: lps[i], finishReason: reasons[i] }));
     });
   }

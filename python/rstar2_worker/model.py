@@ -1,0 +1,217 @@
+"""A Qwen2/Qwen3-family decoder in plain torch (runs on torch 1.13 without transformers).
+
+Module and parameter names follow Hugging Face's Qwen2ForCausalLM / Qwen3ForCausalLM, so a state dict
+from a real checkpoint loads directly. Config keys are HF `config.json` keys.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Config:
+    def __init__(self, d):
+        self.raw = dict(d)
+        self.model_type = d.get("model_type", "qwen2")
+        self.vocab_size = int(d["vocab_size"])
+        self.hidden_size = int(d["hidden_size"])
+        self.intermediate_size = int(d["intermediate_size"])
+        self.num_hidden_layers = int(d["num_hidden_layers"])
+        self.num_attention_heads = int(d["num_attention_heads"])
+        self.num_key_value_heads = int(d.get("num_key_value_heads") or self.num_attention_heads)
+        self.head_dim = int(d.get("head_dim") or self.hidden_size // self.num_attention_heads)
+        self.rope_theta = float(d.get("rope_theta", 10000.0))
+        self.rms_norm_eps = float(d.get("rms_norm_eps", 1e-6))
+        self.max_position_embeddings = int(d.get("max_position_embeddings", 4096))
+        self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
+        # Qwen2 always has q/k/v biases; Qwen3 has none by default and adds per-head RMSNorm on q and k.
+        qwen3 = self.model_type == "qwen3"
+        self.attention_bias = bool(d.get("attention_bias", not qwen3))
+        self.qk_norm = bool(d.get("qk_norm", qwen3))
+        if d.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"unsupported hidden_act {d.get('hidden_act')!r} (only silu)")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        rs = d.get("rope_scaling")
+        if rs and rs.get("type", rs.get("rope_type")) not in (None, "default"):
+            raise ValueError(f"unsupported rope_scaling {rs!r}")
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class Rotary:
+    """Cos/sin tables indexed by absolute position (HF's non-interleaved rotate_half layout)."""
+
+    def __init__(self, cfg):
+        self.inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim))
+        self.cos = self.sin = None
+
+    def tables(self, n):
+        if self.cos is None or self.cos.shape[0] < n:
+            t = torch.arange(max(n, 256), dtype=torch.float32)
+            freqs = torch.outer(t, self.inv_freq)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            self.cos, self.sin = emb.cos(), emb.sin()
+        return self.cos, self.sin
+
+    def apply(self, q, k, pos):
+        # q,k: [B, H, T, D]; pos: [B, T] absolute positions
+        cos, sin = self.tables(int(pos.max()) + 1)
+        cos = cos[pos].unsqueeze(1).to(q.dtype)
+        sin = sin[pos].unsqueeze(1).to(q.dtype)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        h, nh, nkv, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.q_proj = nn.Linear(h, nh * hd, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(h, nkv * hd, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(h, nkv * hd, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(nh * hd, h, bias=False)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
+
+    def forward(self, x, pos, rope, bias, cache=None, cache_at=0):
+        B, T, _ = x.shape
+        c = self.cfg
+        q = self.q_proj(x).view(B, T, c.num_attention_heads, c.head_dim)
+        k = self.k_proj(x).view(B, T, c.num_key_value_heads, c.head_dim)
+        v = self.v_proj(x).view(B, T, c.num_key_value_heads, c.head_dim)
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q, k = rope.apply(q, k, pos)
+        if cache is not None:
+            # preallocated [B, nkv, S, D] buffers; positions [cache_at, cache_at+T) are written in place
+            kc, vc = cache
+            kc[:, :, cache_at : cache_at + T] = k
+            vc[:, :, cache_at : cache_at + T] = v
+            k, v = kc[:, :, : cache_at + T], vc[:, :, : cache_at + T]
+        rep = c.num_attention_heads // c.num_key_value_heads
+        if rep > 1:
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        att = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(c.head_dim)) + bias
+        att = torch.softmax(att.float(), dim=-1).to(q.dtype)
+        out = torch.matmul(att, v).transpose(1, 2).reshape(B, T, -1)
+        return self.o_proj(out)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, pos, rope, bias, cache=None, cache_at=0):
+        x = x + self.self_attn(self.input_layernorm(x), pos, rope, bias, cache, cache_at)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class CausalLM(nn.Module):
+    """forward(ids, pad_left=None) → logits. `pad_left[b]` leading positions of row b are padding."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.model = DecoderModel(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.rope = Rotary(cfg)
+
+    def init_weights(self, seed):
+        g = torch.Generator().manual_seed(seed)
+        std = float(self.cfg.raw.get("initializer_range", 0.02))
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
+                    p.fill_(1.0)
+                elif name.endswith(".bias"):
+                    p.zero_()
+                else:
+                    p.copy_(torch.randn(p.shape, generator=g) * std)
+
+    def hidden(self, ids, pos, bias, caches=None, cache_at=0):
+        x = self.model.embed_tokens(ids)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, pos, self.rope, bias, None if caches is None else caches[i], cache_at)
+        return self.model.norm(x)
+
+    def forward(self, ids, pad_left=None):
+        B, T = ids.shape
+        pad_left = torch.zeros(B, dtype=torch.long) if pad_left is None else pad_left
+        idx = torch.arange(T)
+        pos = (idx.unsqueeze(0) - pad_left.unsqueeze(1)).clamp(min=0)
+        bias = attn_bias(pad_left, idx, idx, ids.dtype)
+        return self.lm_head(self.hidden(ids, pos, bias))
+
+    def new_cache(self, B, S, dtype=torch.float32):
+        c = self.cfg
+        return [
+            (torch.zeros(B, c.num_key_value_heads, S, c.head_dim, dtype=dtype), torch.zeros(B, c.num_key_value_heads, S, c.head_dim, dtype=dtype))
+            for _ in range(c.num_hidden_layers)
+        ]
+
+
+def attn_bias(pad_left, q_idx, k_idx, _dtype=None):
+    """[B, 1, Tq, Tk] additive mask: causal, and keys inside a row's left padding are hidden."""
+    causal = k_idx.unsqueeze(0) <= q_idx.unsqueeze(1)  # [Tq, Tk]
+    valid = k_idx.unsqueeze(0) >= pad_left.unsqueeze(1)  # [B, Tk]
+    ok = causal.unsqueeze(0) & valid.unsqueeze(1)
+    # a padding query row would see no key at all; let it see itself so softmax stays finite
+    ok = ok | (q_idx.unsqueeze(1) == k_idx.unsqueeze(0)).unsqueeze(0)
+    bias = torch.zeros(ok.shape, dtype=torch.float32)
+    bias.masked_fill_(~ok, float("-inf"))
+    return bias.unsqueeze(1)
+
+
+def count_params(model):
+    seen, n = set(), 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            n += p.numel()
+    return n

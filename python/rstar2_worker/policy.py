@@ -1,0 +1,393 @@
+"""The policy: model + optimizer + RNG, and the operations the TS client calls."""
+import os
+import shutil
+import time
+
+import torch
+import torch.distributed as dist
+
+from .checkpoint import read_config, read_state_dict, write_json, write_safetensors
+from .detok import Detok
+from .model import CausalLM, Config, attn_bias, count_params
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json")
+
+
+class Policy:
+    def __init__(self, rank=0, world=1):
+        self.rank, self.world = rank, world
+        self.model = None
+        self.cfg = None
+        self.src_dir = None
+        self.detok = None
+        self.opt = None
+        self.pending_opt_state = None
+        self.step = 0
+        self.gen = torch.Generator()  # sampling RNG for generate calls without a seed
+
+    # ---- model lifecycle -------------------------------------------------------------------------
+
+    def _info(self, restored=False):
+        out = {"config": self.cfg.raw, "params": count_params(self.model), "restoredOptimizer": restored}
+        if self.src_dir:
+            out["dir"] = self.src_dir
+        return out
+
+    def init(self, config, seed):
+        self.cfg = Config(config)
+        torch.manual_seed(seed)
+        self.model = CausalLM(self.cfg)
+        self.model.init_weights(seed)
+        self.gen.manual_seed(seed)
+        self.src_dir, self.detok, self.opt, self.pending_opt_state, self.step = None, None, None, None, 0
+        return self._info()
+
+    def load(self, directory):
+        raw = read_config(directory)
+        mt = raw.get("model_type", "qwen2")
+        if mt not in ("qwen2", "qwen3"):
+            raise ValueError(f"{directory}: model_type {mt!r} is not supported (the built-in model covers qwen2 and qwen3)")
+        cfg = Config(raw)
+        model = CausalLM(cfg)
+        sd = {k: v.float() for k, v in read_state_dict(directory).items()}
+        if cfg.tie_word_embeddings:
+            sd.pop("lm_head.weight", None)  # HF omits it for tied models; some writers keep a copy
+        missing, unexpected = model.load_state_dict(sd, strict=False)
+        missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
+        if missing or unexpected:
+            raise ValueError(f"{directory}: weights do not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        self.cfg, self.model, self.src_dir = cfg, model, directory
+        tok = os.path.join(directory, "tokenizer.json")
+        self.detok = Detok(tok) if os.path.exists(tok) else None
+        self.opt, self.pending_opt_state, self.step = None, None, 0
+        restored = False
+        opt_path = os.path.join(directory, "optimizer.pt")
+        if os.path.exists(opt_path):
+            st = torch.load(opt_path)
+            self.pending_opt_state = st.get("optimizer")
+            self.step = int(st.get("step", 0))
+            torch.set_rng_state(st["torch_rng"])
+            self.gen.set_state(st["gen_rng"])
+            restored = True
+        return self._info(restored)
+
+    def save(self, directory, with_optimizer):
+        self._need_model()
+        os.makedirs(directory, exist_ok=True)
+        sd = {k: v for k, v in self.model.state_dict().items()}
+        if self.cfg.tie_word_embeddings:
+            sd.pop("lm_head.weight", None)
+        raw = dict(self.cfg.raw)
+        raw.setdefault("torch_dtype", "float32")
+        write_json(os.path.join(directory, "config.json"), raw)
+        write_safetensors(os.path.join(directory, "model.safetensors"), sd)
+        if self.src_dir and os.path.abspath(self.src_dir) != os.path.abspath(directory):
+            for name in TOKENIZER_FILES:
+                src = os.path.join(self.src_dir, name)
+                if os.path.exists(src):
+                    shutil.copyfile(src, os.path.join(directory, name))
+        if with_optimizer:
+            st = {
+                "optimizer": self.opt.state_dict() if self.opt is not None else self.pending_opt_state,
+                "step": self.step,
+                "torch_rng": torch.get_rng_state(),
+                "gen_rng": self.gen.get_state(),
+            }
+            tmp = os.path.join(directory, "optimizer.pt.tmp")
+            torch.save(st, tmp)
+            os.replace(tmp, os.path.join(directory, "optimizer.pt"))
+        return {"dir": directory}
+
+    def _need_model(self):
+        if self.model is None:
+            raise RuntimeError("no model: call init or load first")
+
+    # ---- generation ------------------------------------------------------------------------------
+
+    def generate(self, prompts, sp):
+        self._need_model()
+        model = self.model
+        model.eval()
+        temperature = float(sp.get("temperature", 1.0))
+        top_p = float(sp.get("topP", 1.0))
+        top_k = int(sp.get("topK", -1))
+        max_new = int(sp.get("maxNewTokens", 0))
+        stop_ids = set(int(x) for x in sp.get("stopTokenIds", []) or [])
+        stop_strs = [s.encode("utf-8") for s in sp.get("stopStrings", []) or [] if s]
+        if stop_strs and self.detok is None:
+            raise ValueError(
+                "stopStrings need a tokenizer.json next to the loaded model; map stop strings to stopTokenIds instead"
+            )
+        if max_new < 0 or temperature < 0 or not (0 < top_p <= 1):
+            raise ValueError(f"bad sampling params: maxNewTokens={max_new} temperature={temperature} topP={top_p}")
+        V = self.cfg.vocab_size
+        for i, p in enumerate(prompts):
+            if min(p) < 0 or max(p) >= V:
+                raise ValueError(f"prompts[{i}] has a token id outside the vocabulary [0, {V})")
+        seed = sp.get("seed")
+        gen = torch.Generator().manual_seed(int(seed)) if seed is not None else self.gen
+
+        B = len(prompts)
+        out_ids = [[] for _ in range(B)]
+        out_lp = [[] for _ in range(B)]
+        finish = ["length"] * B
+        tails = [b""] * B
+        if max_new == 0:
+            return out_ids, out_lp, finish
+        P = max(len(p) for p in prompts)
+        ids = torch.zeros(B, P, dtype=torch.long)
+        pad_left = torch.tensor([P - len(p) for p in prompts], dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, P - len(p) :] = torch.tensor(p, dtype=torch.long)
+        caches = model.new_cache(B, P + max_new)
+        rows = torch.arange(B)  # original index of each live batch row
+        stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long) if stop_ids else None
+        max_stop = max((len(s) for s in stop_strs), default=0)
+        with torch.no_grad():
+            idx = torch.arange(P)
+            pos = (idx.unsqueeze(0) - pad_left.unsqueeze(1)).clamp(min=0)
+            h = model.hidden(ids, pos, attn_bias(pad_left, idx, idx), caches, 0)
+            logits = model.lm_head(h[:, -1])
+            for step in range(max_new):
+                tok, lp = sample(logits, temperature, top_k, top_p, gen)
+                done = torch.zeros(len(rows), dtype=torch.bool)
+                if stop_tensor is not None:
+                    done |= (tok.unsqueeze(1) == stop_tensor.unsqueeze(0)).any(1)
+                tl, ll, rl = tok.tolist(), lp.tolist(), rows.tolist()
+                for j, r in enumerate(rl):
+                    out_ids[r].append(tl[j])
+                    out_lp[r].append(ll[j])
+                    if done[j]:
+                        finish[r] = "stop"
+                    elif stop_strs:
+                        piece = self.detok.piece(tl[j])
+                        tail = tails[r] + piece
+                        look = tail[-(max_stop + len(piece)) :]
+                        if any(s in look for s in stop_strs):
+                            finish[r] = "stop"
+                            done[j] = True
+                        tails[r] = tail[-(max_stop + 64) :]
+                if step == max_new - 1 or bool(done.all()):
+                    break
+                keep = (~done).nonzero().squeeze(1)
+                if len(keep) < len(rows):
+                    # drop finished rows so the rest of the batch stops paying for them
+                    rows, tok, pad_left = rows[keep], tok[keep], pad_left[keep]
+                    caches = [(k.index_select(0, keep), v.index_select(0, keep)) for k, v in caches]
+                cur = P + step
+                pos = (cur - pad_left).unsqueeze(1)
+                bias = attn_bias(pad_left, torch.tensor([cur]), torch.arange(cur + 1))
+                h = model.hidden(tok.unsqueeze(1), pos, bias, caches, cur)
+                logits = model.lm_head(h[:, -1])
+        return out_ids, out_lp, finish
+
+    # ---- scoring ---------------------------------------------------------------------------------
+
+    def logprobs(self, seqs, temperature=1.0, budget=8192):
+        self._need_model()
+        self.model.eval()
+        lps, ents = [], []
+        with torch.no_grad():
+            for mb in micro_batches(seqs, budget):
+                ids, _ = pad_right([seqs[i] for i in mb])
+                logits = self.model(ids)[:, :-1].float()
+                if temperature != 1.0:
+                    logits = logits / temperature
+                logp_all = torch.log_softmax(logits, -1)
+                lp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+                ent = -(logp_all.exp() * logp_all).sum(-1)
+                for j, i in enumerate(mb):
+                    n = len(seqs[i])
+                    lps.append((i, [0.0] + lp[j, : n - 1].tolist()))
+                    ents.append((i, [0.0] + ent[j, : n - 1].tolist()))
+        lps.sort()
+        ents.sort()
+        return [x for _, x in lps], [x for _, x in ents]
+
+    # ---- training --------------------------------------------------------------------------------
+
+    def _optimizer(self, o):
+        params = unique_params(self.model)
+        if self.opt is None:
+            self.opt = torch.optim.AdamW(params, lr=o["lr"], betas=o["betas"], eps=o["eps"], weight_decay=o["weightDecay"])
+            if self.pending_opt_state is not None:
+                self.opt.load_state_dict(self.pending_opt_state)
+                self.pending_opt_state = None
+        for g in self.opt.param_groups:
+            g["betas"], g["eps"], g["weight_decay"] = tuple(o["betas"]), o["eps"], o["weightDecay"]
+        return self.opt
+
+    def train_step(self, kind, seqs, masks, olds, advs, opts):
+        self._need_model()
+        o = {
+            "lr": float(opts["lr"]),
+            "warmupSteps": int(opts.get("warmupSteps", 0) or 0),
+            "weightDecay": float(opts.get("weightDecay", 0.01)),
+            "betas": list(opts.get("betas", [0.9, 0.999])),
+            "eps": float(opts.get("eps", 1e-8)),
+            "gradClip": float(opts.get("gradClip", 1.0)),
+            "clipLow": float(opts.get("clipLow", 0.2)),
+            "clipHigh": float(opts.get("clipHigh", 0.28)),
+            "dualClip": float(opts.get("dualClip", 3.0)),
+            "microBatchTokens": int(opts.get("microBatchTokens", 8192)),
+            "lossAgg": opts.get("lossAgg", "token-mean"),
+        }
+        if o["lossAgg"] not in ("token-mean", "verl"):
+            raise ValueError(f"lossAgg must be 'token-mean' or 'verl', got {o['lossAgg']!r}")
+        if o["dualClip"] <= 1.0:
+            raise ValueError("dualClip must be > 1")
+        V = self.cfg.vocab_size
+        for i, s in enumerate(seqs):
+            if s and (min(s) < 0 or max(s) >= V):
+                raise ValueError(f"sequences[{i}] has a token id outside the vocabulary [0, {V})")
+        t0 = time.time()
+        model = self.model
+        model.train()
+        opt = self._optimizer(o)
+        n_global = len(seqs)
+        trained_global = sum(sum(m[1:]) for m in masks)
+        if trained_global == 0:
+            raise ValueError("train batch has no mask=1 tokens")
+        lo, hi = self.rank * n_global // self.world, (self.rank + 1) * n_global // self.world
+        mine = list(range(lo, hi))
+        # stats: loss, clipped tokens, entropy sum, trained tokens, all tokens
+        stats = torch.zeros(5, dtype=torch.float64)
+        mbs = micro_batches([seqs[i] for i in mine], o["microBatchTokens"])
+        for mb in mbs:
+            idx = [mine[j] for j in mb]
+            ids, valid = pad_right([seqs[i] for i in idx])
+            mask, _ = pad_right([masks[i] for i in idx])
+            mask = mask[:, 1:].float()
+            logits = model(ids)[:, :-1].float()
+            logp_all = torch.log_softmax(logits, -1)
+            logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+            with torch.no_grad():
+                ent = -(logp_all.exp() * logp_all).sum(-1)
+            if kind == "grpo":
+                old, _ = pad_right([olds[i] if olds[i] is not None else [0.0] * len(seqs[i]) for i in idx], torch.float32)
+                has_old = torch.tensor([olds[i] is not None for i in idx]).unsqueeze(1)
+                old = torch.where(has_old, old[:, 1:], logp.detach())
+                adv = torch.tensor([advs[i] for i in idx], dtype=torch.float32).unsqueeze(1)
+                tok_loss, clipped = grpo_token_loss(logp, old, adv, o["clipLow"], o["clipHigh"], o["dualClip"])
+            else:
+                tok_loss, clipped = -logp, torch.zeros_like(logp)
+            msum = (tok_loss * mask).sum()
+            if o["lossAgg"] == "token-mean":
+                loss = msum / trained_global
+            else:  # verl: micro-batch token-mean, weighted by the micro-batch's share of sequences
+                loss = msum / mask.sum().clamp(min=1) * (len(idx) / n_global)
+            loss.backward()
+            stats += torch.tensor(
+                [loss.item(), float((clipped * mask).sum()), float((ent * mask).sum()), float(mask.sum()), float(valid.sum())],
+                dtype=torch.float64,
+            )
+        params = unique_params(model)
+        if self.world > 1:
+            allreduce_grads(params)
+            dist.all_reduce(stats)
+        max_norm = o["gradClip"] if o["gradClip"] > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm))
+        lr = o["lr"] * min(1.0, (self.step + 1) / o["warmupSteps"]) if o["warmupSteps"] > 0 else o["lr"]
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        self.step += 1
+        dt = time.time() - t0
+        loss_v, clip_n, ent_s, trained, tokens = stats.tolist()
+        return {
+            "loss": loss_v,
+            "gradNorm": grad_norm,
+            "clipFrac": clip_n / max(trained, 1),
+            "entropy": ent_s / max(trained, 1),
+            "tokens": int(tokens),
+            "trainedTokens": int(trained),
+            "tokensPerS": tokens / dt if dt > 0 else 0.0,
+            "lr": lr,
+            "step": self.step,
+            "microBatches": len(mbs),
+            "timeS": dt,
+        }
+
+
+def grpo_token_loss(logp, old, adv, clip_low, clip_high, dual_clip):
+    """Per-token PPO loss with clip-higher and dual clip (verl compute_policy_loss). Returns (loss, clipped)."""
+    ratio = torch.exp(torch.clamp(logp - old, -20.0, 20.0))
+    l1 = -adv * ratio
+    l2 = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    c1 = torch.maximum(l1, l2)
+    clipped = (l2 > l1).float()
+    c2 = torch.minimum(-adv * dual_clip, c1)
+    return torch.where(adv < 0, c2, c1), clipped
+
+
+def sample(logits, temperature, top_k, top_p, gen):
+    """Returns (token, logprob). The logprob is under softmax(logits / T) before top-k/top-p truncation
+    (for T = 0, greedy, under softmax(logits))."""
+    logits = logits.float()
+    if temperature == 0:
+        tok = logits.argmax(-1)
+        return tok, torch.log_softmax(logits, -1).gather(-1, tok.unsqueeze(1)).squeeze(1)
+    scaled = logits / temperature
+    logp = torch.log_softmax(scaled, -1)
+    filt = scaled
+    if 0 < top_k < filt.shape[-1]:
+        kth = torch.topk(filt, top_k, dim=-1).values[:, -1:]
+        filt = filt.masked_fill(filt < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_l, order = torch.sort(filt, dim=-1, descending=True)
+        probs = torch.softmax(sorted_l, -1)
+        drop = probs.cumsum(-1) - probs > top_p  # keep the smallest prefix whose mass reaches top_p
+        sorted_l = sorted_l.masked_fill(drop, float("-inf"))
+        filt = torch.full_like(filt, float("-inf")).scatter(-1, order, sorted_l)
+    probs = torch.softmax(filt, -1) if filt is not scaled else logp.exp()
+    tok = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+    return tok, logp.gather(-1, tok.unsqueeze(1)).squeeze(1)
+
+
+def micro_batches(seqs, budget):
+    """Greedy in-order packing: a micro-batch holds sequences while count × longest ≤ budget (≥ 1 each)."""
+    out, cur, longest = [], [], 0
+    for i, s in enumerate(seqs):
+        n = max(len(s), 1)
+        if cur and (len(cur) + 1) * max(longest, n) > budget:
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, n)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def pad_right(rows, dtype=torch.long):
+    T = max(len(r) for r in rows)
+    t = torch.zeros(len(rows), T, dtype=dtype)
+    valid = torch.zeros(len(rows), T, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        if len(r):
+            t[i, : len(r)] = torch.tensor(r, dtype=dtype)
+            valid[i, : len(r)] = True
+    return t, valid
+
+
+def unique_params(model):
+    seen, out = set(), []
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(p)
+    return out
+
+
+def allreduce_grads(params):
+    # one flat buffer: one gloo call instead of one per tensor. Grads are summed (not averaged) because
+    # each rank's loss is already normalised by the global token count.
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    off = 0
+    for p, g in zip(params, grads):
+        n = g.numel()
+        p.grad = flat[off : off + n].view_as(p).clone()
+        off += n

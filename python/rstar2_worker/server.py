@@ -1,0 +1,61 @@
+"""Request loop: one frame in, one frame out, in order."""
+import sys
+import traceback
+
+import numpy as np
+
+from .policy import Policy
+from .protocol import ragged, read_frame, write_frame
+
+
+def serve(inp, out, rank, world):
+    policy = Policy(rank, world)
+    while True:
+        frame = read_frame(inp)
+        if frame is None:
+            return  # EOF: the client closed us
+        header, arrays = frame
+        rid = header.get("id", 0)
+        try:
+            reply, reply_arrays = handle(policy, header, arrays)
+            write_frame(out, {"id": rid, "result": reply}, reply_arrays)
+        except Exception as e:  # report, keep serving
+            traceback.print_exc(file=sys.stderr)
+            write_frame(out, {"id": rid, "error": f"{header.get('op')}: {type(e).__name__}: {e}"})
+
+
+def handle(policy, h, a):
+    op = h.get("op")
+    if op == "init":
+        return policy.init(h["config"], int(h.get("seed", 0))), None
+    if op == "load":
+        return policy.load(h["dir"]), None
+    if op == "save":
+        return policy.save(h["dir"], bool(h.get("optimizer"))), None
+    if op == "generate":
+        prompts = ragged(a["ids"], a["lens"])
+        ids, lps, finish = policy.generate(prompts, h.get("sampling") or {})
+        lens = [len(x) for x in ids]
+        flat_ids = [t for x in ids for t in x]
+        flat_lp = [t for x in lps for t in x]
+        return {"finish": finish}, {"out_ids": ("i32", flat_ids), "out_lens": ("i32", lens), "out_logprobs": ("f32", flat_lp)}
+    if op == "logprobs":
+        seqs = ragged(a["ids"], a["lens"])
+        lps, ents = policy.logprobs(seqs, float(h.get("temperature", 1.0)), int(h.get("microBatchTokens", 8192)))
+        return {}, {
+            "logprobs": ("f32", np.concatenate([np.asarray(x, dtype=np.float32) for x in lps])),
+            "entropy": ("f32", np.concatenate([np.asarray(x, dtype=np.float32) for x in ents])),
+        }
+    if op == "train_step":
+        lens = a["lens"]
+        seqs = ragged(a["ids"], lens)
+        masks = ragged(a["mask"], lens)
+        olds_all = ragged(a["old_logprobs"], lens)
+        has_old = a["has_old"].tolist()
+        olds = [o if has_old[i] else None for i, o in enumerate(olds_all)]
+        advs = a["advantages"].tolist()
+        kind = h.get("loss")
+        if kind not in ("grpo", "sft"):
+            raise ValueError(f"loss must be 'grpo' or 'sft', got {kind!r}")
+        return policy.train_step(kind, seqs, masks, olds, advs, h.get("opts") or {}), None
+    raise ValueError(f"unknown op {op!r}")
