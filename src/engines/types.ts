@@ -42,3 +42,11 @@ export const DEFAULT_SAMPLING: SamplingParams = {
   stopTokenIds: [],
   stopStrings: [],
 };
+
+/** Optional hooks a backend may implement; callers check for presence before using them. */
+export interface WeightSyncEngine extends Engine {
+  /** Load new weights from a checkpoint directory the engine can read (SGLang, vLLM reload). */
+  updateWeightsFromDisk?(path: string, version?: string): Promise<void>;
+  /** Abort every running generation; they come back with finishReason 'abort' and partial output. */
+  abortAll?(): Promise<void>;
+}

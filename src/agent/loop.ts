@@ -1,0 +1,310 @@
+import { Scheduler, type SchedulerOptions } from '../engines/scheduler.js';
+import { DEFAULT_SAMPLING, type Engine, type GenerateResult, type SamplingParams } from '../engines/types.js';
+import { executePythonTool, PYTHON_TOOL_NAME, type PythonToolOptions } from '../sandbox/tool.js';
+import type { CodeRunner } from '../sandbox/types.js';
+import { type BatchingOptions, BatchingRunner } from './batching.js';
+import { decodeFailureText, type ParsedToolCall, parseToolCalls } from './parser.js';
+import type { Trajectory, TrajectoryFinish, TurnEvent } from './trajectory.js';
+
+// The multi-turn agent loop (rStar2's RStar2AgentLoop.run), token-in/token-out: the prompt is
+// tokenised once; each turn appends the engine's sampled ids (mask 1, with their logprobs) and then
+// the tool turn's ids (mask 0, logprob 0). Earlier text is never re-tokenised.
+
+/** What the loop needs from a tokenizer + chat template (H4's ChatTemplate adapts to this). */
+export interface AgentTemplate {
+  promptIds(question: string): number[];
+  /** Ids of the tool turn for these tool texts, including the next generation prompt. */
+  toolTurnIds(toolTexts: string[]): number[];
+  decode(ids: number[]): string; // special tokens kept
+  stopTokenIds: number[];
+  /** Ids a full template render puts after an end-of-turn token before the next turn ('\n'). */
+  turnSeparatorIds?: number[];
+}
+
+export interface ToolOutcome {
+  text: string;
+  error: boolean;
+  status?: string;
+}
+
+/** Executes one parsed, well-formed call; must not throw (errors become tool text). */
+export type ToolExecutor = (call: ParsedToolCall, runner: CodeRunner) => Promise<ToolOutcome>;
+
+/**
+ * 'reference': the tool turn is appended directly after the assistant's end-of-turn id, as rStar2
+ *   does (no '\n' between `<|im_end|>` and `<|im_start|>user`).
+ * 'template': the template's separator ids are inserted (mask 0) so ids match a full re-render.
+ */
+export type TurnBoundary = 'reference' | 'template';
+
+export interface AgentOptions {
+  template: AgentTemplate;
+  runner: CodeRunner;
+  executeTool?: ToolExecutor; // default: the rStar2 python tool
+  toolOptions?: PythonToolOptions; // for the default executor (truncation, timeout)
+  toolNames?: string[]; // names the default executor accepts; default [python_code_with_standard_io]
+  sampling?: Partial<SamplingParams>;
+  maxTurns?: number; // assistant turns; default 5
+  maxResponseTokens?: number; // response budget incl. tool tokens; default 8192
+  maxParallelCalls?: number; // calls executed per turn; default 1
+  turnBoundary?: TurnBoundary; // default 'reference'
+  maxAttempts?: number; // tries per turn when the engine reports an error; default 3
+  maxResumes?: number; // resumptions after server-side aborts with partial output; default 3
+}
+
+export interface RolloutProblem {
+  id: string;
+  question?: string;
+  promptIds?: number[];
+  gold?: string;
+}
+
+export interface RolloutOptions extends AgentOptions {
+  problems: RolloutProblem[];
+  n?: number; // samples per problem; default 1
+  scheduler?: Scheduler; // shared across calls (kept open)
+  engines?: Engine[]; // or: a scheduler is made for this call and closed after
+  schedulerOptions?: SchedulerOptions;
+  onProgress?: (done: number, total: number, t: Trajectory) => void;
+  /** Tool calls from all trajectories are merged into runBatch calls; false sends each alone. */
+  toolBatching?: BatchingOptions | false;
+  signal?: AbortSignal;
+}
+
+export function defaultPythonExecutor(
+  opts: PythonToolOptions = {},
+  names = [PYTHON_TOOL_NAME],
+): ToolExecutor {
+  return async (call, runner) => {
+    // mirrors `_call_tool`: json.loads(arguments), self.tools[name]; exceptions become tool text
+    if (!names.includes(call.name)) return { text: `Error when executing tool: '${call.name}'`, error: true };
+    let args: unknown;
+    try {
+      args = JSON.parse(call.arguments);
+    } catch (e) {
+      return { text: `Error when executing tool: ${(e as Error).message}`, error: true };
+    }
+    const r = await executePythonTool(args, runner, opts);
+    return { text: r.text, error: r.error, status: r.result.status };
+  };
+}
+
+/** Runs one trajectory to its end. Never throws: engine failures end it with finish 'error'. */
+export async function runTrajectory(
+  problem: RolloutProblem,
+  sample: number,
+  scheduler: Scheduler,
+  opts: AgentOptions,
+  signal?: AbortSignal,
+): Promise<Trajectory> {
+  const t0 = Date.now();
+  const { template } = opts;
+  const maxTurns = opts.maxTurns ?? 5;
+  const budget = opts.maxResponseTokens ?? 8192;
+  const maxCalls = opts.maxParallelCalls ?? 1;
+  const maxAttempts = opts.maxAttempts ?? 3;
+  const maxResumes = opts.maxResumes ?? 3;
+  const exec = opts.executeTool ?? defaultPythonExecutor(opts.toolOptions, opts.toolNames);
+  const base: SamplingParams = { ...DEFAULT_SAMPLING, ...opts.sampling };
+  const stopTokenIds = [...new Set([...base.stopTokenIds, ...template.stopTokenIds])];
+
+  const traj: Trajectory = {
+    id: `${problem.id}#${sample}`,
+    promptId: problem.id,
+    sample,
+    promptIds: [],
+    responseIds: [],
+    responseMask: [],
+    responseLogprobs: [],
+    events: [],
+    finish: 'error',
+    text: '',
+    numToolCalls: 0,
+    numToolErrors: 0,
+    ms: 0,
+  };
+  if (problem.gold !== undefined) traj.gold = problem.gold;
+  const ev = (e: TurnEvent) => traj.events.push(e);
+  const push = (ids: number[], mask: 0 | 1, lps?: number[]) => {
+    traj.responseIds.push(...ids);
+    for (let i = 0; i < ids.length; i++) {
+      traj.responseMask.push(mask);
+      traj.responseLogprobs.push(lps ? lps[i] : 0);
+    }
+  };
+  const end = (finish: TrajectoryFinish, error?: string): Trajectory => {
+    traj.finish = finish;
+    if (error !== undefined) traj.error = error;
+    traj.text = template.decode(traj.responseIds);
+    traj.ms = Date.now() - t0;
+    return traj;
+  };
+
+  try {
+    traj.promptIds = problem.promptIds ?? template.promptIds(problem.question ?? '');
+  } catch (e) {
+    return end('error', `cannot build prompt: ${(e as Error).message}`);
+  }
+  if (traj.promptIds.length === 0) return end('error', 'problem has neither promptIds nor question');
+
+  let lease: Awaited<ReturnType<Scheduler['acquire']>>;
+  try {
+    lease = await scheduler.acquire(traj.promptIds.length + budget, signal);
+  } catch (e) {
+    return end('error', (e as Error).message);
+  }
+  traj.engine = lease.engine.name;
+  try {
+    for (let turn = 1; ; turn++) {
+      // one assistant turn, resumed after server aborts and retried after errors
+      const start = traj.responseIds.length;
+      const tTurn = Date.now();
+      let attempts = 0;
+      let resumes = 0;
+      let out: GenerateResult;
+      for (;;) {
+        const remaining = budget - traj.responseIds.length;
+        if (signal?.aborted) return end('error', 'rollout aborted by caller');
+        out = await lease.generate(
+          [...traj.promptIds, ...traj.responseIds],
+          { ...base, stopTokenIds, maxNewTokens: remaining },
+          signal,
+        );
+        if (out.finishReason === 'error' || out.logprobs.length !== out.outputIds.length) {
+          const msg =
+            out.error ?? `engine returned ${out.logprobs.length} logprobs for ${out.outputIds.length} ids`;
+          ev({ kind: 'error', turn, message: msg });
+          if (++attempts >= maxAttempts) return end('error', `${lease.engine.name}: ${msg}`);
+          continue;
+        }
+        push(out.outputIds, 1, out.logprobs);
+        if (out.finishReason === 'abort') {
+          if (signal?.aborted) return end('error', 'rollout aborted by caller');
+          ev({ kind: 'error', turn, message: `generation aborted (${out.error ?? 'no reason'}); resuming` });
+          if (++resumes > maxResumes)
+            return end('error', `${lease.engine.name}: generation aborted ${resumes} times`);
+          if (traj.responseIds.length < budget) continue;
+        }
+        break;
+      }
+      const genEnd = traj.responseIds.length;
+      ev({
+        kind: 'generation',
+        turn,
+        start,
+        end: genEnd,
+        finishReason: out.finishReason,
+        ms: Date.now() - tTurn,
+      });
+
+      // reference order: budget, then turn limit, then parse
+      if (traj.responseIds.length >= budget) return end('length');
+      const calls = parseToolCalls(template.decode(traj.responseIds.slice(start, genEnd))).slice(0, maxCalls);
+      if (calls.length === 0) return end(out.finishReason === 'length' ? 'length' : 'answered');
+      if (turn >= maxTurns) return end('max_turns');
+
+      const tTool = Date.now();
+      const outcomes = await Promise.all(
+        calls.map(async (c): Promise<ToolOutcome> => {
+          ev({
+            kind: 'tool_call',
+            turn,
+            name: c.name,
+            arguments: c.arguments,
+            ...(c.parseError === undefined ? {} : { parseError: c.parseError }),
+          });
+          if (c.parseError !== undefined) return { text: decodeFailureText(c.parseError), error: true };
+          try {
+            return await exec(c, opts.runner);
+          } catch (e) {
+            return { text: `Error when executing tool: ${(e as Error).message}`, error: true };
+          }
+        }),
+      );
+      const toolMs = Date.now() - tTool;
+      traj.numToolCalls += calls.length;
+      traj.numToolErrors += outcomes.filter((o) => o.error).length;
+
+      const lastId = traj.responseIds[genEnd - 1];
+      const sep =
+        opts.turnBoundary === 'template' && stopTokenIds.includes(lastId)
+          ? (template.turnSeparatorIds ?? [])
+          : [];
+      const toolIds = [...sep, ...template.toolTurnIds(outcomes.map((o) => o.text))];
+      const toolStart = traj.responseIds.length;
+      // never end on a tool turn: the reward must land on an assistant token
+      const overflow = traj.responseIds.length + toolIds.length >= budget;
+      for (const o of outcomes) {
+        ev({
+          kind: 'tool_result',
+          turn,
+          text: o.text,
+          error: o.error,
+          ms: toolMs,
+          ...(o.status === undefined ? {} : { status: o.status }),
+          start: toolStart,
+          end: overflow ? toolStart : toolStart + toolIds.length,
+        });
+      }
+      if (overflow) return end('tool_overflow');
+      push(toolIds, 0);
+    }
+  } catch (e) {
+    return end('error', `agent loop failed: ${(e as Error).message}`);
+  } finally {
+    lease.release();
+  }
+}
+
+/** Yields trajectories as they finish (completion order). All problems × n start at once; the
+ *  scheduler's admission decides how many generate concurrently. */
+export async function* streamRollouts(opts: RolloutOptions): AsyncGenerator<Trajectory> {
+  const n = opts.n ?? 1;
+  if (!Number.isInteger(n) || n < 1) throw new Error(`n must be a positive integer, got ${n}`);
+  let scheduler = opts.scheduler;
+  const own = !scheduler;
+  if (!scheduler) {
+    if (!opts.engines || opts.engines.length === 0)
+      throw new Error('runRollouts needs `scheduler` or `engines`');
+    scheduler = await Scheduler.create(opts.engines, opts.schedulerOptions);
+  }
+  const runner =
+    opts.toolBatching === false ? opts.runner : new BatchingRunner(opts.runner, opts.toolBatching);
+  const agentOpts: AgentOptions = { ...opts, runner };
+  const total = opts.problems.length * n;
+  const done: Trajectory[] = [];
+  let wake: (() => void) | undefined;
+  let finished = 0;
+  for (const p of opts.problems) {
+    for (let s = 0; s < n; s++) {
+      void runTrajectory(p, s, scheduler, agentOpts, opts.signal).then((t) => {
+        done.push(t);
+        wake?.();
+      });
+    }
+  }
+  try {
+    while (finished < total) {
+      if (done.length === 0) await new Promise<void>((r) => (wake = r));
+      wake = undefined;
+      while (done.length > 0) {
+        const t = done.shift() as Trajectory;
+        finished++;
+        opts.onProgress?.(finished, total, t);
+        yield t;
+      }
+    }
+  } finally {
+    if (own) await scheduler.close();
+  }
+}
+
+/** All trajectories, in problem order then sample order. */
+export async function runRollouts(opts: RolloutOptions): Promise<Trajectory[]> {
+  const out: Trajectory[] = [];
+  for await (const t of streamRollouts(opts)) out.push(t);
+  const order = new Map(opts.problems.map((p, i) => [p.id, i]));
+  return out.sort(
+    (a, b) => (order.get(a.promptId) ?? 0) - (order.get(b.promptId) ?? 0) || a.sample - b.sample,
+  );
+}

@@ -1,0 +1,144 @@
+// Shared HTTP plumbing for remote engines: JSON POST/GET with a per-attempt timeout, retries on
+// connection loss / 5xx / 429 / timeout, and caller cancellation. Every failure ends as a thrown
+// HttpError with the cause in its message, so an engine can turn it into a GenerateResult that the
+// agent loop records instead of losing the trajectory.
+
+export interface HttpOptions {
+  timeoutMs?: number; // per attempt; default 600 s (long generations are normal)
+  retries?: number; // extra attempts after the first; default 3
+  backoffMs?: number; // first retry delay, doubled each time; default 200
+  headers?: Record<string, string>;
+}
+
+export class HttpError extends Error {
+  constructor(
+    message: string,
+    readonly status?: number,
+    readonly aborted = false,
+  ) {
+    super(message);
+  }
+}
+
+const RETRY_STATUS = new Set([408, 429, 500, 502, 503, 504]);
+
+export class HttpClient {
+  readonly base: string;
+  private readonly timeoutMs: number;
+  private readonly retries: number;
+  private readonly backoffMs: number;
+
+  constructor(
+    base: string,
+    private readonly opts: HttpOptions = {},
+  ) {
+    let u: URL;
+    try {
+      u = new URL(base);
+    } catch {
+      throw new Error(`invalid engine URL '${base}' (expected e.g. http://127.0.0.1:30000)`);
+    }
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') {
+      throw new Error(`invalid engine URL '${base}': protocol must be http or https`);
+    }
+    this.base = base.replace(/\/+$/, '');
+    this.timeoutMs = opts.timeoutMs ?? 600_000;
+    this.retries = opts.retries ?? 3;
+    this.backoffMs = opts.backoffMs ?? 200;
+  }
+
+  async json<T>(method: 'GET' | 'POST', path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+    const text = await this.request(method, path, body, signal);
+    try {
+      return JSON.parse(text) as T;
+    } catch {
+      throw new HttpError(`${method} ${path}: response is not JSON: ${text.slice(0, 200)}`);
+    }
+  }
+
+  async text(path: string, signal?: AbortSignal): Promise<string> {
+    return this.request('GET', path, undefined, signal);
+  }
+
+  private async request(method: string, path: string, body: unknown, signal?: AbortSignal): Promise<string> {
+    let lastErr = '';
+    for (let attempt = 0; attempt <= this.retries; attempt++) {
+      if (signal?.aborted) throw new HttpError(`${method} ${path}: aborted by caller`, undefined, true);
+      if (attempt > 0) await sleep(this.backoffMs * 2 ** (attempt - 1), signal);
+      const timeout = AbortSignal.timeout(this.timeoutMs);
+      const sig = signal ? AbortSignal.any([signal, timeout]) : timeout;
+      try {
+        const res = await fetch(this.base + path, {
+          method,
+          headers: { 'content-type': 'application/json', ...this.opts.headers },
+          body: body === undefined ? undefined : JSON.stringify(body),
+          signal: sig,
+        });
+        const text = await res.text();
+        if (res.ok) return text;
+        lastErr = `HTTP ${res.status}: ${text.slice(0, 300)}`;
+        if (!RETRY_STATUS.has(res.status)) throw new HttpError(`${method} ${path}: ${lastErr}`, res.status);
+      } catch (e) {
+        if (e instanceof HttpError) throw e;
+        if (signal?.aborted) throw new HttpError(`${method} ${path}: aborted by caller`, undefined, true);
+        const err = e as Error & { cause?: { code?: string; message?: string } };
+        lastErr = timeout.aborted
+          ? `timed out after ${this.timeoutMs} ms`
+          : `${err.message}${err.cause ? ` (${err.cause.code ?? err.cause.message})` : ''}`;
+      }
+    }
+    throw new HttpError(`${method} ${path} failed after ${this.retries + 1} attempts: ${lastErr}`);
+  }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(t);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+}
+
+/** Turns a thrown error into the GenerateResult shape: caller aborts are 'abort', the rest 'error'. */
+export function failure(e: unknown): {
+  outputIds: number[];
+  logprobs: number[];
+  finishReason: 'abort' | 'error';
+  error: string;
+} {
+  const aborted = e instanceof HttpError && e.aborted;
+  return {
+    outputIds: [],
+    logprobs: [],
+    finishReason: aborted ? 'abort' : 'error',
+    error: (e as Error).message,
+  };
+}
+
+/** Prometheus text: value of the first sample of `name` (any labels), or undefined. */
+export function promValue(
+  text: string,
+  name: string,
+): { value: number; labels: Record<string, string> } | undefined {
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name)) continue;
+    const rest = line.slice(name.length);
+    if (rest[0] !== '{' && rest[0] !== ' ') continue;
+    const labels: Record<string, string> = {};
+    let valuePart = rest;
+    if (rest[0] === '{') {
+      const close = rest.indexOf('}');
+      for (const m of rest.slice(1, close).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[m[1]] = m[2];
+      valuePart = rest.slice(close + 1);
+    }
+    const value = Number(valuePart.trim().split(/\s+/)[0]);
+    if (Number.isFinite(value)) return { value, labels };
+  }
+  return undefined;
+}

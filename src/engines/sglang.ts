@@ -1,0 +1,133 @@
+import { failure, HttpClient, type HttpOptions } from './http.js';
+import type { EngineLoad, FinishReason, GenerateResult, SamplingParams, WeightSyncEngine } from './types.js';
+
+// SGLang native API, token-in/token-out: POST /generate with input_ids and return_logprob; the
+// sampled ids and logprobs come from meta_info.output_token_logprobs ([logprob, id, text] triples).
+
+interface SGLangResponse {
+  output_ids?: number[];
+  meta_info?: {
+    output_token_logprobs?: [number, number, string | null][];
+    finish_reason?: { type?: string; message?: string } | null;
+  };
+}
+
+export interface SGLangOptions extends HttpOptions {
+  capacityTokens?: number; // overrides max_total_num_tokens from /get_server_info
+}
+
+export class SGLangEngine implements WeightSyncEngine {
+  readonly name: string;
+  private readonly http: HttpClient;
+  private capacity?: number;
+
+  constructor(url: string, opts: SGLangOptions = {}) {
+    this.http = new HttpClient(url, opts);
+    this.name = `sglang:${this.http.base}`;
+    this.capacity = opts.capacityTokens;
+  }
+
+  async generate(inputIds: number[], s: SamplingParams, signal?: AbortSignal): Promise<GenerateResult> {
+    const body = {
+      input_ids: inputIds,
+      sampling_params: {
+        max_new_tokens: s.maxNewTokens,
+        temperature: s.temperature,
+        top_p: s.topP,
+        top_k: s.topK,
+        min_p: 0,
+        stop_token_ids: s.stopTokenIds,
+        stop: s.stopStrings,
+        no_stop_trim: true, // keep the stop token: the trajectory must hold the exact sampled ids
+        skip_special_tokens: false,
+        ...(s.seed === undefined ? {} : { sampling_seed: s.seed }),
+      },
+      return_logprob: true,
+      logprob_start_len: -1,
+    };
+    try {
+      const r = await this.http.json<SGLangResponse>('POST', '/generate', body, signal);
+      return parseSGLang(r);
+    } catch (e) {
+      return failure(e);
+    }
+  }
+
+  async load(): Promise<EngineLoad> {
+    if (this.capacity === undefined) {
+      const info = await this.http.json<Record<string, unknown>>('GET', '/get_server_info');
+      const cap = findKey(info, 'max_total_num_tokens');
+      if (typeof cap !== 'number')
+        throw new Error(`${this.name}: /get_server_info has no max_total_num_tokens`);
+      this.capacity = cap;
+    }
+    const load: EngineLoad = { capacityTokens: this.capacity };
+    try {
+      const r = await this.http.json<{ loads?: Record<string, number>[] }>('GET', '/v1/loads?include=core');
+      if (Array.isArray(r.loads) && r.loads.length > 0) {
+        load.usedTokens = sum(r.loads, 'num_used_tokens');
+        load.running = sum(r.loads, 'num_running_reqs');
+        load.queued = sum(r.loads, 'num_waiting_reqs');
+      }
+    } catch {
+      // older builds lack /v1/loads; capacity alone still drives admission
+    }
+    return load;
+  }
+
+  async updateWeightsFromDisk(path: string, version?: string): Promise<void> {
+    const r = await this.http.json<{ success?: boolean; message?: string }>(
+      'POST',
+      '/update_weights_from_disk',
+      {
+        model_path: path,
+        ...(version ? { weight_version: version } : {}),
+      },
+    );
+    if (r.success === false) throw new Error(`${this.name}: update_weights_from_disk failed: ${r.message}`);
+  }
+
+  async abortAll(): Promise<void> {
+    await this.http.json('POST', '/abort_request', { abort_all: true });
+  }
+
+  async close(): Promise<void> {}
+}
+
+export function parseSGLang(r: SGLangResponse): GenerateResult {
+  const lp = r.meta_info?.output_token_logprobs;
+  if (!Array.isArray(lp)) {
+    return {
+      outputIds: [],
+      logprobs: [],
+      finishReason: 'error',
+      error: 'SGLang response lacks meta_info.output_token_logprobs',
+    };
+  }
+  const outputIds = lp.map((t) => t[1]);
+  // a missing logprob would read as probability 1 downstream; fail loudly instead
+  if (lp.some((t) => typeof t[0] !== 'number')) {
+    return { outputIds, logprobs: [], finishReason: 'error', error: 'SGLang returned a null logprob' };
+  }
+  const fr = r.meta_info?.finish_reason;
+  const type = fr?.type ?? 'stop';
+  const finishReason: FinishReason = type === 'length' ? 'length' : type === 'abort' ? 'abort' : 'stop';
+  const out: GenerateResult = { outputIds, logprobs: lp.map((t) => t[0]), finishReason };
+  if (finishReason === 'abort') out.error = fr?.message ?? 'aborted by server';
+  return out;
+}
+
+function findKey(o: unknown, key: string): unknown {
+  if (o === null || typeof o !== 'object') return undefined;
+  const rec = o as Record<string, unknown>;
+  if (key in rec) return rec[key];
+  for (const v of Object.values(rec)) {
+    const f = findKey(Array.isArray(v) ? v[0] : v, key);
+    if (f !== undefined) return f;
+  }
+  return undefined;
+}
+
+function sum(xs: Record<string, number>[], k: string): number {
+  return xs.reduce((a, x) => a + (Number(x[k]) || 0), 0);
+}
