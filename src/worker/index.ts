@@ -1,4 +1,5 @@
 export { PolicyWorker } from './client.js';
+export { type InitModelOptions, initModelDir } from './init-model.js';
 export { MODEL_PRESETS, type ModelPreset } from './presets.js';
 export { PROTOCOL_VERSION } from './protocol.js';
 export type {
