@@ -9,6 +9,7 @@ export interface RunRequest {
   files?: Record<string, string>; // name -> base64 content, written into scratch before the run
   fetchFiles?: string[]; // scratch files to return after the run
   session?: string; // stateful interpreter id (optional feature)
+  queueTimeoutMs?: number; // answer queue_timeout if the call cannot start within this; 0/absent = wait
 }
 
 export type RunStatus =

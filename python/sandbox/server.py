@@ -1,0 +1,680 @@
+"""rstar2 sandbox: broker + zygote that run untrusted Python snippets, one fresh fork per call.
+
+Started by src/sandbox/pool.ts, normally inside one bubblewrap sandbox per pool, as
+    /usr/bin/python3 -I -S server.py CONFIG_JSON
+
+Processes:
+  broker  talks to Node over stdin/stdout, owns every request's bytes, creates each call's pipes.
+  zygote  forked before any request exists; preloads modules, then only forks children. It never
+          sees code or stdin, so a child (a copy of the zygote) cannot find other requests in memory.
+  child   one per call: own pipes on fds 0-2, Landlock, rlimits, per-slot uid, clean fds, then exec.
+
+Node -> broker frame (little endian): u32 len | u32 id | u32 timeout_ms | u32 mem_mb | payload
+  payload is copied verbatim into the child's stdin pipe: u32 code_len | u32 files_len | code |
+  files (JSON {name: base64}) | stdin. The broker never parses it.
+Broker -> Node frame: u32 len | u32 id | u32 hdr_len | hdr JSON | stdout bytes | stderr bytes.
+  id 0 is a control frame (ready / log).
+"""
+
+import builtins
+import errno
+import gc
+import json
+import os
+import resource
+import selectors
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+import types
+import ctypes
+
+CFG = json.loads(sys.argv[1])
+SLOTS = int(CFG["slots"])
+UID_BASE = int(CFG.get("uidBase", 0))
+SCRATCH = CFG["scratch"]
+MAX_OUT = int(CFG.get("maxOutputBytes", 1 << 20))
+KILL_OUT = int(CFG.get("killOutputBytes", 16 << 20))
+NPROC = int(CFG.get("nproc", 32))
+FSIZE = int(CFG.get("fileSizeMb", 16)) << 20
+NOFILE = int(CFG.get("nofile", 256))
+SHM = CFG.get("shmDir", "/dev/shm")
+SETUP_FAILED = b"[rstar2-sandbox] setup failed: "
+
+libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+REASON_NONE, REASON_TIMEOUT, REASON_OUTPUT = 0, 1, 2
+ZRES = struct.Struct("<IiiBIIII")  # rid, exit code (-1), signal (0), reason, wall us, cpu us, rss kb, leftovers
+ZRUN = struct.Struct("<IIIH")  # rid, timeout ms, mem mb, slot
+
+
+def log(msg):
+    os.write(2, f"[rstar2-sandbox {os.getpid()}] {msg}\n".encode())
+
+
+def slot_dir(slot):
+    return f"{SCRATCH}/{slot}"
+
+
+def slot_uid(slot):
+    return UID_BASE + slot if UID_BASE else 0
+
+
+# ------------------------------------------------------------------------------------- landlock --
+# One ruleset per slot is built once in the zygote; a child only calls landlock_restrict_self.
+# Syscall numbers 444-446 are the same on every architecture (unified syscall table).
+LL_CREATE, LL_ADD, LL_RESTRICT = 444, 445, 446
+LL_RULESETS = {}
+LL_STATE = {"abi": 0, "reason": "disabled by config"}
+
+
+def landlock_prepare():
+    if not CFG.get("landlock", True):
+        return
+    abi = libc.syscall(LL_CREATE, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
+    if abi < 1:
+        LL_STATE["reason"] = f"kernel has no Landlock (errno {ctypes.get_errno()})"
+        return
+    fs_all = (1 << {1: 13, 2: 14, 3: 15, 4: 15}.get(abi, 16)) - 1
+    net_all = 3 if abi >= 4 else 0  # BIND_TCP | CONNECT_TCP handled with no port allowed
+    scoped = 3 if abi >= 6 else 0  # abstract unix sockets and signals stay inside the domain
+    size = 8 if abi < 4 else (16 if abi < 6 else 24)
+    attr = struct.pack("=QQQ", fs_all, net_all, scoped)
+    read = 1 | 4 | 8  # EXECUTE | READ_FILE | READ_DIR
+    dev = 2 | 4 | 8  # WRITE_FILE | READ_FILE | READ_DIR
+    shm = dev | (1 << 5) | (1 << 8) | ((1 << 14) if abi >= 3 else 0)  # + REMOVE_FILE MAKE_REG TRUNCATE
+    file_bits = 1 | 2 | 4 | ((1 << 14) if abi >= 3 else 0)
+
+    def add(rs, path, access):
+        try:
+            pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if not stat.S_ISDIR(os.fstat(pfd).st_mode):
+                access &= file_bits
+            rule = ctypes.create_string_buffer(struct.pack("=Qi", access & fs_all, pfd), 12)
+            if libc.syscall(LL_ADD, rs, 1, rule, 0) != 0:
+                log(f"landlock rule for {path} failed (errno {ctypes.get_errno()})")
+        finally:
+            os.close(pfd)
+
+    for slot in range(SLOTS):
+        rs = libc.syscall(LL_CREATE, ctypes.create_string_buffer(attr, 24), size, 0)
+        if rs < 0:
+            LL_STATE["reason"] = f"landlock_create_ruleset failed (errno {ctypes.get_errno()})"
+            for fd in LL_RULESETS.values():
+                os.close(fd)
+            LL_RULESETS.clear()
+            return
+        for path in CFG.get("readPaths", []):
+            add(rs, path, read)
+        add(rs, "/dev", dev)
+        add(rs, SHM, shm)
+        add(rs, slot_dir(slot), fs_all)
+        LL_RULESETS[slot] = rs
+    LL_STATE.update(abi=abi, reason="")
+
+
+# ---------------------------------------------------------------------------------------- child --
+STDIO = None
+
+
+def read_exact(fd, n):
+    parts = []
+    while n > 0:
+        b = os.read(fd, min(n, 1 << 20))
+        if not b:
+            raise EOFError("request payload cut short")
+        parts.append(b)
+        n -= len(b)
+    return b"".join(parts)
+
+
+def child_main(slot, timeout_ms, mem_mb, fds):
+    """Runs in the forked child; never returns."""
+    try:
+        in_r, out_w, err_w = fds
+        os.dup2(in_r, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        rs = LL_RULESETS.get(slot)
+        if rs is not None and libc.syscall(LL_RESTRICT, rs, 0) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+        os.closerange(3, 1 << 20)  # broker socket, rulesets, other calls' pipes
+        os.setsid()
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        cpu = -(-timeout_ms // 1000) + 1
+        R = resource
+        R.setrlimit(R.RLIMIT_CPU, (cpu, cpu + 1))
+        if mem_mb:
+            R.setrlimit(R.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
+        R.setrlimit(R.RLIMIT_NPROC, (NPROC, NPROC))
+        R.setrlimit(R.RLIMIT_FSIZE, (FSIZE, FSIZE))
+        R.setrlimit(R.RLIMIT_NOFILE, (NOFILE, NOFILE))
+        R.setrlimit(R.RLIMIT_CORE, (0, 0))
+        R.setrlimit(R.RLIMIT_MSGQUEUE, (0, 0))
+        home = slot_dir(slot)
+        os.chdir(home)
+        uid = slot_uid(slot)
+        if uid:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)  # drops every capability
+            libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        code_len, files_len = struct.unpack("<II", read_exact(0, 8))
+        code = read_exact(0, code_len)
+        if files_len:
+            for name, b64 in json.loads(read_exact(0, files_len)).items():
+                import base64
+
+                with open(name, "wb") as f:  # names were validated by Node; Landlock confines writes
+                    f.write(base64.b64decode(b64))
+        os.environ["HOME"] = os.environ["TMPDIR"] = home
+        sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = STDIO
+        sys.argv = ["-c"]
+        if "numpy" in sys.modules:  # forked children would otherwise share the zygote's RNG state
+            sys.modules["numpy"].random.seed()
+        gc.enable()
+        mod = types.ModuleType("__main__")
+        mod.__builtins__ = builtins
+        sys.modules["__main__"] = mod
+    except BaseException as e:  # noqa: BLE001 - any failure here is the sandbox's, not the snippet's
+        try:
+            os.write(2, SETUP_FAILED + repr(e).encode() + b"\n")
+        finally:
+            os._exit(121)
+    rc = 0
+    try:
+        exec(compile(code, "<string>", "exec"), mod.__dict__)
+    except SystemExit as e:
+        c = e.code
+        if c is None:
+            rc = 0
+        elif isinstance(c, int):
+            rc = c
+        else:
+            try:
+                print(c, file=sys.stderr)
+            except BaseException:  # noqa: BLE001
+                pass
+            rc = 1
+    except BaseException as e:  # noqa: BLE001
+        try:  # hide our own frame so the traceback reads like `python -c`
+            e = e.with_traceback(e.__traceback__.tb_next)
+            sys.excepthook(type(e), e, e.__traceback__)
+        except BaseException:  # noqa: BLE001
+            pass
+        rc = 1
+    try:  # the parts of interpreter shutdown a snippet can observe
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001
+        pass
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:  # noqa: BLE001
+            rc = rc or 120
+    os._exit(rc & 0xFF)
+
+
+# --------------------------------------------------------------------------------------- zygote --
+class Zygote:
+    def __init__(self, sock):
+        self.sock = sock
+        self.jobs = {}  # pid -> [rid, slot, t0, deadline, reason]
+        self.by_rid = {}
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        tid = os.getpid()
+        self.children_fd = os.open(f"/proc/{tid}/task/{tid}/children", os.O_RDONLY | os.O_CLOEXEC)
+        self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    def unknown_children(self):
+        data = os.pread(self.children_fd, 1 << 16, 0)
+        return [p for p in map(int, data.split()) if p not in self.jobs]
+
+    @staticmethod
+    def uid_of(pid):
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        return int(line.split()[1])
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def sweep(self, slot, pid):
+        """Kill every process the call left behind; returns how many there were."""
+        uid = slot_uid(slot)
+        if not uid:  # no uid separation: best effort by session (a snippet can escape it with setsid)
+            left = []
+            for p in self.unknown_children():
+                try:
+                    if os.getsid(p) == pid:
+                        os.kill(p, signal.SIGKILL)
+                        left.append(p)
+                except OSError:
+                    pass
+            for p in left:
+                try:
+                    os.waitpid(p, 0)
+                except OSError:
+                    pass
+            return len(left)
+        left = [p for p in self.unknown_children() if self.uid_of(p) in (uid, None)]
+        if not left:
+            return 0
+        h = os.fork()  # kill(-1) as the slot uid reaches exactly that uid's processes, atomically
+        if h == 0:
+            try:
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, signal.SIGKILL)
+            finally:
+                os._exit(0)
+        os.waitpid(h, 0)
+        # reap, including grandchildren that get re-parented to us while their parents die
+        for _ in range(1000):
+            rest = [p for p in self.unknown_children() if self.uid_of(p) in (uid, None)]
+            if not rest:
+                break
+            for p in rest:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                    os.waitpid(p, 0)
+                except OSError:
+                    pass
+        return len(left)
+
+    def wipe(self, slot):
+        d = slot_dir(slot)
+        uid = slot_uid(slot)
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+            for e in entries:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        import shutil
+
+                        shutil.rmtree(e.path, ignore_errors=True)
+                    else:
+                        os.unlink(e.path)
+                except OSError as ex:
+                    log(f"wipe of {e.path} failed: {ex}")
+            if uid:
+                os.chown(d, uid, uid)
+            os.chmod(d, 0o700)
+            if uid and SHM:
+                with os.scandir(SHM) as it:
+                    for e in it:
+                        try:
+                            if e.stat(follow_symlinks=False).st_uid == uid:
+                                os.unlink(e.path)
+                        except OSError:
+                            pass
+        except OSError as ex:
+            log(f"wipe of slot {slot} failed: {ex}")
+
+    def start(self, rid, timeout_ms, mem_mb, slot, fds):
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            child_main(slot, timeout_ms, mem_mb, fds)
+        for fd in fds:
+            os.close(fd)
+        job = [rid, slot, t0, t0 + timeout_ms / 1000.0, REASON_NONE]
+        self.jobs[pid] = job
+        self.by_rid[rid] = pid
+
+    def kill(self, rid, reason):
+        pid = self.by_rid.get(rid)
+        if pid is not None and self.jobs[pid][4] == REASON_NONE:
+            self.jobs[pid][4] = reason
+            os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid cannot have been reused
+
+    def reap(self):
+        while True:
+            try:
+                pid, status, ru = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            job = self.jobs.pop(pid, None)
+            if job is None:
+                continue  # an orphan that exited by itself
+            rid, slot, t0, _, reason = job
+            del self.by_rid[rid]
+            wall = time.monotonic() - t0
+            leftovers = self.sweep(slot, pid)
+            self.wipe(slot)
+            if os.WIFSIGNALED(status):
+                code, sig = -1, os.WTERMSIG(status)
+            else:
+                code, sig = os.WEXITSTATUS(status), 0
+            cpu = ru.ru_utime + ru.ru_stime
+            self.sock.send(ZRES.pack(rid, code, sig, reason, int(wall * 1e6), int(cpu * 1e6),
+                                     ru.ru_maxrss, leftovers))
+
+    def loop(self):
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ, "sock")
+        sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        while True:
+            timeout = None
+            if self.jobs:
+                now = time.monotonic()
+                for pid, job in self.jobs.items():
+                    if job[4] == REASON_NONE and now >= job[3]:
+                        self.kill(job[0], REASON_TIMEOUT)
+                pending = [j[3] for j in self.jobs.values() if j[4] == REASON_NONE]
+                if pending:
+                    timeout = max(0.0, min(pending) - now)
+            for key, _ in sel.select(timeout):
+                if key.data == "wake":
+                    try:
+                        os.read(self.wake_r, 4096)
+                    except BlockingIOError:
+                        pass
+                    self.reap()
+                    continue
+                msg, fds, _, _ = socket.recv_fds(self.sock, 256, 4)
+                if not msg:  # broker gone: take every child with us
+                    for pid in list(self.jobs):
+                        os.kill(pid, signal.SIGKILL)
+                    os._exit(0)
+                if msg[0:1] == b"R":
+                    rid, timeout_ms, mem_mb, slot = ZRUN.unpack_from(msg, 1)
+                    self.start(rid, timeout_ms, mem_mb, slot, fds)
+                elif msg[0:1] == b"K":
+                    self.kill(struct.unpack_from("<I", msg, 1)[0], REASON_OUTPUT)
+            self.reap()  # SIGCHLD may have been coalesced with another wakeup
+
+
+def preload():
+    """Import configured modules and pay one-time lazy initialisations (compile() builds the AST
+    types on first use, about 1.5 ms) once, so forked children inherit them copy-on-write."""
+    global STDIO
+    import atexit  # noqa: F401
+    import threading  # noqa: F401  (threading._shutdown runs at child exit)
+    import traceback
+
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # what a normal interpreter does
+    os.environ.clear()
+    os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", OPENBLAS_NUM_THREADS="1",
+                      OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    # wrappers for fds 0-2, never used by the zygote; a child installs them after dup2()
+    STDIO = (open(0, "r", encoding="utf-8", closefd=False),
+             open(1, "w", encoding="utf-8", closefd=False),
+             open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False))
+    failed = []
+    for m in CFG.get("preload", []):
+        try:
+            __import__(m)
+        except Exception as e:  # noqa: BLE001
+            failed.append(f"{m}: {e!r}")
+    with open(os.devnull, "w", encoding="utf-8") as f:
+        exec(compile("import sys\nprint(sum(range(10)), file=f)", "<warmup>", "exec"), {"f": f})
+        try:
+            1 / 0
+        except ZeroDivisionError as e:
+            traceback.print_exception(e, file=f)
+    landlock_prepare()
+    gc.collect()
+    gc.freeze()  # the collector would otherwise touch, and so copy, every inherited object
+    gc.disable()  # children re-enable it; the zygote allocates almost nothing
+    return failed
+
+
+def zygote_main(sock):
+    devnull = os.open("/dev/null", os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)  # never touch the Node protocol pipes
+    os.close(devnull)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    for s in range(SLOTS):
+        d = slot_dir(s)
+        os.makedirs(d, exist_ok=True)
+        uid = slot_uid(s)
+        if uid:
+            os.chown(d, uid, uid)
+        os.chmod(d, 0o700)
+    failed = preload()
+    z = Zygote(sock)
+    sock.send(b"Y" + json.dumps({"landlock": LL_STATE["abi"], "landlockReason": LL_STATE["reason"],
+                                 "preloadFailed": failed, "uidBase": UID_BASE}).encode())
+    z.loop()
+
+
+# --------------------------------------------------------------------------------------- broker --
+class Call:
+    __slots__ = ("id", "slot", "rid", "out", "err", "nout", "nerr", "open", "result", "killed", "held")
+
+    def __init__(self, cid, slot, rid):
+        self.id, self.slot, self.rid = cid, slot, rid
+        self.out, self.err = bytearray(), bytearray()
+        self.nout = self.nerr = 0
+        self.open = 2
+        self.result = None
+        self.killed = self.held = False
+
+
+class Broker:
+    def __init__(self):
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.zpid = os.fork()  # before any request is read: the zygote never holds request data
+        if self.zpid == 0:
+            a.close()
+            try:
+                zygote_main(b)
+            except BaseException as e:  # noqa: BLE001
+                log(f"zygote failed: {e!r}")
+            os._exit(3)
+        b.close()
+        self.z = a
+        self.sel = selectors.DefaultSelector()
+        self.inbuf = bytearray()
+        self.waiting = []
+        self.free = list(range(SLOTS - 1, -1, -1))
+        self.calls = {}  # rid -> Call
+        self.rid = 0
+        self.outq = []
+
+    def send(self, cid, hdr, out=b"", err=b""):
+        h = json.dumps(hdr, separators=(",", ":")).encode()
+        frame = struct.pack("<III", 8 + len(h) + len(out) + len(err), cid, len(h)) + h + out + err
+        self.outq.append(frame)
+
+    def flush(self):
+        if not self.outq:
+            return
+        data = b"".join(self.outq)
+        self.outq.clear()
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(1, view)
+                view = view[n:]
+            except BlockingIOError:
+                selectors.select.select([], [1], [])
+            except BrokenPipeError:
+                os._exit(0)
+
+    def start(self):
+        msg = self.z.recv(65536)
+        if not msg or msg[0:1] != b"Y":
+            log("zygote did not start")
+            os._exit(3)
+        info = json.loads(msg[1:])
+        info["ready"] = True
+        self.send(0, info)
+        self.flush()
+        os.set_blocking(0, False)
+        self.sel.register(0, selectors.EVENT_READ, ("node", None))
+        self.sel.register(self.z, selectors.EVENT_READ, ("zygote", None))
+
+    def on_node(self):
+        try:
+            chunk = os.read(0, 1 << 20)
+        except BlockingIOError:
+            return
+        if not chunk:  # Node closed the pipe: shut down; the zygote kills its children
+            os._exit(0)
+        self.inbuf += chunk
+        buf = self.inbuf
+        pos = 0
+        while len(buf) - pos >= 16:
+            (n,) = struct.unpack_from("<I", buf, pos)
+            if len(buf) - pos < 4 + n:
+                break
+            cid, timeout_ms, mem_mb = struct.unpack_from("<III", buf, pos + 4)
+            self.waiting.append((cid, timeout_ms, mem_mb, bytes(buf[pos + 16:pos + 4 + n])))
+            pos += 4 + n
+        if pos:
+            del buf[:pos]
+        self.dispatch()
+
+    def dispatch(self):
+        while self.waiting and self.free:
+            cid, timeout_ms, mem_mb, payload = self.waiting.pop(0)
+            slot = self.free.pop()
+            self.rid = rid = (self.rid + 1) & 0xFFFFFFFF
+            in_r, in_w = os.pipe()
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            call = Call(cid, slot, rid)
+            self.calls[rid] = call
+            socket.send_fds(self.z, [b"R" + ZRUN.pack(rid, timeout_ms, mem_mb, slot)], [in_r, out_w, err_w])
+            os.close(in_r)
+            os.close(out_w)
+            os.close(err_w)
+            os.set_blocking(in_w, False)
+            self.write_stdin(in_w, memoryview(payload))
+            os.set_blocking(out_r, False)
+            os.set_blocking(err_r, False)
+            self.sel.register(out_r, selectors.EVENT_READ, ("out", call))
+            self.sel.register(err_r, selectors.EVENT_READ, ("err", call))
+
+    def write_stdin(self, fd, data):
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except BlockingIOError:
+            self.sel.register(fd, selectors.EVENT_WRITE, ("stdin", data))
+            return
+        except BrokenPipeError:
+            pass
+        os.close(fd)
+
+    def on_pipe(self, which, call, fd, final=False):
+        try:
+            b = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return "again"
+        if b:
+            if which == "out":
+                if len(call.out) < MAX_OUT:
+                    call.out += b[:MAX_OUT - len(call.out)]
+                call.nout += len(b)
+                total = call.nout
+            else:
+                if len(call.err) < MAX_OUT:
+                    call.err += b[:MAX_OUT - len(call.err)]
+                call.nerr += len(b)
+                total = call.nerr
+            if total > KILL_OUT and not call.killed and call.result is None:
+                call.killed = True
+                self.z.send(b"K" + struct.pack("<I", call.rid))
+            return "data"
+        self.sel.unregister(fd)
+        os.close(fd)
+        call.open -= 1
+        if not final:
+            self.maybe_finish(call)
+        return "eof"
+
+    def on_zygote(self):
+        msg = self.z.recv(256)
+        if not msg:
+            log("zygote died")
+            os._exit(4)  # Node restarts the whole sandbox and retries in-flight calls
+        res = ZRES.unpack(msg)
+        call = self.calls.get(res[0])
+        if call is None:
+            return
+        call.result = res
+        # Every process of the slot is dead now, so each pipe holds at most a buffer of data and
+        # then EOF. A writer that escaped (an fd smuggled elsewhere) must not wedge the broker.
+        grace_end = time.monotonic() + 0.05
+        for key in list(self.sel.get_map().values()):
+            which, c = key.data
+            if c is not call:
+                continue
+            while True:
+                r = self.on_pipe(which, call, key.fd, final=True)
+                if r == "eof":
+                    break
+                if r == "again":
+                    left = grace_end - time.monotonic()
+                    if left <= 0 or not selectors.select.select([key.fd], [], [], left)[0]:
+                        self.sel.unregister(key.fd)
+                        os.close(key.fd)
+                        call.open -= 1
+                        call.held = True
+                        break
+        self.maybe_finish(call)
+
+    def maybe_finish(self, call):
+        res = call.result
+        if res is None or call.open:
+            return
+        del self.calls[call.rid]
+        self.free.append(call.slot)
+        _, code, sig, reason, wall_us, cpu_us, rss, leftovers = res
+        hdr = {"c": code if code >= 0 else None, "g": sig or None, "r": reason, "w": wall_us, "u": cpu_us,
+               "m": rss, "l": leftovers, "no": call.nout, "ne": call.nerr, "o": len(call.out),
+               "e": len(call.err)}
+        if call.held:
+            hdr["h"] = 1
+        self.send(call.id, hdr, bytes(call.out), bytes(call.err))
+        self.dispatch()
+
+    def loop(self):
+        self.start()
+        while True:
+            for key, _ in self.sel.select():
+                cur = self.sel.get_map().get(key.fd)
+                if cur is None or cur.data is not key.data:
+                    continue  # closed (and perhaps reused) by an earlier event of this round
+                which, call = key.data
+                if which == "node":
+                    self.on_node()
+                elif which == "zygote":
+                    self.on_zygote()
+                elif which == "stdin":
+                    self.sel.unregister(key.fd)
+                    self.write_stdin(key.fd, call)
+                else:
+                    self.on_pipe(which, call, key.fd)
+            self.flush()
+
+
+if __name__ == "__main__":
+    for p in CFG.get("sysPath", []):
+        if os.path.isdir(p) and p not in sys.path:
+            sys.path.append(p)
+    Broker().loop()

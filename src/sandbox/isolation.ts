@@ -1,0 +1,207 @@
+// How the sandbox broker is launched: the bubblewrap command line, the seccomp filter, and what the
+// host supports. Everything a layer cannot do here is returned as a note so the pool can log it.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, openSync, readlinkSync, realpathSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PYTHON_DIR } from '../util/python.js';
+
+export type IsolationMode = 'bwrap' | 'none';
+
+export const SANDBOX_PY_DIR = join(PYTHON_DIR, 'sandbox');
+const INNER_PY_DIR = '/opt/rstar2-sandbox';
+const DIST_PACKAGES = ['/usr/lib/python3/dist-packages'];
+// What a snippet may read under Landlock; everything else (project, /home, /etc/shadow) is invisible.
+const READ_PATHS = [
+  '/usr',
+  '/bin',
+  '/lib',
+  '/lib64',
+  '/proc',
+  '/sys/devices/system/cpu',
+  '/etc/ld.so.cache',
+  '/etc/alternatives',
+  '/etc/localtime',
+];
+
+export interface LaunchPlan {
+  command: string;
+  args: string[];
+  /** extra fds for spawn's stdio array, starting at fd 3 */
+  extraFds: number[];
+  /** config fields the Python server needs (scratch, uid base, paths) */
+  serverConfig: Record<string, unknown>;
+  notes: string[];
+  cleanup(): void;
+}
+
+export interface LaunchInput {
+  isolation: IsolationMode;
+  python: string;
+  slots: number;
+  scratchMb: number;
+  shmMb: number;
+  uidBase?: number;
+  /** limits and preloads passed through to server.py */
+  config: Record<string, unknown>;
+}
+
+export function findBwrap(): string | null {
+  for (const p of ['/usr/bin/bwrap', '/usr/local/bin/bwrap', '/bin/bwrap']) if (existsSync(p)) return p;
+  return null;
+}
+
+let seccompCache: { path: string | null; note: string } | undefined;
+
+/** Compile the seccomp deny-list once per process (the BPF is architecture-specific, never committed). */
+export function seccompFilter(python: string): { path: string | null; note: string } {
+  if (seccompCache && (seccompCache.path === null || existsSync(seccompCache.path))) return seccompCache;
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-seccomp-'));
+  const path = join(dir, 'filter.bpf');
+  const r = spawnSync(python, ['-I', join(SANDBOX_PY_DIR, 'seccomp_filter.py'), path], { encoding: 'utf8' });
+  if (r.status === 0 && existsSync(path)) seccompCache = { path, note: '' };
+  else {
+    rmSync(dir, { recursive: true, force: true });
+    const why = (r.stderr || r.error?.message || `exit ${r.status}`).trim();
+    seccompCache = { path: null, note: `seccomp filter unavailable, running without it: ${why}` };
+  }
+  return seccompCache;
+}
+
+function isRoot(): boolean {
+  return typeof process.getuid === 'function' && process.getuid() === 0;
+}
+
+/** Bind the host's merged-/usr symlinks (/bin -> usr/bin, ...) as the same symlinks. */
+function rootLinks(): string[] {
+  const out: string[] = [];
+  for (const p of ['/bin', '/lib', '/lib64', '/sbin']) {
+    try {
+      out.push('--symlink', readlinkSync(p), p);
+    } catch {
+      if (existsSync(p)) out.push('--ro-bind', p, p);
+    }
+  }
+  return out;
+}
+
+export function planLaunch(inp: LaunchInput): LaunchPlan {
+  const notes: string[] = [];
+  const root = isRoot();
+  const uidBase = root ? (inp.uidBase ?? 20000) : 0;
+  if (!root)
+    notes.push('not running as root: no per-slot uids, so leftover processes are swept by session only');
+  const serverArgs = (script: string, cfg: Record<string, unknown>) => [
+    '-I',
+    '-S',
+    script,
+    JSON.stringify({ ...inp.config, ...cfg }),
+  ];
+
+  if (inp.isolation === 'none') {
+    notes.push(
+      'isolation none: no namespaces, no seccomp, host filesystem visible except where Landlock applies',
+    );
+    const scratch = mkdtempSync(join(tmpdir(), 'rstar2-sandbox-'));
+    const serverConfig = {
+      scratch,
+      uidBase,
+      readPaths: [...READ_PATHS, scratch],
+      shmDir: root ? '/dev/shm' : '',
+      sysPath: DIST_PACKAGES,
+    };
+    return {
+      command: inp.python,
+      args: serverArgs(join(SANDBOX_PY_DIR, 'server.py'), serverConfig),
+      extraFds: [],
+      serverConfig,
+      notes,
+      cleanup: () => rmSync(scratch, { recursive: true, force: true }),
+    };
+  }
+
+  const bwrap = findBwrap();
+  if (!bwrap) throw new Error('bubblewrap (bwrap) not found: apt-get install bubblewrap');
+  const py = realpathSync(inp.python);
+  if (!py.startsWith('/usr/')) {
+    throw new Error(
+      `the sandbox mounts only /usr; python ${inp.python} resolves to ${py} (use /usr/bin/python3)`,
+    );
+  }
+  const sec = seccompFilter(inp.python);
+  if (sec.note) notes.push(sec.note);
+  const args = [
+    '--die-with-parent',
+    '--new-session',
+    '--unshare-net',
+    '--unshare-pid',
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--unshare-cgroup-try',
+    '--ro-bind',
+    '/usr',
+    '/usr',
+    ...rootLinks(),
+    '--perms',
+    '0755',
+    '--dir',
+    '/etc',
+    '--ro-bind-try',
+    '/etc/ld.so.cache',
+    '/etc/ld.so.cache',
+    '--ro-bind-try',
+    '/etc/alternatives',
+    '/etc/alternatives',
+    '--ro-bind-try',
+    '/etc/localtime',
+    '/etc/localtime',
+    '--ro-bind-try',
+    '/sys/devices/system/cpu',
+    '/sys/devices/system/cpu',
+    '--ro-bind',
+    SANDBOX_PY_DIR,
+    INNER_PY_DIR,
+    '--proc',
+    '/proc',
+    '--dev',
+    '/dev',
+    '--perms',
+    '1777',
+    '--size',
+    String(inp.shmMb << 20),
+    '--tmpfs',
+    '/dev/shm',
+    '--remount-ro',
+    '/dev',
+    '--perms',
+    '0755',
+    '--dir',
+    '/scratch',
+  ];
+  for (let s = 0; s < inp.slots; s++) {
+    args.push('--perms', '0700', '--size', String(inp.scratchMb << 20), '--tmpfs', `/scratch/${s}`);
+  }
+  args.push('--clearenv', '--setenv', 'PATH', '/usr/bin:/bin', '--setenv', 'LANG', 'C.UTF-8');
+  if (root) {
+    // No user namespace as root: it would map only uid 0 and per-slot uids would be impossible.
+    args.push('--cap-drop', 'ALL');
+    for (const c of ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'KILL', 'SETGID', 'SETUID'])
+      args.push('--cap-add', `CAP_${c}`);
+  } else {
+    args.push('--unshare-user');
+  }
+  const extraFds: number[] = [];
+  if (sec.path) {
+    extraFds.push(openSync(sec.path, 'r'));
+    args.push('--seccomp', '3');
+  }
+  const serverConfig = {
+    scratch: '/scratch',
+    uidBase,
+    readPaths: READ_PATHS,
+    shmDir: '/dev/shm',
+    sysPath: DIST_PACKAGES,
+  };
+  args.push(py, ...serverArgs(`${INNER_PY_DIR}/server.py`, serverConfig));
+  return { command: bwrap, args, extraFds, serverConfig, notes, cleanup: () => {} };
+}

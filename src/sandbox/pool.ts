@@ -1,0 +1,635 @@
+// SandboxPool: a warm, isolated Python executor pool. One bubblewrap sandbox per pool runs a broker
+// (talks to us over one pipe, binary frames, pipelined) and a clean zygote that forks a fresh child
+// per call. See python/sandbox/server.py for the layers applied to each child.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { closeSync } from 'node:fs';
+import { availableParallelism, constants as osConstants } from 'node:os';
+import { findPython } from '../util/python.js';
+import { findBwrap, type IsolationMode, planLaunch } from './isolation.js';
+import type { CodeRunner, RunRequest, RunResult, RunStatus } from './types.js';
+
+export interface SandboxPoolOptions {
+  /** concurrent calls (one scratch dir and uid each); default 2 x cores */
+  slots?: number;
+  /** default wall-clock limit per call */
+  timeoutMs?: number;
+  /** largest timeoutMs a request may ask for */
+  maxTimeoutMs?: number;
+  /** default address-space limit per call (RLIMIT_AS); 0 = none */
+  memoryMb?: number;
+  /** bytes kept per stream; more is counted and flagged `truncated` */
+  maxOutputBytes?: number;
+  /** a call whose stream passes this many bytes is killed with `output_limit` */
+  killOutputBytes?: number;
+  /** modules the zygote imports once, e.g. ['numpy', 'sympy'] */
+  preload?: string[];
+  /** 'bwrap' (default). 'none' runs without namespaces or seccomp and warns loudly. */
+  isolation?: IsolationMode;
+  python?: string;
+  /** first per-slot uid (root only); slot s runs as uidBase + s */
+  uidBase?: number;
+  /** RLIMIT_NPROC per slot uid */
+  nproc?: number;
+  /** RLIMIT_FSIZE */
+  fileSizeMb?: number;
+  /** size of each slot's scratch tmpfs */
+  scratchMb?: number;
+  shmMb?: number;
+  landlock?: boolean;
+  /** calls waiting beyond this many are answered `busy` at once */
+  maxQueue?: number;
+  /** default for RunRequest.queueTimeoutMs; 0 = wait as long as needed */
+  queueTimeoutMs?: number;
+  maxCodeBytes?: number;
+  maxStdinBytes?: number;
+  maxFilesBytes?: number;
+  /** extra time after a call's deadline before the broker is declared wedged and restarted */
+  watchdogGraceMs?: number;
+  startTimeoutMs?: number;
+  log?: (line: string) => void;
+}
+
+type Resolved = Required<Omit<SandboxPoolOptions, 'python' | 'uidBase' | 'log'>> & {
+  python: string;
+  uidBase?: number;
+  log: (line: string) => void;
+};
+
+export interface PoolStats {
+  queued: number;
+  inFlight: number;
+  completed: number;
+  restarts: number;
+  retried: number;
+}
+
+export interface PoolInfo {
+  isolation: IsolationMode;
+  slots: number;
+  landlock: number;
+  uidBase: number;
+  notes: string[];
+}
+
+interface Item {
+  req: RunRequest;
+  frame: Buffer;
+  timeoutMs: number;
+  memoryMb: number;
+  resolve: (r: RunResult) => void;
+  attempts: number;
+  sentAt: number;
+  enqueuedAt: number;
+  queueTimer?: NodeJS.Timeout;
+}
+
+const FILE_NAME = /^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$/;
+const SETUP_FAILED = '[rstar2-sandbox] setup failed: ';
+const SIGNAL_NAMES: Record<number, string> = Object.fromEntries(
+  Object.entries(osConstants.signals).map(([name, n]) => [n, name]),
+);
+
+export function emptyResult(status: RunStatus, error?: string): RunResult {
+  return {
+    status,
+    exitCode: null,
+    signal: null,
+    stdout: '',
+    stderr: '',
+    truncated: false,
+    timedOut: false,
+    oom: false,
+    wallMs: 0,
+    cpuMs: 0,
+    peakMemoryKb: 0,
+    ...(error === undefined ? {} : { error }),
+  };
+}
+
+function resolveOptions(o: SandboxPoolOptions): Resolved {
+  const cores = availableParallelism();
+  const r: Resolved = {
+    slots: o.slots ?? Math.max(2, cores * 2),
+    timeoutMs: o.timeoutMs ?? 4000,
+    maxTimeoutMs: o.maxTimeoutMs ?? 600_000,
+    memoryMb: o.memoryMb ?? 1024,
+    maxOutputBytes: o.maxOutputBytes ?? 1 << 20,
+    killOutputBytes: o.killOutputBytes ?? 16 << 20,
+    preload: o.preload ?? [],
+    isolation: o.isolation ?? 'bwrap',
+    python: findPython(o.python),
+    uidBase: o.uidBase,
+    nproc: o.nproc ?? 32,
+    fileSizeMb: o.fileSizeMb ?? 16,
+    scratchMb: o.scratchMb ?? 64,
+    shmMb: o.shmMb ?? 64,
+    landlock: o.landlock ?? true,
+    maxQueue: o.maxQueue ?? 100_000,
+    queueTimeoutMs: o.queueTimeoutMs ?? 0,
+    maxCodeBytes: o.maxCodeBytes ?? 16 << 20,
+    maxStdinBytes: o.maxStdinBytes ?? 16 << 20,
+    maxFilesBytes: o.maxFilesBytes ?? 16 << 20,
+    watchdogGraceMs: o.watchdogGraceMs ?? 5000,
+    startTimeoutMs: o.startTimeoutMs ?? 30_000,
+    log: o.log ?? ((l) => process.stderr.write(`[sandbox] ${l}\n`)),
+  };
+  const positive = [
+    'slots',
+    'timeoutMs',
+    'maxTimeoutMs',
+    'maxOutputBytes',
+    'killOutputBytes',
+    'nproc',
+  ] as const;
+  for (const k of positive) {
+    if (!Number.isInteger(r[k]) || r[k] <= 0)
+      throw new Error(`SandboxPool option ${k} must be a positive integer`);
+  }
+  if (r.slots > 1000) throw new Error('SandboxPool option slots must be at most 1000');
+  if (r.isolation !== 'bwrap' && r.isolation !== 'none') {
+    throw new Error(`SandboxPool option isolation must be 'bwrap' or 'none', got ${String(r.isolation)}`);
+  }
+  for (const m of r.preload) {
+    if (!/^[A-Za-z_][A-Za-z0-9_.]*$/.test(m)) throw new Error(`preload entry is not a module name: ${m}`);
+  }
+  return r;
+}
+
+/** One running sandbox: the bwrap (or bare python) process and its frame stream. */
+class Broker {
+  readonly proc: ChildProcess;
+  ready: Promise<Record<string, unknown>>;
+  alive = true;
+  private buf: Buffer = Buffer.alloc(0);
+  private stderrTail: string[] = [];
+  private corked = false;
+
+  constructor(
+    command: string,
+    args: string[],
+    extraFds: number[],
+    private onResult: (id: number, hdr: Record<string, number>, out: string, err: string) => void,
+    onExit: (why: string) => void,
+    log: (l: string) => void,
+    startTimeoutMs: number,
+  ) {
+    this.proc = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe', ...extraFds], detached: false });
+    for (const fd of extraFds) closeSync(fd);
+    let readyResolve!: (v: Record<string, unknown>) => void;
+    let readyReject!: (e: Error) => void;
+    this.ready = new Promise((res, rej) => {
+      readyResolve = res;
+      readyReject = rej;
+    });
+    this.ready.catch(() => {});
+    const startTimer = setTimeout(() => {
+      readyReject(new Error(`sandbox did not start within ${startTimeoutMs} ms`));
+      this.kill();
+    }, startTimeoutMs);
+    let readySeen = false;
+    this.proc.stdout?.on('data', (chunk: Buffer) =>
+      this.onData(chunk, (info) => {
+        readySeen = true;
+        clearTimeout(startTimer);
+        readyResolve(info);
+      }),
+    );
+    this.proc.stderr?.setEncoding('utf8');
+    this.proc.stderr?.on('data', (s: string) => {
+      for (const line of s.split('\n')) {
+        if (!line) continue;
+        log(line);
+        this.stderrTail.push(line);
+        if (this.stderrTail.length > 20) this.stderrTail.shift();
+      }
+    });
+    this.proc.stdin?.on('error', () => {}); // EPIPE after a crash; the exit handler reports it
+    let exited = false;
+    const exit = (why: string) => {
+      if (exited) return;
+      exited = true;
+      this.alive = false;
+      clearTimeout(startTimer);
+      const tail = this.stderrTail.slice(-3).join(' | ');
+      const msg = tail ? `${why}: ${tail}` : why;
+      if (!readySeen) readyReject(new Error(`sandbox failed to start (${msg})`));
+      onExit(msg);
+    };
+    this.proc.on('error', (e) => exit(`sandbox process error: ${e.message}`));
+    this.proc.on('exit', (code, sig) => exit(`sandbox exited (code ${code}, signal ${sig})`));
+  }
+
+  send(frame: Buffer): void {
+    const stdin = this.proc.stdin;
+    if (!stdin || !this.alive) return;
+    // cork so calls submitted in the same tick travel in one write
+    if (!this.corked) {
+      this.corked = true;
+      stdin.cork();
+      process.nextTick(() => {
+        this.corked = false;
+        stdin.uncork();
+      });
+    }
+    stdin.write(frame);
+  }
+
+  kill(): void {
+    if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill('SIGKILL');
+  }
+
+  end(): void {
+    this.proc.stdin?.end();
+  }
+
+  private onData(chunk: Buffer, onReady: (info: Record<string, unknown>) => void): void {
+    let buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    let pos = 0;
+    while (buf.length - pos >= 12) {
+      const n = buf.readUInt32LE(pos);
+      if (buf.length - pos < 4 + n) break;
+      const id = buf.readUInt32LE(pos + 4);
+      const hl = buf.readUInt32LE(pos + 8);
+      const hdr = JSON.parse(buf.toString('utf8', pos + 12, pos + 12 + hl));
+      if (id === 0) {
+        if (hdr.ready) onReady(hdr);
+      } else {
+        const a = pos + 12 + hl;
+        // toString('utf8') replaces invalid sequences with U+FFFD: binary output never breaks a result
+        const out = buf.toString('utf8', a, a + hdr.o);
+        const err = buf.toString('utf8', a + hdr.o, a + hdr.o + hdr.e);
+        this.onResult(id, hdr, out, err);
+      }
+      pos += 4 + n;
+    }
+    if (pos === buf.length) buf = Buffer.alloc(0);
+    else if (pos > 0) buf = buf.subarray(pos);
+    this.buf = buf;
+  }
+}
+
+export class SandboxPool implements CodeRunner {
+  readonly options: Resolved;
+  info: PoolInfo;
+  private broker: Broker | null = null;
+  private starting: Promise<void> | null = null;
+  private queue: Item[] = [];
+  private inflight = new Map<number, Item>();
+  private nextId = 1;
+  private closing = false;
+  private failures = 0;
+  private watchdog: NodeJS.Timeout;
+  private ewmaMs = 5;
+  private stats_: PoolStats = { queued: 0, inFlight: 0, completed: 0, restarts: 0, retried: 0 };
+
+  private constructor(opts: Resolved) {
+    this.options = opts;
+    this.info = { isolation: opts.isolation, slots: opts.slots, landlock: 0, uidBase: 0, notes: [] };
+    this.watchdog = setInterval(() => this.checkWedged(), 250);
+    this.watchdog.unref();
+  }
+
+  /** Start the sandbox and wait until the zygote has preloaded; throws if isolation is unavailable. */
+  static async start(opts: SandboxPoolOptions = {}): Promise<SandboxPool> {
+    const o = resolveOptions(opts);
+    if (o.isolation === 'bwrap' && !findBwrap()) {
+      throw new Error(
+        'bubblewrap is not installed, so the sandbox cannot isolate code (apt-get install bubblewrap). ' +
+          "Pass isolation: 'none' (CLI: --insecure-no-sandbox) only for local development.",
+      );
+    }
+    if (o.isolation === 'none') {
+      o.log(
+        'WARNING: running Python with isolation none: no namespaces, no seccomp. Never use with untrusted code.',
+      );
+    }
+    const pool = new SandboxPool(o);
+    try {
+      await pool.ensureBroker();
+    } catch (e) {
+      await pool.close();
+      throw e;
+    }
+    return pool;
+  }
+
+  stats(): PoolStats {
+    return { ...this.stats_, queued: this.queue.length, inFlight: this.inflight.size };
+  }
+
+  /** pid of the sandbox's outer process (bwrap, or python with isolation none); for fault tests */
+  get sandboxPid(): number | undefined {
+    return this.broker?.proc.pid;
+  }
+
+  run(req: RunRequest): Promise<RunResult> {
+    return new Promise((resolve) => this.submit(req, resolve));
+  }
+
+  runBatch(reqs: RunRequest[]): Promise<RunResult[]> {
+    return Promise.all(reqs.map((r) => this.run(r)));
+  }
+
+  async close(): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    clearInterval(this.watchdog);
+    for (const it of this.queue.splice(0))
+      this.finish(it, emptyResult('internal_error', 'pool closed before the call started'));
+    if (this.inflight.size > 0) {
+      await new Promise<void>((res) => {
+        const t = setInterval(() => {
+          if (this.inflight.size === 0 || !this.broker?.alive) {
+            clearInterval(t);
+            res();
+          }
+        }, 20);
+      });
+    }
+    const b = this.broker;
+    this.broker = null;
+    if (b?.alive) {
+      const gone = new Promise<void>((res) => b.proc.once('exit', () => res()));
+      b.end();
+      const t = setTimeout(() => b.kill(), 2000);
+      await gone;
+      clearTimeout(t);
+    }
+    for (const it of this.inflight.values())
+      this.finish(it, emptyResult('internal_error', 'pool closed during the call'));
+    this.inflight.clear();
+  }
+
+  private submit(req: RunRequest, resolve: (r: RunResult) => void): void {
+    if (this.closing) return resolve(emptyResult('internal_error', 'pool is closed'));
+    const bad = this.validate(req);
+    if (typeof bad === 'string') return resolve(emptyResult('invalid_input', bad));
+    const { timeoutMs, memoryMb, frame } = bad;
+    if (this.queue.length >= this.options.maxQueue) {
+      return resolve(emptyResult('busy', `queue full (${this.options.maxQueue} calls waiting)`));
+    }
+    const item: Item = {
+      req,
+      frame,
+      timeoutMs,
+      memoryMb,
+      resolve,
+      attempts: 0,
+      sentAt: 0,
+      enqueuedAt: Date.now(),
+    };
+    const qt = req.queueTimeoutMs ?? this.options.queueTimeoutMs;
+    const waitAhead = this.queue.length + this.inflight.size - this.options.slots + 1;
+    if (qt > 0 && waitAhead > 0) {
+      // answer at once when the calls ahead cannot plausibly finish in time, not after a hidden wait
+      const predicted = Math.ceil(waitAhead / this.options.slots) * this.ewmaMs;
+      if (predicted > qt) {
+        return resolve(
+          emptyResult('queue_timeout', `predicted wait ${Math.round(predicted)} ms exceeds ${qt} ms`),
+        );
+      }
+      item.queueTimer = setTimeout(() => {
+        const i = this.queue.indexOf(item);
+        if (i >= 0) {
+          this.queue.splice(i, 1);
+          this.finish(item, emptyResult('queue_timeout', `did not start within ${qt} ms`));
+        }
+      }, qt);
+    }
+    this.queue.push(item);
+    this.pump();
+  }
+
+  private validate(req: RunRequest): string | { timeoutMs: number; memoryMb: number; frame: Buffer } {
+    const o = this.options;
+    if (req === null || typeof req !== 'object') return 'request must be an object';
+    if (typeof req.code !== 'string') return 'code must be a string';
+    if (req.stdin !== undefined && req.stdin !== null && typeof req.stdin !== 'string')
+      return 'stdin must be a string';
+    const timeoutMs = req.timeoutMs ?? o.timeoutMs;
+    if (!Number.isFinite(timeoutMs) || timeoutMs <= 0 || timeoutMs > o.maxTimeoutMs) {
+      return `timeoutMs must be in (0, ${o.maxTimeoutMs}], got ${req.timeoutMs}`;
+    }
+    const memoryMb = req.memoryMb ?? o.memoryMb;
+    if (!Number.isInteger(memoryMb) || memoryMb < 0 || memoryMb > 1 << 20) {
+      return `memoryMb must be a non-negative integer, got ${req.memoryMb}`;
+    }
+    if (req.session !== undefined) return 'stateful sessions are not supported by this pool';
+    if (req.fetchFiles !== undefined && req.fetchFiles.length > 0)
+      return 'fetchFiles is not supported by this pool';
+    const codeLen = Buffer.byteLength(req.code, 'utf8');
+    if (codeLen > o.maxCodeBytes) return `code is ${codeLen} bytes, over the ${o.maxCodeBytes}-byte limit`;
+    const stdin = req.stdin ?? '';
+    const stdinLen = Buffer.byteLength(stdin, 'utf8');
+    if (stdinLen > o.maxStdinBytes)
+      return `stdin is ${stdinLen} bytes, over the ${o.maxStdinBytes}-byte limit`;
+    let files = '';
+    if (req.files !== undefined) {
+      if (req.files === null || typeof req.files !== 'object')
+        return 'files must be an object of name -> base64';
+      for (const [name, b64] of Object.entries(req.files)) {
+        if (!FILE_NAME.test(name)) return `file name not allowed (plain names only): ${JSON.stringify(name)}`;
+        if (typeof b64 !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(b64))
+          return `file ${name} is not base64`;
+      }
+      files = JSON.stringify(req.files);
+      if (files.length > o.maxFilesBytes) return `files total ${files.length} bytes, over ${o.maxFilesBytes}`;
+    }
+    const filesLen = Buffer.byteLength(files);
+    const frame = Buffer.allocUnsafe(24 + codeLen + filesLen + stdinLen);
+    frame.writeUInt32LE(frame.length - 4, 0);
+    // id written at send time
+    frame.writeUInt32LE(Math.ceil(timeoutMs), 8);
+    frame.writeUInt32LE(memoryMb, 12);
+    frame.writeUInt32LE(codeLen, 16);
+    frame.writeUInt32LE(filesLen, 20);
+    frame.write(req.code, 24, 'utf8');
+    if (filesLen) frame.write(files, 24 + codeLen, 'utf8');
+    if (stdinLen) frame.write(stdin, 24 + codeLen + filesLen, 'utf8');
+    return { timeoutMs: Math.ceil(timeoutMs), memoryMb, frame };
+  }
+
+  private pump(): void {
+    const b = this.broker;
+    if (!b?.alive || this.starting) {
+      if (!this.closing && this.queue.length > 0) void this.ensureBroker().catch(() => {});
+      return;
+    }
+    while (this.queue.length > 0 && this.inflight.size < this.options.slots) {
+      const item = this.queue.shift() as Item;
+      if (item.queueTimer) clearTimeout(item.queueTimer);
+      const id = this.nextId;
+      this.nextId = this.nextId >= 0xfffffff0 ? 1 : this.nextId + 1;
+      item.attempts++;
+      item.sentAt = Date.now();
+      item.frame.writeUInt32LE(id, 4);
+      this.inflight.set(id, item);
+      b.send(item.frame);
+    }
+  }
+
+  private ensureBroker(): Promise<void> {
+    if (this.broker?.alive) return Promise.resolve();
+    if (this.starting) return this.starting;
+    this.starting = this.launch().finally(() => {
+      this.starting = null;
+    });
+    return this.starting;
+  }
+
+  private async launch(): Promise<void> {
+    const o = this.options;
+    if (this.failures > 0) await new Promise((r) => setTimeout(r, Math.min(2000, 50 * 2 ** this.failures)));
+    const plan = planLaunch({
+      isolation: o.isolation,
+      python: o.python,
+      slots: o.slots,
+      scratchMb: o.scratchMb,
+      shmMb: o.shmMb,
+      uidBase: o.uidBase,
+      config: {
+        slots: o.slots,
+        maxOutputBytes: o.maxOutputBytes,
+        killOutputBytes: o.killOutputBytes,
+        nproc: o.nproc,
+        fileSizeMb: o.fileSizeMb,
+        preload: o.preload,
+        landlock: o.landlock,
+      },
+    });
+    const broker = new Broker(
+      plan.command,
+      plan.args,
+      plan.extraFds,
+      (id, hdr, out, err) => this.onResult(id, hdr, out, err),
+      (why) => {
+        plan.cleanup();
+        this.onBrokerExit(broker, why);
+      },
+      o.log,
+      o.startTimeoutMs,
+    );
+    this.broker = broker;
+    try {
+      const ready = await broker.ready;
+      this.failures = 0;
+      const notes = [...plan.notes];
+      if (ready.landlockReason) notes.push(`Landlock off: ${ready.landlockReason}`);
+      const pf = ready.preloadFailed as string[] | undefined;
+      if (pf?.length) notes.push(`preload failed: ${pf.join('; ')}`);
+      const fresh = notes.filter((n) => !this.info.notes.includes(n));
+      for (const n of fresh) o.log(n);
+      this.info = {
+        isolation: o.isolation,
+        slots: o.slots,
+        landlock: Number(ready.landlock ?? 0),
+        uidBase: Number(ready.uidBase ?? 0),
+        notes,
+      };
+    } catch (e) {
+      this.failures++;
+      broker.kill();
+      if (this.failures >= 5) {
+        for (const it of this.queue.splice(0)) {
+          this.finish(it, emptyResult('internal_error', `sandbox cannot start: ${(e as Error).message}`));
+        }
+      }
+      throw e;
+    }
+    this.pump();
+  }
+
+  private onBrokerExit(broker: Broker, why: string): void {
+    if (this.broker !== broker) return;
+    if (!this.closing) {
+      this.stats_.restarts++;
+      this.options.log(`${why}; restarting`);
+    }
+    const retry: Item[] = [];
+    for (const it of this.inflight.values()) {
+      if (it.attempts < 2 && !this.closing) retry.push(it);
+      else this.finish(it, emptyResult('internal_error', `sandbox died during the call, twice (${why})`));
+    }
+    this.inflight.clear();
+    this.stats_.retried += retry.length;
+    this.queue.unshift(...retry);
+    if (!this.closing && this.queue.length > 0) void this.ensureBroker().catch(() => {});
+  }
+
+  private checkWedged(): void {
+    const b = this.broker;
+    if (!b?.alive) return;
+    const now = Date.now();
+    for (const it of this.inflight.values()) {
+      if (now - it.sentAt > it.timeoutMs + this.options.watchdogGraceMs) {
+        this.options.log(
+          `a call passed its deadline by ${this.options.watchdogGraceMs} ms; killing the sandbox`,
+        );
+        b.kill();
+        return;
+      }
+    }
+  }
+
+  private onResult(id: number, h: Record<string, number>, stdout: string, stderr: string): void {
+    const item = this.inflight.get(id);
+    if (!item) return;
+    this.inflight.delete(id);
+    const exitCode = h.c ?? null;
+    const sig = h.g ? (SIGNAL_NAMES[h.g] ?? `SIG${h.g}`) : null;
+    const truncated = h.no > h.o || h.ne > h.e;
+    const wallMs = h.w / 1000;
+    let status: RunStatus;
+    let oom = false;
+    let error: string | undefined;
+    if (h.r === 1) status = 'timeout';
+    else if (h.r === 2) status = 'output_limit';
+    else if (exitCode === 121 && stderr.startsWith(SETUP_FAILED)) {
+      status = 'internal_error';
+      error = stderr.slice(SETUP_FAILED.length).trim();
+    } else {
+      oom = looksLikeOom(stderr, sig, h.m, item.memoryMb);
+      status = oom ? 'oom' : sig ? 'killed' : exitCode === 0 ? 'ok' : 'error';
+    }
+    this.ewmaMs = this.ewmaMs * 0.9 + Math.max(0.5, Date.now() - item.sentAt) * 0.1;
+    this.stats_.completed++;
+    const r: RunResult = {
+      status,
+      exitCode,
+      signal: sig,
+      stdout,
+      stderr,
+      truncated,
+      timedOut: h.r === 1,
+      oom,
+      wallMs,
+      cpuMs: h.u / 1000,
+      peakMemoryKb: h.m,
+    };
+    if (error !== undefined) r.error = error;
+    if (h.h) r.error = 'a leftover process held the output pipes open; output may be incomplete';
+    item.resolve(r);
+    this.pump();
+  }
+
+  private finish(item: Item, r: RunResult): void {
+    if (item.queueTimer) clearTimeout(item.queueTimer);
+    item.resolve(r);
+  }
+}
+
+function looksLikeOom(stderr: string, sig: string | null, peakKb: number, memoryMb: number): boolean {
+  const tail = stderr.slice(-400);
+  if (
+    /(^|\n)MemoryError\b/.test(tail) ||
+    /numpy\.core\._exceptions\._ArrayMemoryError|Unable to allocate/.test(tail)
+  ) {
+    return true;
+  }
+  // C code that fails an allocation usually aborts or segfaults near the address-space limit
+  return (
+    memoryMb > 0 &&
+    (sig === 'SIGABRT' || sig === 'SIGSEGV' || sig === 'SIGBUS') &&
+    peakKb > memoryMb * 1024 * 0.8
+  );
+}
