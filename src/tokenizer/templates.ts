@@ -101,8 +101,7 @@ ${messageLoop("''")}
 {%- endif %}
 `;
 
-export const COMPACT_SYSTEM_PROMPT =
-  'Reason in <reason> </reason>, then answer in <answer> \\boxed{} </answer>.';
+export const COMPACT_SYSTEM_PROMPT = 'Reason, then answer in <answer>\\boxed{}</answer>.';
 
 // For tiny from-scratch models: same tokens and turn structure as rstar2, but a one-line system prompt and a
 // one-line tool description, so the prompt is ~100 characters instead of ~1500.
