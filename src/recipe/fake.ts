@@ -1,0 +1,143 @@
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Trajectory, TurnEvent } from '../agent/trajectory.js';
+import { Rng } from '../util/rng.js';
+import type { TrainOptions, TrainStats } from '../worker/types.js';
+import { answerText, toolCallText, toolObservationText } from './tasks.js';
+import type { PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
+
+// A three-parameter stand-in policy for exercising the trainer without torch: logits for "call the tool",
+// "the first call is broken", and "copy stdout correctly". SFT moves them toward the demo mix; GRPO moves
+// them along advantage-weighted choices (a REINFORCE step on each Bernoulli). Deterministic per seed.
+
+interface Params {
+  tool: number;
+  err: number;
+  copy: number;
+  steps: number;
+}
+
+const sig = (x: number) => 1 / (1 + Math.exp(-x));
+const enc = (s: string) => [...s].map((c) => c.charCodeAt(0) % 256);
+
+export class FakeBackend implements PolicyBackend {
+  p: Params = { tool: -1, err: 0, copy: 0, steps: 0 };
+  closed = false;
+  /** Called at the start of every rollout; tests use it to simulate a crash at a chosen point. */
+  onRollout?: (req: RolloutRequest) => void;
+
+  async rollout(req: RolloutRequest): Promise<Trajectory[]> {
+    this.onRollout?.(req);
+    const rng = new Rng(req.seed);
+    const out: Trajectory[] = [];
+    for (const prob of req.problems) {
+      for (let s = 0; s < req.n; s++) {
+        const greedy = req.temperature === 0;
+        const draw = (logit: number) => (greedy ? logit > 0 : rng.next() < sig(logit));
+        const useTool = draw(this.p.tool);
+        const broken = useTool && draw(this.p.err);
+        const copies = draw(this.p.copy);
+        const events: TurnEvent[] = [];
+        let text = '';
+        let turn = 0;
+        if (broken) {
+          events.push({ kind: 'generation', turn, start: 0, end: 1, finishReason: 'stop', ms: 1 });
+          events.push({ kind: 'tool_call', turn, name: 'python', arguments: '{}' });
+          const err = "Tool call failure\nreason: \nstderr: NameError: name 'prnt' is not defined";
+          events.push({ kind: 'tool_result', turn, text: err, error: true, ms: 1, start: 0, end: 1 });
+          text += toolCallText(prob.code.replace('print(', 'prnt(')) + toolObservationText(err);
+          turn++;
+        }
+        if (useTool) {
+          events.push({ kind: 'generation', turn, start: 0, end: 1, finishReason: 'stop', ms: 1 });
+          events.push({ kind: 'tool_call', turn, name: 'python', arguments: '{}' });
+          const ok = `Tool call success\nstdout: ${prob.answer}\n\nexecution time: 0.01s`;
+          events.push({ kind: 'tool_result', turn, text: ok, error: false, ms: 1, start: 0, end: 1 });
+          text += toolCallText(prob.code) + toolObservationText(ok);
+          turn++;
+        }
+        const right = useTool ? copies : prob.level === 0 && copies;
+        const ans = right ? prob.answer : `${prob.answer}9`;
+        events.push({ kind: 'generation', turn, start: 0, end: 1, finishReason: 'stop', ms: 1 });
+        text += answerText(ans);
+        const ids = enc(text);
+        out.push({
+          id: `${prob.id}#${s}`,
+          promptId: prob.id,
+          sample: s,
+          promptIds: enc(prob.question),
+          responseIds: ids,
+          responseMask: ids.map(() => 1),
+          responseLogprobs: ids.map(() => -0.1),
+          events,
+          finish: 'answered',
+          text,
+          numToolCalls: (useTool ? 1 : 0) + (broken ? 1 : 0),
+          numToolErrors: broken ? 1 : 0,
+          ms: 1,
+          // what the update needs to know about this sample's choices
+          ...{ fake: { useTool, broken, copies } },
+        });
+      }
+    }
+    return out;
+  }
+
+  private stats(lr: number): TrainStats {
+    this.p.steps++;
+    return {
+      loss: 0,
+      gradNorm: 0,
+      clipFrac: 0,
+      entropy: 0,
+      tokens: 0,
+      trainedTokens: 0,
+      tokensPerS: 0,
+      lr,
+      step: this.p.steps,
+      microBatches: 1,
+      timeS: 0,
+    };
+  }
+
+  async sftStep(demos: { style: string }[], opts: TrainOptions): Promise<TrainStats> {
+    const frac = (f: (d: { style: string }) => boolean) => demos.filter(f).length / Math.max(1, demos.length);
+    const tool = frac((d) => d.style !== 'direct');
+    const err = frac((d) => d.style === 'recover') / Math.max(1e-6, tool);
+    const toLogit = (q: number) => Math.log(Math.max(1e-3, q) / Math.max(1e-3, 1 - q));
+    const k = Math.min(1, opts.lr * 20);
+    this.p.tool += k * (toLogit(tool) - this.p.tool);
+    this.p.err += k * (toLogit(err) - this.p.err);
+    this.p.copy += k * 0.05;
+    return this.stats(opts.lr);
+  }
+
+  async grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats> {
+    const g = { tool: 0, err: 0, copy: 0 };
+    for (const it of items) {
+      const f = (it.trajectory as unknown as { fake: { useTool: boolean; broken: boolean; copies: boolean } })
+        .fake;
+      g.tool += it.advantage * ((f.useTool ? 1 : 0) - sig(this.p.tool));
+      if (f.useTool) g.err += it.advantage * ((f.broken ? 1 : 0) - sig(this.p.err));
+      g.copy += it.advantage * ((f.copies ? 1 : 0) - sig(this.p.copy));
+    }
+    const scale = (opts.lr * 10) / Math.max(1, items.length);
+    this.p.tool += scale * g.tool;
+    this.p.err += scale * g.err;
+    this.p.copy += scale * g.copy;
+    return this.stats(opts.lr);
+  }
+
+  async save(dir: string): Promise<void> {
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, 'fake-policy.json'), JSON.stringify(this.p));
+  }
+
+  async load(dir: string): Promise<void> {
+    this.p = JSON.parse(readFileSync(join(dir, 'fake-policy.json'), 'utf8')) as Params;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+}

@@ -1,0 +1,240 @@
+import { Rng } from '../util/rng.js';
+
+// The quickstart task family: generated math problems with integer answers where running Python helps.
+// Each problem carries the one-line program that solves it, written with the problem's own digits, so a
+// tiny char-level model can learn to copy digits into print(...) and stdout into \boxed{}, while the
+// answers themselves (products, modular powers, digit sums of powers) are out of reach of direct guessing.
+
+export const TASK_KINDS = ['add', 'mul', 'powmod', 'digitsum', 'gcd', 'lcm', 'count'] as const;
+export type TaskKind = (typeof TASK_KINDS)[number];
+
+export interface Problem {
+  id: string;
+  question: string;
+  answer: string; // integer, decimal string
+  kind: TaskKind;
+  level: number; // 0 = small enough to do in one's head, higher = bigger numbers
+  code: string; // a Python program that prints the answer
+}
+
+export interface ProblemSpec {
+  seed: number;
+  n: number;
+  split: 'train' | 'test';
+  levels: number[];
+  kinds?: readonly TaskKind[];
+  /** One in `testEvery` distinct questions belongs to the test split (default 5). */
+  testEvery?: number;
+}
+
+export const MAX_LEVEL = 3;
+
+function digits(rng: Rng, d: number): bigint {
+  if (d <= 1) return BigInt(rng.int(2, 9));
+  return BigInt(rng.int(10 ** (d - 1), 10 ** d - 1));
+}
+
+function gcd(a: bigint, b: bigint): bigint {
+  while (b) [a, b] = [b, a % b];
+  return a;
+}
+
+function modPow(b: bigint, e: bigint, m: bigint): bigint {
+  let r = 1n;
+  b %= m;
+  while (e > 0n) {
+    if (e & 1n) r = (r * b) % m;
+    b = (b * b) % m;
+    e >>= 1n;
+  }
+  return r % m;
+}
+
+function digitSum(x: bigint): number {
+  return [...x.toString()].reduce((s, c) => s + Number(c), 0);
+}
+
+/** Builds one problem of a kind and level from the rng (pure: same rng state, same problem). */
+export function makeProblem(kind: TaskKind, level: number, rng: Rng): Omit<Problem, 'id'> {
+  const L = Math.max(0, Math.min(MAX_LEVEL, level));
+  const q = (question: string, answer: bigint | number, code: string) => ({
+    question,
+    answer: answer.toString(),
+    kind,
+    level: L,
+    code,
+  });
+  switch (kind) {
+    case 'add': {
+      const a = digits(rng, [1, 4, 7, 10][L]);
+      const b = digits(rng, [1, 4, 7, 10][L]);
+      return q(`What is ${a}+${b}?`, a + b, `print(${a}+${b})`);
+    }
+    case 'mul': {
+      const a = digits(rng, [1, 3, 5, 7][L]);
+      const b = digits(rng, [1, 2, 4, 6][L]);
+      return q(`What is ${a}*${b}?`, a * b, `print(${a}*${b})`);
+    }
+    case 'powmod': {
+      const a = BigInt(rng.int(2, [5, 20, 99, 999][L]));
+      const e = BigInt(rng.int(2, [3, 50, 500, 9999][L]));
+      const m = BigInt(rng.int(7, [10, 100, 1000, 100000][L]));
+      return q(`What is ${a}^${e} mod ${m}?`, modPow(a, e, m), `print(pow(${a},${e},${m}))`);
+    }
+    case 'digitsum': {
+      const a = BigInt(rng.int(2, [3, 9, 20, 99][L]));
+      const e = BigInt(rng.int(2, [3, 30, 100, 300][L]));
+      return q(`Digit sum of ${a}^${e}?`, digitSum(a ** e), `print(sum(map(int,str(${a}**${e}))))`);
+    }
+    case 'gcd': {
+      const g = BigInt(rng.int(1, [3, 30, 300, 3000][L]));
+      const a = g * digits(rng, L + 1);
+      const b = g * digits(rng, L + 1);
+      return q(`What is gcd(${a},${b})?`, gcd(a, b), `import math;print(math.gcd(${a},${b}))`);
+    }
+    case 'lcm': {
+      const a = digits(rng, L + 1);
+      const b = digits(rng, L + 1);
+      return q(`What is lcm(${a},${b})?`, (a * b) / gcd(a, b), `import math;print(math.lcm(${a},${b}))`);
+    }
+    case 'count': {
+      const N = rng.int(10, [20, 1000, 100000, 10000000][L]);
+      const a = rng.int(2, 9);
+      let b = rng.int(2, 13);
+      if (b === a) b++;
+      const l = (a * b) / Number(gcd(BigInt(a), BigInt(b)));
+      const ans = Math.floor(N / a) + Math.floor(N / b) - Math.floor(N / l);
+      return q(
+        `How many n<=${N} are divisible by ${a} or ${b}?`,
+        ans,
+        `print(sum(1 for n in range(1,${N + 1}) if n%${a}==0 or n%${b}==0))`,
+      );
+    }
+  }
+}
+
+// FNV-1a over the question: the split depends only on the text, so train and test never share a question
+// whatever the seeds, counts or levels asked for.
+function hash32(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
+  return h;
+}
+
+export function splitOf(question: string, testEvery = 5): 'train' | 'test' {
+  return hash32(question) % testEvery === 0 ? 'test' : 'train';
+}
+
+/** n distinct problems of one split, deterministic in the spec. */
+export function generateProblems(spec: ProblemSpec): Problem[] {
+  const kinds = spec.kinds ?? TASK_KINDS;
+  if (kinds.length === 0) throw new Error('generateProblems: no task kinds');
+  if (spec.levels.length === 0) throw new Error('generateProblems: no levels');
+  for (const k of kinds)
+    if (!TASK_KINDS.includes(k))
+      throw new Error(`unknown task kind "${k}" (known: ${TASK_KINDS.join(', ')})`);
+  const rng = new Rng(spec.seed);
+  const seen = new Set<string>();
+  const out: Problem[] = [];
+  for (let tries = 0; out.length < spec.n; tries++) {
+    if (tries > spec.n * 200 + 10000)
+      throw new Error(`generateProblems: cannot find ${spec.n} distinct ${spec.split} problems`);
+    const p = makeProblem(rng.pick(kinds), rng.pick(spec.levels), rng);
+    if (seen.has(p.question) || splitOf(p.question, spec.testEvery) !== spec.split) continue;
+    seen.add(p.question);
+    out.push({ id: `${spec.split}-${spec.seed}-${out.length}`, ...p });
+  }
+  return out;
+}
+
+// ---- SFT demos: format only. ----
+
+export type DemoStyle = 'direct' | 'tool' | 'recover';
+
+export interface Segment {
+  text: string;
+  train: boolean; // false = tool observation (masked out of the loss, as in RL)
+}
+
+export interface SftDemo {
+  problemId: string;
+  question: string;
+  style: DemoStyle;
+  /** Response after the generation prompt (which ends in `<|im_start|>assistant\n<reason>`). */
+  segments: Segment[];
+}
+
+export const TOOL_NAME = 'python_code_with_standard_io';
+
+export function toolCallText(code: string): string {
+  return `</reason>\n<tool_call>\n${JSON.stringify({ name: TOOL_NAME, arguments: { code, input: '' } })}\n</tool_call><|im_end|>`;
+}
+
+// What the agent loop appends after a tool call, token for token (no newline before <|im_start|>user).
+export function toolObservationText(toolText: string): string {
+  return `<|im_start|>user\n<tool_response>\n${toolText}\n</tool_response><|im_end|>\n<|im_start|>assistant\n<reason>`;
+}
+
+export function answerText(answer: string, thought = ''): string {
+  return `${thought}</reason> <answer> \\boxed{${answer}} </answer><|im_end|>`;
+}
+
+// Broken variants of a program for recovery demos: each fails the way a careless first attempt does.
+function breakCode(code: string, rng: Rng): { code: string; tool: string } {
+  const variants = [
+    {
+      code: code.replace('print(', 'prnt('),
+      tool: "Tool call failure\nreason: \nstderr: NameError: name 'prnt' is not defined",
+    },
+    {
+      code: code.slice(0, -1),
+      tool: "Tool call failure\nreason: \nstderr: SyntaxError: '(' was never closed",
+    },
+  ];
+  return rng.pick(variants);
+}
+
+export interface DemoMix {
+  direct: number;
+  tool: number;
+  recover: number;
+}
+
+/**
+ * Format-only demos. 'direct' answers without the tool — with the right answer only on level-0 problems and
+ * a plausible-looking guess otherwise, so SFT teaches the format but not the arithmetic; 'tool' calls the
+ * tool and copies stdout; 'recover' makes a failing call first, then fixes it.
+ */
+export function sftDemos(problems: Problem[], mix: DemoMix, seed: number): SftDemo[] {
+  const rng = new Rng(seed);
+  const total = mix.direct + mix.tool + mix.recover;
+  if (!(total > 0)) throw new Error('sftDemos: demo mix weights must sum to > 0');
+  return problems.map((p) => {
+    const u = rng.next() * total;
+    const style: DemoStyle = u < mix.direct ? 'direct' : u < mix.direct + mix.tool ? 'tool' : 'recover';
+    const ok = (stdout: string) => `Tool call success\nstdout: ${stdout}\n\nexecution time: 0.01s`;
+    const segments: Segment[] = [];
+    if (style === 'direct') {
+      segments.push({ text: answerText(p.level === 0 ? p.answer : guess(p.answer, rng)), train: true });
+    } else {
+      if (style === 'recover') {
+        const bad = breakCode(p.code, rng);
+        segments.push({ text: toolCallText(bad.code), train: true });
+        segments.push({ text: toolObservationText(`${bad.tool}\n\nexecution time: 0.01s`), train: false });
+      }
+      segments.push({ text: toolCallText(p.code), train: true });
+      segments.push({ text: toolObservationText(ok(p.answer)), train: false });
+      segments.push({ text: answerText(p.answer), train: true });
+    }
+    return { problemId: p.id, question: p.question, style, segments };
+  });
+}
+
+// A same-length number that is almost surely wrong: the model learns the answer format, not the answer.
+function guess(answer: string, rng: Rng): string {
+  const s = [...answer].map((c, i) =>
+    i === 0 && answer.length > 1 ? String(rng.int(1, 9)) : String(rng.int(0, 9)),
+  );
+  const g = s.join('');
+  return g === answer ? g.slice(0, -1) + String((Number(g.slice(-1)) + 1) % 10) : g;
+}

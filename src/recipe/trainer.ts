@@ -1,0 +1,410 @@
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Trajectory } from '../agent/trajectory.js';
+import { type PenaltyOptions, selectAndScore } from '../rl/index.js';
+import { appendJsonl, readJsonlTolerant } from '../util/jsonl.js';
+import { Progress } from '../util/progress.js';
+import { Rng } from '../util/rng.js';
+import type { TrainOptions, TrainStats } from '../worker/types.js';
+import type { Recipe, RlStageConfig, SftStageConfig, Stage } from './config.js';
+import { integerReward, type RewardFn } from './reward.js';
+import { generateProblems, type Problem, type SftDemo, sftDemos } from './tasks.js';
+
+// The training loop over a recipe's stages, writing the run directory of docs/RUN_DIR.md. The policy, its
+// engines and the sandbox sit behind PolicyBackend, so the loop is the same for the embedded torch worker,
+// remote engines, and the fakes in tests.
+
+export interface RolloutRequest {
+  problems: Problem[];
+  n: number;
+  maxResponseTokens: number;
+  maxTurns: number;
+  temperature: number;
+  seed: number;
+}
+
+export interface ScoredItem {
+  trajectory: Trajectory;
+  advantage: number;
+}
+
+export interface PolicyBackend {
+  /** n trajectories per problem, in problem order then sample order; `promptId` is the problem id. */
+  rollout(req: RolloutRequest, onDone?: (done: number, total: number) => void): Promise<Trajectory[]>;
+  sftStep(demos: SftDemo[], opts: TrainOptions): Promise<TrainStats>;
+  /** One optimizer step on these trajectories; weights reach the rollout engines before it returns. */
+  grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats>;
+  /** Model, tokenizer and optimizer state (for exact resume). */
+  save(dir: string): Promise<void>;
+  load(dir: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface RunState {
+  stageIndex: number;
+  stage: string;
+  step: number; // completed steps of that stage
+  checkpoint: string; // relative to the run dir
+  time: string;
+}
+
+export interface TrainerOptions {
+  reward?: RewardFn;
+  log?: (line: string) => void;
+  progress?: boolean;
+}
+
+const pad = (n: number) => String(n).padStart(6, '0');
+const mean = (xs: number[]) => (xs.length === 0 ? 0 : xs.reduce((a, b) => a + b, 0) / xs.length);
+const round = (x: number, d = 4) => Math.round(x * 10 ** d) / 10 ** d;
+
+/** A stable 32-bit seed for (run seed, stage, step, purpose): resumed steps redraw exactly the same data. */
+function seedFor(...parts: (number | string)[]): number {
+  let h = 0x811c9dc5;
+  for (const c of parts.join('|')) h = Math.imul(h ^ c.charCodeAt(0), 0x01000193) >>> 0;
+  return h;
+}
+
+function writeAtomic(path: string, data: string): void {
+  writeFileSync(`${path}.tmp`, data);
+  renameSync(`${path}.tmp`, path);
+}
+
+export function readState(runDir: string): RunState | null {
+  const p = join(runDir, 'state.json');
+  return existsSync(p) ? (JSON.parse(readFileSync(p, 'utf8')) as RunState) : null;
+}
+
+export class Trainer {
+  private readonly reward: RewardFn;
+  private readonly log: (line: string) => void;
+  private testSet: Problem[];
+
+  constructor(
+    private readonly recipe: Recipe,
+    private readonly runDir: string,
+    private readonly backend: PolicyBackend,
+    private readonly opts: TrainerOptions = {},
+  ) {
+    this.reward = opts.reward ?? integerReward;
+    this.log = opts.log ?? ((l) => process.stderr.write(`${l}\n`));
+    const e = recipe.eval;
+    this.testSet = generateProblems({ seed: e.seed, n: e.n, split: 'test', levels: e.levels });
+  }
+
+  private stageIndexOf(name: string): number {
+    return this.recipe.stages.findIndex((s) => s.name === name);
+  }
+
+  /** Drops every record written after the last checkpoint, so resumed steps are not counted twice. */
+  private truncateAfter(state: RunState | null): void {
+    const after = (stage: string, step: number) => {
+      if (!state) return true;
+      const i = this.stageIndexOf(stage);
+      return i > state.stageIndex || (i === state.stageIndex && step > state.step);
+    };
+    for (const f of ['metrics.jsonl', 'evals.jsonl']) {
+      const p = join(this.runDir, f);
+      if (!existsSync(p)) continue;
+      const keep = readJsonlTolerant<{ stage: string; step: number }>(p).filter(
+        (r) => !after(r.stage, r.step),
+      );
+      writeAtomic(p, keep.map((r) => JSON.stringify(r) + '\n').join(''));
+    }
+    for (const sub of ['trajectories', 'checkpoints']) {
+      const dir = join(this.runDir, sub);
+      if (!existsSync(dir)) continue;
+      for (const name of readdirSync(dir)) {
+        const m = /^(.+)-step-(\d+)(\.jsonl)?$/.exec(name);
+        if (m && after(m[1], Number(m[2]))) rmSync(join(dir, name), { recursive: true, force: true });
+      }
+    }
+  }
+
+  async run(resume = false): Promise<{ evals: { stage: string; step: number; accuracy: number }[] }> {
+    mkdirSync(join(this.runDir, 'trajectories'), { recursive: true });
+    mkdirSync(join(this.runDir, 'checkpoints'), { recursive: true });
+    let state: RunState | null = null;
+    if (resume) {
+      state = readState(this.runDir);
+      if (state) {
+        await this.backend.load(join(this.runDir, state.checkpoint));
+        this.log(`resuming ${this.runDir} after ${state.stage} step ${state.step} (${state.checkpoint})`);
+      } else this.log(`no state.json in ${this.runDir}: starting from the beginning`);
+    } else {
+      writeFileSync(join(this.runDir, 'config.json'), JSON.stringify(this.recipe, null, 2) + '\n');
+    }
+    this.truncateAfter(state);
+    for (let i = state?.stageIndex ?? 0; i < this.recipe.stages.length; i++) {
+      const stage = this.recipe.stages[i];
+      const start = state && i === state.stageIndex ? state.step : 0;
+      if (start >= stage.steps && stage.steps > 0) continue;
+      if (stage.type === 'sft') await this.runSft(i, stage, start);
+      else await this.runRl(i, stage, start);
+    }
+    const evals = readJsonlTolerant<{ stage: string; step: number; accuracy: number }>(
+      join(this.runDir, 'evals.jsonl'),
+    );
+    return { evals };
+  }
+
+  private async checkpoint(stageIndex: number, stage: Stage, step: number): Promise<void> {
+    const rel = join('checkpoints', `${stage.name}-step-${pad(step)}`);
+    const dir = join(this.runDir, rel);
+    rmSync(dir, { recursive: true, force: true });
+    await this.backend.save(dir);
+    writeFileSync(
+      join(dir, 'trainer_state.json'),
+      JSON.stringify({ stage: stage.name, stageIndex, step, seed: this.recipe.seed }) + '\n',
+    );
+    const state: RunState = {
+      stageIndex,
+      stage: stage.name,
+      step,
+      checkpoint: rel,
+      time: new Date().toISOString(),
+    };
+    writeAtomic(join(this.runDir, 'state.json'), JSON.stringify(state, null, 2) + '\n');
+  }
+
+  private async runSft(stageIndex: number, stage: SftStageConfig, start: number): Promise<void> {
+    const train = generateProblems({
+      seed: stage.data.seed,
+      n: stage.demos,
+      split: 'train',
+      levels: stage.data.levels,
+      kinds: stage.data.kinds,
+    });
+    const demos = sftDemos(train, stage.demoMix, seedFor(this.recipe.seed, stage.name, 'demos'));
+    const bar = new Progress(
+      `${stage.name}`,
+      stage.steps,
+      (this.opts.progress ?? true) && !process.env.RSTAR2_NO_PROGRESS,
+    );
+    bar.set(start);
+    for (let step = start + 1; step <= stage.steps; step++) {
+      const t0 = Date.now();
+      const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'batch'));
+      const batch = Array.from({ length: stage.batchSize }, () => demos[rng.int(0, demos.length - 1)]);
+      const st = await this.backend.sftStep(batch, {
+        lr: stage.lr,
+        warmupSteps: stage.warmupSteps,
+      });
+      appendJsonl(join(this.runDir, 'metrics.jsonl'), [
+        {
+          stage: stage.name,
+          step,
+          time: new Date().toISOString(),
+          loss: round(st.loss),
+          grad_norm: round(st.gradNorm),
+          tokens_per_s: Math.round(st.tokensPerS),
+          time_update_s: round((Date.now() - t0) / 1000, 3),
+        },
+      ]);
+      bar.set(step, `loss=${st.loss.toFixed(3)}`);
+      if (step % stage.checkpointEvery === 0 || step === stage.steps)
+        await this.checkpoint(stageIndex, stage, step);
+    }
+    bar.finish();
+  }
+
+  async evaluate(stage: string, step: number): Promise<number> {
+    const e = this.recipe.eval;
+    const trajs = await this.backend.rollout({
+      problems: this.testSet,
+      n: 1,
+      maxResponseTokens: e.maxResponseTokens,
+      maxTurns: e.maxTurns,
+      temperature: e.temperature,
+      seed: seedFor(this.recipe.seed, stage, step, 'eval'),
+    });
+    const gold = new Map(this.testSet.map((p) => [p.id, p.answer]));
+    const correct = trajs.filter((t) => this.reward(t, gold.get(t.promptId) ?? '').correct).length;
+    const accuracy = correct / Math.max(1, trajs.length);
+    appendJsonl(join(this.runDir, 'evals.jsonl'), [
+      {
+        stage,
+        step,
+        accuracy: round(accuracy),
+        n: trajs.length,
+        split: 'test',
+        tool_calls_mean: round(mean(trajs.map((t) => t.numToolCalls))),
+        tool_errors_mean: round(mean(trajs.map((t) => t.numToolErrors))),
+      },
+    ]);
+    this.log(
+      `[eval] ${stage} step ${step}: held-out accuracy ${(accuracy * 100).toFixed(1)}% (n=${trajs.length})`,
+    );
+    return accuracy;
+  }
+
+  /** The stage's prompt pool; with filter 'unsolved', problems the current policy does not always solve. */
+  private async rlPool(stage: RlStageConfig): Promise<Problem[]> {
+    const path = join(this.runDir, `pool-${stage.name}.json`);
+    if (existsSync(path)) return JSON.parse(readFileSync(path, 'utf8')) as Problem[];
+    const d = stage.data;
+    let pool = generateProblems({
+      seed: seedFor(d.seed, stage.name),
+      n: d.filter === 'all' ? 2000 : d.filterPool,
+      split: 'train',
+      levels: d.levels,
+      kinds: d.kinds,
+    });
+    if (d.filter === 'unsolved') {
+      const trajs = await this.backend.rollout({
+        problems: pool,
+        n: d.filterSamples,
+        maxResponseTokens: stage.maxResponseTokens,
+        maxTurns: stage.maxTurns,
+        temperature: stage.temperature,
+        seed: seedFor(this.recipe.seed, stage.name, 'filter'),
+      });
+      const solved = new Map<string, number>();
+      const gold = new Map(pool.map((p) => [p.id, p.answer]));
+      for (const t of trajs) {
+        if (this.reward(t, gold.get(t.promptId) ?? '').correct)
+          solved.set(t.promptId, (solved.get(t.promptId) ?? 0) + 1);
+      }
+      const before = pool.length;
+      pool = pool.filter((p) => (solved.get(p.id) ?? 0) < d.filterSamples);
+      this.log(`[${stage.name}] filter 'unsolved': ${pool.length}/${before} problems kept`);
+      if (pool.length === 0) throw new Error(`stage ${stage.name}: the 'unsolved' filter left no problems`);
+    }
+    writeAtomic(path, JSON.stringify(pool));
+    return pool;
+  }
+
+  private async runRl(stageIndex: number, stage: RlStageConfig, start: number): Promise<void> {
+    const pool = await this.rlPool(stage);
+    if (start === 0) await this.evaluate(stage.name, 0);
+    const roc = { ...stage.roc, downSampleToN: stage.groupSize };
+    const penalty: PenaltyOptions = {
+      errorMatch: stage.roc.errorMatch,
+      noToolErrorPenalty: stage.roc.noToolErrorPenalty,
+      formatTurns: stage.roc.formatTurns,
+      answerOpen: '<answer>',
+      answerClose: '</answer>',
+    };
+    const n = roc.doDownSampling
+      ? Math.max(stage.groupSize, Math.round(stage.groupSize * stage.oversample))
+      : stage.groupSize;
+    const bar = new Progress(
+      `${stage.name}${roc.doDownSampling ? ' (RoC)' : ''}`,
+      stage.steps,
+      (this.opts.progress ?? true) && !process.env.RSTAR2_NO_PROGRESS,
+    );
+    bar.set(start);
+    for (let step = start + 1; step <= stage.steps; step++) {
+      // rollout
+      const t0 = Date.now();
+      const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'prompts'));
+      const problems = rng.sample(pool, Math.min(stage.promptsPerStep, pool.length));
+      const trajs = await this.backend.rollout({
+        problems,
+        n,
+        maxResponseTokens: stage.maxResponseTokens,
+        maxTurns: stage.maxTurns,
+        temperature: stage.temperature,
+        seed: seedFor(this.recipe.seed, stage.name, step, 'rollout'),
+      });
+      // reward
+      const t1 = Date.now();
+      const byId = new Map(problems.map((p, i) => [p.id, i]));
+      const groups: Trajectory[][] = problems.map(() => []);
+      for (const t of trajs) {
+        const p = problems[byId.get(t.promptId) ?? -1];
+        if (!p) throw new Error(`rollout returned a trajectory for unknown prompt ${t.promptId}`);
+        const r = this.reward(t, p.answer);
+        Object.assign(t, { gold: p.answer, reward: r.reward, correct: r.correct });
+        t.verify = { extracted: r.extracted, matchedBy: r.correct ? 'integer' : null };
+        groups[byId.get(t.promptId)!].push(t);
+      }
+      // reject equal reward -> RoC -> advantages
+      const t2 = Date.now();
+      const sel = selectAndScore(
+        groups.map((g) => g.map((t) => ({ ...t, reward: t.reward ?? 0 }))),
+        roc,
+        penalty,
+        new Rng(seedFor(this.recipe.seed, stage.name, step, 'roc')),
+      );
+      const items: ScoredItem[] = sel.kept.map((k) => ({
+        trajectory: groups[k.group][k.index],
+        advantage: k.advantage,
+      }));
+      // update (several mini-batches activate the clipped ratio)
+      const stats: TrainStats[] = [];
+      const mb = Math.max(1, Math.ceil(items.length / stage.miniBatches));
+      for (let j = 0; j < items.length; j += mb) {
+        stats.push(
+          await this.backend.grpoStep(items.slice(j, j + mb), {
+            lr: stage.lr,
+            warmupSteps: stage.warmupSteps,
+            clipLow: stage.clipLow,
+            clipHigh: stage.clipHigh,
+          }),
+        );
+      }
+      const t3 = Date.now();
+      // log
+      const all = trajs;
+      const metrics = {
+        stage: stage.name,
+        step,
+        time: new Date().toISOString(),
+        reward_mean: round(mean(all.map((t) => t.reward ?? 0))),
+        accuracy: round(mean(all.map((t) => (t.correct ? 1 : 0)))),
+        tool_error_ratio_pos: round(sel.metrics.tool_error_ratio_pos),
+        tool_error_ratio_pos_kept: round(sel.metrics.tool_error_ratio_pos_kept),
+        format_penalty_pos: round(sel.metrics.format_penalty_pos),
+        response_len_mean: round(mean(all.map((t) => t.responseIds.length)), 1),
+        turns_mean: round(mean(all.map((t) => t.events.filter((e) => e.kind === 'generation').length)), 3),
+        tool_calls_mean: round(mean(all.map((t) => t.numToolCalls)), 3),
+        ...(stats.length > 0
+          ? {
+              clip_frac: round(mean(stats.map((s) => s.clipFrac))),
+              entropy: round(mean(stats.map((s) => s.entropy))),
+              grad_norm: round(mean(stats.map((s) => s.gradNorm))),
+              loss: round(mean(stats.map((s) => s.loss))),
+            }
+          : { skipped: true }),
+        tokens_per_s: Math.round(
+          all.reduce((a, t) => a + t.responseIds.length, 0) / Math.max(0.001, (t1 - t0) / 1000),
+        ),
+        time_rollout_s: round((t1 - t0) / 1000, 3),
+        time_reward_s: round((t2 - t1) / 1000, 3),
+        time_update_s: round((t3 - t2) / 1000, 3),
+        roc: {
+          before: sel.metrics.before,
+          after: sel.metrics.after,
+          groups_kept: sel.metrics.groups_kept,
+          groups_rejected_all_correct: sel.metrics.groups_rejected_all_correct,
+          groups_rejected_all_wrong: sel.metrics.groups_rejected_all_wrong,
+          groups_too_few: sel.metrics.groups_too_few,
+          penalty_pos_mean: round(sel.metrics.penalty_pos_mean),
+          penalty_pos_kept_mean: round(sel.metrics.penalty_pos_kept_mean),
+          answers_zero: sel.metrics.answers_zero,
+          answers_one: sel.metrics.answers_one,
+          answers_gt_one: sel.metrics.answers_gt_one,
+        },
+      };
+      const kept = new Map(items.map((it) => [it.trajectory, it.advantage]));
+      writeAtomic(
+        join(this.runDir, 'trajectories', `${stage.name}-step-${pad(step)}.jsonl`),
+        all
+          .map((t) => JSON.stringify({ ...t, kept: kept.has(t), advantage: kept.get(t) ?? null }) + '\n')
+          .join(''),
+      );
+      appendJsonl(join(this.runDir, 'metrics.jsonl'), [metrics]);
+      bar.set(
+        step,
+        `reward=${metrics.reward_mean.toFixed(2)} acc=${metrics.accuracy.toFixed(2)} tools=${metrics.tool_calls_mean.toFixed(2)}`,
+      );
+      if ((stage.evalEvery > 0 && step % stage.evalEvery === 0) || step === stage.steps) {
+        await this.evaluate(stage.name, step);
+      }
+      if (step % stage.checkpointEvery === 0 || step === stage.steps)
+        await this.checkpoint(stageIndex, stage, step);
+    }
+    bar.finish();
+  }
+}

@@ -1,0 +1,118 @@
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { test } from 'node:test';
+import type { Trajectory } from '../../src/agent/trajectory.js';
+import { loadRecipe, parseRecipe } from '../../src/recipe/config.js';
+import { integerReward } from '../../src/recipe/reward.js';
+import { generateProblems, MAX_LEVEL, sftDemos, splitOf, TASK_KINDS } from '../../src/recipe/tasks.js';
+
+test('problems are deterministic, distinct, and the train/test split is disjoint by question', () => {
+  const a = generateProblems({ seed: 3, n: 300, split: 'train', levels: [0, 1, 2, 3] });
+  assert.deepEqual(generateProblems({ seed: 3, n: 300, split: 'train', levels: [0, 1, 2, 3] }), a);
+  assert.equal(new Set(a.map((p) => p.question)).size, 300);
+  const test1 = generateProblems({ seed: 3, n: 200, split: 'test', levels: [0, 1, 2, 3] });
+  const test2 = generateProblems({ seed: 99, n: 200, split: 'test', levels: [1, 2] });
+  const train = new Set(a.map((p) => p.question));
+  for (const p of [...test1, ...test2]) assert.ok(!train.has(p.question), p.question);
+  for (const p of a) assert.equal(splitOf(p.question), 'train');
+  assert.deepEqual(new Set(a.map((p) => p.kind)), new Set(TASK_KINDS));
+  assert.ok(a.every((p) => p.level >= 0 && p.level <= MAX_LEVEL && /^-?\d+$/.test(p.answer)));
+});
+
+test('every problem program prints its answer under real Python', { timeout: 60_000 }, () => {
+  const ps = generateProblems({ seed: 5, n: 120, split: 'train', levels: [0, 1, 2, 3] });
+  const script = ps.map((p) => p.code.replace(/;/g, '\n')).join('\n');
+  const out = execFileSync('/usr/bin/python3', ['-c', script], { encoding: 'utf8' }).trim().split('\n');
+  assert.deepEqual(
+    out,
+    ps.map((p) => p.answer),
+  );
+});
+
+test('bad task specs get clear errors', () => {
+  assert.throws(() => generateProblems({ seed: 1, n: 1, split: 'train', levels: [] }), /no levels/);
+  assert.throws(
+    () => generateProblems({ seed: 1, n: 1, split: 'train', levels: [0], kinds: ['nope' as never] }),
+    /unknown task kind "nope"/,
+  );
+});
+
+test('SFT demos follow the mix and the compact format; tool output is masked, direct guesses are wrong', () => {
+  const ps = generateProblems({ seed: 2, n: 600, split: 'train', levels: [1, 2, 3] });
+  const demos = sftDemos(ps, { direct: 1, tool: 1, recover: 1 }, 4);
+  const count = (s: string) => demos.filter((d) => d.style === s).length;
+  for (const s of ['direct', 'tool', 'recover'])
+    assert.ok(count(s) > 150 && count(s) < 250, `${s}: ${count(s)}`);
+  for (const d of demos) {
+    const p = ps.find((x) => x.id === d.problemId)!;
+    const last = d.segments[d.segments.length - 1];
+    assert.ok(last.train && last.text.endsWith('</answer><|im_end|>'));
+    if (d.style === 'direct') {
+      assert.equal(d.segments.length, 1);
+      assert.ok(
+        !last.text.includes(`\\boxed{${p.answer}}`),
+        'direct demos on hard problems must not teach answers',
+      );
+    } else {
+      const obs = d.segments.filter((s) => !s.train);
+      assert.equal(obs.length, d.style === 'tool' ? 1 : 2);
+      assert.ok(obs.every((s) => s.text.startsWith('<|im_start|>user\n<tool_response>\n')));
+      assert.ok(obs[obs.length - 1].text.includes(`stdout: ${p.answer}\n`));
+      assert.ok(last.text.includes(`\\boxed{${p.answer}}`));
+      if (d.style === 'recover') assert.match(obs[0].text, /Error/);
+    }
+  }
+});
+
+function traj(text: string, finish: Trajectory['finish'] = 'answered'): Trajectory {
+  return {
+    id: 'a#0',
+    promptId: 'a',
+    sample: 0,
+    promptIds: [],
+    responseIds: [],
+    responseMask: [],
+    responseLogprobs: [],
+    events: [],
+    finish,
+    text,
+    numToolCalls: 0,
+    numToolErrors: 0,
+    ms: 0,
+  };
+}
+
+test('integer reward: only a boxed answer counts, integers compare by value', () => {
+  assert.equal(integerReward(traj('</reason> <answer> \\boxed{042} </answer>'), '42').reward, 1);
+  assert.equal(integerReward(traj('\\boxed{1,234}'), '1234').reward, 1);
+  assert.equal(integerReward(traj('\\boxed{43}'), '42').reward, 0);
+  assert.equal(integerReward(traj('stdout: 42\n'), '42').reward, 0);
+  assert.equal(integerReward(traj('\\boxed{42}', 'error'), '42').reward, 0);
+});
+
+test('recipes: quickstart loads with defaults, --roc overrides, bad input names the problem', () => {
+  const q = loadRecipe('quickstart');
+  assert.equal(q.stages[0].type, 'sft');
+  const rl = q.stages.find((s) => s.type === 'rl')!;
+  assert.ok(rl.type === 'rl' && rl.roc.doDownSampling && rl.roc.formatTurns === 'paper');
+  const off = loadRecipe('quickstart', { roc: 'off' });
+  assert.ok(off.stages.every((s) => s.type !== 'rl' || !s.roc.doDownSampling));
+  assert.equal(loadRecipe('paper').stages.length, 4);
+  assert.throws(() => parseRecipe({ stages: [{ type: 'rl', steps: -1 }] }), /stages\.0\.steps/);
+  assert.throws(() => parseRecipe({ stages: [{ type: 'rl', bogus: 1 }] }), /bogus/);
+  assert.throws(() => parseRecipe({ stages: [] }), /stages/);
+  assert.throws(
+    () =>
+      parseRecipe({
+        stages: [
+          { type: 'rl', groupSize: 3, roc: { minZeroRewardTraceNum: 2, minNonZeroRewardTraceNum: 2 } },
+        ],
+      }),
+    /must be <= groupSize/,
+  );
+  assert.throws(
+    () => parseRecipe({ stages: [{ type: 'sft' }, { type: 'sft' }] }),
+    /duplicate stage name "sft"/,
+  );
+  assert.throws(() => loadRecipe('no-such-recipe'), /recipe not found: no-such-recipe/);
+});
