@@ -6,6 +6,7 @@ import { registerEvalCommands } from '../eval/cli.js';
 import { registerRecipeCommands } from '../recipe/cli.js';
 import { registerRewardCommands } from '../reward/cli.js';
 import { registerSandboxCommands } from '../sandbox/cli.js';
+import { registerTokenizerCommands } from '../tokenizer/cli.js';
 import { registerWorkerCommands } from '../worker/cli.js';
 
 // Each subsystem owns its commands in its own cli.ts; this file only assembles them.
@@ -16,6 +17,7 @@ const program = new Command('rstar2')
 
 registerSandboxCommands(program);
 registerWorkerCommands(program);
+registerTokenizerCommands(program);
 registerRewardCommands(program);
 registerAgentCommands(program);
 registerRecipeCommands(program);

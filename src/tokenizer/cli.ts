@@ -1,0 +1,155 @@
+import { readFileSync } from 'node:fs';
+import type { Command } from 'commander';
+import { buildCharTokenizer, saveTokenizer, trainBpeTokenizer } from './build.js';
+import { ChatTemplate } from './chat.js';
+import { TEMPLATE_NAMES, type TemplateName } from './templates.js';
+import { Tokenizer } from './tokenizer.js';
+import { PYTHON_TOOL_SCHEMA } from './tools.js';
+
+// Corpus documents: a .jsonl file gives one document per record (all its string fields joined by newlines);
+// any other file is one document per non-empty line.
+function readCorpus(paths: string[]): string[] {
+  const docs: string[] = [];
+  for (const p of paths) {
+    const text = readFileSync(p, 'utf8');
+    const lines = text.split('\n').filter((l) => l.trim().length > 0);
+    if (!p.endsWith('.jsonl')) {
+      docs.push(...lines);
+      continue;
+    }
+    lines.forEach((line, i) => {
+      let rec: unknown;
+      try {
+        rec = JSON.parse(line);
+      } catch (e) {
+        throw new Error(`${p}:${i + 1}: not valid JSON: ${(e as Error).message}`);
+      }
+      const strings: string[] = [];
+      const walk = (v: unknown): void => {
+        if (typeof v === 'string') strings.push(v);
+        else if (Array.isArray(v)) v.forEach(walk);
+        else if (v && typeof v === 'object') Object.values(v).forEach(walk);
+      };
+      walk(rec);
+      docs.push(strings.join('\n'));
+    });
+  }
+  return docs;
+}
+
+function templateOption(name: string): TemplateName {
+  if (!(TEMPLATE_NAMES as string[]).includes(name)) {
+    throw new Error(`--template must be one of ${TEMPLATE_NAMES.join(', ')}, got ${name}`);
+  }
+  return name as TemplateName;
+}
+
+export function registerTokenizerCommands(program: Command): void {
+  const tok = program
+    .command('tokenizer')
+    .description('Build tokenizers for tiny models and inspect chat templates');
+
+  tok
+    .command('build')
+    .description(
+      'Write tokenizer.json + tokenizer_config.json: byte-level (char) or a BPE trained on a corpus',
+    )
+    .requiredOption('--out <dir>', 'output directory')
+    .option('--kind <kind>', 'char | bpe', 'char')
+    .option(
+      '--corpus <files...>',
+      'training text for bpe (.jsonl: one document per record; else one per line)',
+    )
+    .option('--vocab-size <n>', 'bpe vocabulary size, including the 256 bytes and the added tokens', '1024')
+    .option('--min-frequency <n>', 'bpe: stop when the best pair occurs fewer times', '2')
+    .option(
+      '--template <name>',
+      `chat template stored in the config: ${TEMPLATE_NAMES.join(' | ')}`,
+      'compact',
+    )
+    .action(
+      (o: {
+        out: string;
+        kind: string;
+        corpus?: string[];
+        vocabSize: string;
+        minFrequency: string;
+        template: string;
+      }) => {
+        const template = templateOption(o.template);
+        let files: ReturnType<typeof buildCharTokenizer>;
+        if (o.kind === 'char') {
+          files = buildCharTokenizer({ template });
+        } else if (o.kind === 'bpe') {
+          if (!o.corpus?.length) throw new Error('--kind bpe needs --corpus FILE...');
+          const vocabSize = Number(o.vocabSize);
+          const minFrequency = Number(o.minFrequency);
+          if (!Number.isInteger(minFrequency) || minFrequency < 1) {
+            throw new Error(`--min-frequency must be a positive integer, got ${o.minFrequency}`);
+          }
+          files = trainBpeTokenizer(readCorpus(o.corpus), vocabSize, { template, minFrequency });
+        } else {
+          throw new Error(`--kind must be char or bpe, got ${o.kind}`);
+        }
+        saveTokenizer(files, o.out);
+        const loaded = Tokenizer.load(o.out);
+        console.log(`${o.out}: ${o.kind} tokenizer, vocab ${loaded.vocabSize}, template ${template}`);
+      },
+    );
+
+  tok
+    .command('render')
+    .description('Render a chat prompt for a question (with the python tool) and, given a tokenizer, its ids')
+    .argument('<question>', 'the user message')
+    .option(
+      '--template <spec>',
+      `${TEMPLATE_NAMES.join(' | ')} | tokenizer | path to .jinja/tokenizer_config.json`,
+      'rstar2',
+    )
+    .option('--no-tools', 'render without the python tool schema')
+    .option('--tokenizer <dir>', 'tokenizer directory: also print the token count and ids')
+    .action((question: string, o: { template: string; tools: boolean; tokenizer?: string }) => {
+      const tokenizer = o.tokenizer ? Tokenizer.load(o.tokenizer) : undefined;
+      const tpl = ChatTemplate.resolve(o.template, tokenizer);
+      const tools = o.tools ? [PYTHON_TOOL_SCHEMA] : undefined;
+      const text = tpl.render([{ role: 'user', content: question }], { tools, addGenerationPrompt: true });
+      process.stdout.write(`${text}\n`);
+      if (tokenizer) {
+        const ids = tokenizer.encode(text);
+        console.error(`-- ${text.length} chars, ${ids.length} tokens`);
+        console.error(JSON.stringify(ids));
+      }
+    });
+
+  tok
+    .command('encode')
+    .description('Print the token ids of a text (and the pieces with --pieces)')
+    .requiredOption('--tokenizer <dir>', 'tokenizer directory or tokenizer.json')
+    .argument('<text>', 'text to encode')
+    .option('--pieces', 'also print each id with its token string', false)
+    .action((text: string, o: { tokenizer: string; pieces: boolean }) => {
+      const t = Tokenizer.load(o.tokenizer);
+      const ids = t.encode(text);
+      console.log(JSON.stringify(ids));
+      if (o.pieces) for (const id of ids) console.log(`${id}\t${JSON.stringify(t.tokenOf(id))}`);
+    });
+
+  tok
+    .command('decode')
+    .description('Print the text of comma- or space-separated token ids')
+    .requiredOption('--tokenizer <dir>', 'tokenizer directory or tokenizer.json')
+    .argument('<ids>', 'e.g. "1,2,3" or "[1, 2, 3]"')
+    .option('--skip-special', 'drop special tokens', false)
+    .action((idsText: string, o: { tokenizer: string; skipSpecial: boolean }) => {
+      const parts = idsText
+        .replace(/[[\]]/g, ' ')
+        .split(/[\s,]+/)
+        .filter(Boolean);
+      const ids = parts.map((p) => {
+        const n = Number(p);
+        if (!Number.isInteger(n)) throw new Error(`not a token id: ${JSON.stringify(p)}`);
+        return n;
+      });
+      process.stdout.write(`${Tokenizer.load(o.tokenizer).decode(ids, { skipSpecial: o.skipSpecial })}\n`);
+    });
+}
