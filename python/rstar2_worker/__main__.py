@@ -12,6 +12,8 @@ def main():
     inp = sys.stdin.buffer
     from .protocol import write_frame
 
+    # tests simulate a stale checkout with RSTAR2_WORKER_FAKE_VERSION
+    version = int(os.environ.get("RSTAR2_WORKER_FAKE_VERSION", PROTOCOL_VERSION))
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     try:
         import numpy  # noqa: F401
@@ -22,7 +24,7 @@ def main():
             {
                 "op": "hello",
                 "id": 0,
-                "version": PROTOCOL_VERSION,
+                "version": version,
                 "error": f"PyTorch is not importable by {sys.executable} ({e}). Install it with "
                 "`apt-get install python3-torch python3-numpy`, or set RSTAR2_PYTHON to a Python that has torch.",
             },
@@ -37,7 +39,7 @@ def main():
         dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=600))
     from .server import serve
 
-    write_frame(out, {"op": "hello", "id": 0, "version": PROTOCOL_VERSION, "torch": torch.__version__, "rank": rank, "world": world})
+    write_frame(out, {"op": "hello", "id": 0, "version": version, "torch": torch.__version__, "rank": rank, "world": world})
     try:
         serve(inp, out, rank, world)
     except Exception:

@@ -178,7 +178,9 @@ export class PolicyWorker {
       const env: NodeJS.ProcessEnv = {
         ...process.env,
         ...this.opts.env,
-        PYTHONPATH: [resolve(PYTHON_DIR), process.env.PYTHONPATH].filter(Boolean).join(':'),
+        PYTHONPATH: [resolve(PYTHON_DIR), this.opts.env?.PYTHONPATH ?? process.env.PYTHONPATH]
+          .filter(Boolean)
+          .join(':'),
         RSTAR2_THREADS: String(this.opts.threads),
         // torch threads parallelise; a second BLAS pool on top oversubscribes 2 cores (ts-tensor-engines.md)
         OPENBLAS_NUM_THREADS: process.env.OPENBLAS_NUM_THREADS ?? '1',

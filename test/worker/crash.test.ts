@@ -1,0 +1,68 @@
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { PolicyWorker } from '../../src/worker/index.js';
+import { sampling, TEST_CONFIG } from './helpers.js';
+
+test('a killed worker rejects the pending call with the signal and stderr tail, then restarts', {
+  timeout: 120_000,
+}, async () => {
+  const w = await PolicyWorker.start({ threads: 1 });
+  try {
+    await w.init(TEST_CONFIG, 9);
+    const before = (await w.logprobs([[1, 2, 3, 4]]))[0].logprobs;
+    const pid = w.pids[0];
+    const long = w.generate(
+      Array.from({ length: 16 }, () => [1, 2, 3]),
+      sampling({ maxNewTokens: 3000 }),
+    );
+    setTimeout(() => process.kill(pid, 'SIGKILL'), 300);
+    await assert.rejects(long, /died with signal SIGKILL/);
+    // the next call restarts the process and replays the last init
+    const after = (await w.logprobs([[1, 2, 3, 4]]))[0].logprobs;
+    assert.notEqual(w.pids[0], pid);
+    assert.equal(w.restarts, 1);
+    assert.deepEqual(after, before);
+  } finally {
+    await w.close();
+  }
+});
+
+test('calls queued behind a dying call are all answered', { timeout: 120_000 }, async () => {
+  const w = await PolicyWorker.start({ threads: 1 });
+  try {
+    await w.init(TEST_CONFIG, 9);
+    const pid = w.pids[0];
+    const a = w.generate([[1]], sampling({ maxNewTokens: 4000 }));
+    const b = w.logprobs([[1, 2]]);
+    setTimeout(() => process.kill(pid, 'SIGKILL'), 300);
+    await assert.rejects(a, /SIGKILL/);
+    const rb = await b; // runs on the restarted worker
+    assert.equal(rb[0].logprobs.length, 2);
+  } finally {
+    await w.close();
+  }
+});
+
+test('missing torch and a protocol version mismatch fail start() with a clear message', {
+  timeout: 60_000,
+}, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-notorch-'));
+  try {
+    mkdirSync(join(dir, 'torch'));
+    writeFileSync(
+      join(dir, 'torch', '__init__.py'),
+      "raise ImportError('No module named torch (simulated)')\n",
+    );
+    await assert.rejects(PolicyWorker.start({ env: { PYTHONPATH: dir } }), /apt-get install python3-torch/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  await assert.rejects(
+    PolicyWorker.start({ env: { RSTAR2_WORKER_FAKE_VERSION: '99' } }),
+    /protocol version mismatch: this client speaks v1, python\/rstar2_worker speaks v99/,
+  );
+  await assert.rejects(PolicyWorker.start({ python: '/nonexistent/python3' }), /not found/);
+});
