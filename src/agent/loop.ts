@@ -33,9 +33,9 @@ export type ToolExecutor = (call: ParsedToolCall, runner: CodeRunner) => Promise
 /**
  * 'reference': the tool turn is appended directly after the assistant's end-of-turn id, as rStar2
  *   does (no '\n' between `<|im_end|>` and `<|im_start|>user`).
- * 'template': the template's separator ids are inserted (mask 0) so ids match a full re-render.
+ * 'rerender': the template's separator ids are inserted (mask 0) so ids match a full re-render.
  */
-export type TurnBoundary = 'reference' | 'template';
+export type TurnBoundary = 'reference' | 'rerender';
 
 export interface AgentOptions {
   template: AgentTemplate;
@@ -227,7 +227,7 @@ export async function runTrajectory(
 
       const lastId = traj.responseIds[genEnd - 1];
       const sep =
-        opts.turnBoundary === 'template' && stopTokenIds.includes(lastId)
+        opts.turnBoundary === 'rerender' && stopTokenIds.includes(lastId)
           ? (template.turnSeparatorIds ?? [])
           : [];
       const toolIds = [...sep, ...template.toolTurnIds(outcomes.map((o) => o.text))];

@@ -77,9 +77,9 @@ test('two tool turns then an answer: exact ids, masks, logprobs and the referenc
   assert.equal(ones, 2 * g1.length + encode(final).length);
 });
 
-test("turnBoundary 'template' inserts the separator after <|im_end|> with mask 0", async () => {
+test("turnBoundary 'rerender' inserts the separator after <|im_end|> with mask 0", async () => {
   const turn1 = `x${CALL}<|im_end|>`;
-  const { t } = await one(scripted([turn1, 'done<|im_end|>']), { turnBoundary: 'template' });
+  const { t } = await one(scripted([turn1, 'done<|im_end|>']), { turnBoundary: 'rerender' });
   const g = encode(turn1).length;
   assert.equal(t.responseIds[g - 1], IM_END);
   assert.equal(decode([t.responseIds[g]]), '\n');

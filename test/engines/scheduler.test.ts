@@ -1,0 +1,174 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { EmbeddedEngine } from '../../src/engines/embedded.js';
+import { FakeEngine } from '../../src/engines/fake.js';
+import { KvLedger, type Lease, Scheduler } from '../../src/engines/scheduler.js';
+import { DEFAULT_SAMPLING, type GenerateResult, type SamplingParams } from '../../src/engines/types.js';
+import { Rng } from '../../src/util/rng.js';
+
+const echo = (name: string, capacityTokens: number) =>
+  new FakeEngine(() => ({ outputIds: [1] }), { name, capacityTokens });
+const tick = () => new Promise((r) => setImmediate(r));
+
+test('kv-budget places on the engine with most free credit and waits when none fits', async () => {
+  const s = await Scheduler.create([echo('a', 1000), echo('b', 600)], { pollMs: 0 });
+  const l1 = await s.acquire(500);
+  assert.equal(l1.index, 0);
+  const l2 = await s.acquire(500);
+  assert.equal(l2.index, 1); // a has 500 free, b 600
+  const l3 = await s.acquire(500);
+  assert.equal(l3.index, 0); // a 500, b 100
+  const box: { got?: Lease } = {};
+  const p = s.acquire(300).then((l) => {
+    box.got = l;
+  });
+  await tick();
+  assert.equal(s.ledger.active[1] + s.ledger.active[0], 3, 'no engine has 300 free: must wait');
+  assert.equal(s.waiting(), 1);
+  l2.release();
+  l2.release(); // idempotent
+  await p;
+  assert.equal(box.got?.index, 1);
+  assert.deepEqual(s.ledger.reserved, [1000, 300]);
+  for (const l of [l1, l3, box.got as Lease]) l.release();
+  assert.deepEqual(s.ledger.reserved, [0, 0]);
+  assert.deepEqual(s.ledger.active, [0, 0]);
+  await s.close();
+});
+
+test('kv-budget never over-subscribes under a random workload, and FIFO admission starves nobody', async () => {
+  const caps = [5000, 3000, 8000, 4000];
+  const s = await Scheduler.create(
+    caps.map((c, i) => echo(`e${i}`, c)),
+    { pollMs: 0 },
+  );
+  const rng = new Rng(3);
+  const order: number[] = [];
+  await Promise.all(
+    Array.from({ length: 200 }, async (_, i) => {
+      const l = await s.acquire(rng.int(200, 2500));
+      order.push(i);
+      for (let k = 0; k < caps.length; k++) assert.ok(s.ledger.reserved[k] <= caps[k], 'over-subscribed');
+      await new Promise((r) => setTimeout(r, rng.int(0, 3)));
+      l.release();
+    }),
+  );
+  assert.equal(order.length, 200);
+  s.ledger.peakReserved.forEach((p, k) => assert.ok(p <= caps[k]));
+  assert.deepEqual(s.ledger.reserved, [0, 0, 0, 0]);
+  await s.close();
+});
+
+test('budget larger than any engine is an error, not a hang; budgetCoef scales credit', async () => {
+  const s = await Scheduler.create([echo('a', 1000)], { pollMs: 0, budgetCoef: 2 });
+  await assert.rejects(s.acquire(600), /exceeds the largest engine KV capacity 500/);
+  const l = await s.acquire(500);
+  l.release();
+  await s.close();
+});
+
+test('live load polling lowers free credit (foreign load) but is ignored on an idle engine', async () => {
+  let usedA = 0;
+  const a = new FakeEngine(() => ({ outputIds: [1] }), {
+    name: 'a',
+    capacityTokens: 1000,
+    usedTokens: () => usedA,
+  });
+  const b = echo('b', 900);
+  const s = await Scheduler.create([a, b], { pollMs: 0 });
+  const l1 = await s.acquire(100); // a: 900 free, b: 900 free → a (first max)
+  assert.equal(l1.index, 0);
+  usedA = 700; // someone else is using a's cache
+  await s.poll();
+  assert.equal(s.ledger.free(0), 300);
+  const l2 = await s.acquire(400);
+  assert.equal(l2.index, 1);
+  l1.release();
+  assert.equal(s.ledger.free(0), 1000, 'idle engine: cached prefixes are evictable');
+  l2.release();
+  await s.close();
+});
+
+test('abort while waiting and close() reject pending acquisitions', async () => {
+  const s = await Scheduler.create([echo('a', 100)], { pollMs: 0 });
+  const l = await s.acquire(100);
+  const ac = new AbortController();
+  const p1 = s.acquire(50, ac.signal);
+  const p2 = s.acquire(50);
+  ac.abort();
+  await assert.rejects(p1, /aborted while waiting/);
+  await s.close();
+  await assert.rejects(p2, /scheduler closed/);
+  l.release();
+  await assert.rejects(s.acquire(1), /closed/);
+});
+
+test('least-requests and round-robin policies', async () => {
+  const lr = await Scheduler.create([echo('a', 10), echo('b', 10), echo('c', 10)], {
+    pollMs: 0,
+    policy: 'least-requests',
+  });
+  const ls = [await lr.acquire(1000), await lr.acquire(1000), await lr.acquire(1000)]; // no KV admission
+  assert.deepEqual(
+    ls.map((l) => l.index),
+    [0, 1, 2],
+  );
+  ls[1].release();
+  assert.equal((await lr.acquire(1)).index, 1);
+  const rr = new KvLedger([1, 1, 1]);
+  assert.deepEqual(
+    [0, 1, 2, 3].map(() => rr.choose('round-robin', 5)),
+    [0, 1, 2, 0],
+  );
+  await assert.rejects(
+    Scheduler.create([echo('a', 1)], { policy: 'bogus' as 'kv-budget' }),
+    /unknown scheduler policy/,
+  );
+  await lr.close();
+});
+
+test('capacity read failures name the engine', async () => {
+  const bad = new FakeEngine(() => ({ outputIds: [] }), { name: 'broken' });
+  bad.load = async () => {
+    throw new Error('ECONNREFUSED');
+  };
+  await assert.rejects(Scheduler.create([bad]), /cannot read KV capacity of broken: ECONNREFUSED/);
+});
+
+test('EmbeddedEngine merges concurrent requests into batched worker calls and clips per request', async () => {
+  const calls: { n: number; maxNew: number }[] = [];
+  const worker = {
+    async generate(prompts: number[][], s: SamplingParams): Promise<GenerateResult[]> {
+      calls.push({ n: prompts.length, maxNew: s.maxNewTokens });
+      await new Promise((r) => setTimeout(r, 20));
+      return prompts.map((p) => {
+        const ids = Array.from({ length: s.maxNewTokens }, (_, i) => p[0] + i);
+        return { outputIds: ids, logprobs: ids.map(() => -1), finishReason: 'length' as const };
+      });
+    },
+  };
+  const e = new EmbeddedEngine(worker, { maxBatch: 4 });
+  const S = { ...DEFAULT_SAMPLING, maxNewTokens: 5 };
+  const rs = await Promise.all([
+    ...Array.from({ length: 6 }, (_, i) => e.generate([i * 100], { ...S, maxNewTokens: 3 + (i % 3) })),
+    e.generate([999], { ...S, temperature: 0 }), // different sampling → its own batch
+  ]);
+  assert.equal(e.batches, 3);
+  assert.deepEqual(calls[0], { n: 4, maxNew: 5 });
+  rs.slice(0, 6).forEach((r, i) => {
+    assert.equal(r.outputIds.length, 3 + (i % 3));
+    assert.equal(r.outputIds[0], i * 100);
+    assert.equal(r.logprobs.length, r.outputIds.length);
+  });
+  assert.equal(rs[6].outputIds[0], 999);
+  const failing = new EmbeddedEngine({
+    generate: async () => {
+      throw new Error('CUDA OOM');
+    },
+  });
+  const f = await Promise.all([failing.generate([1], S), failing.generate([2], S)]);
+  for (const r of f) {
+    assert.equal(r.finishReason, 'error');
+    assert.match(r.error ?? '', /embedded worker failed: CUDA OOM/);
+  }
+});
