@@ -1,0 +1,23 @@
+export { SandboxClient, type SandboxClientOptions } from './client.js';
+export {
+  type JudgeResult,
+  MAX_STDOUT_ERROR_LENGTH,
+  reasonOf,
+  type Submission,
+  type SubmissionResult,
+  toSubmissionResult,
+} from './codejudge.js';
+export { FairScheduler, SandboxServer, type SandboxServerOptions } from './server.js';
+export {
+  buildToolCode,
+  executePythonTool,
+  executePythonToolBatch,
+  formatToolText,
+  PYTHON_TOOL_NAME,
+  PYTHON_TOOL_SCHEMA,
+  type PythonToolOptions,
+  type PythonToolResult,
+  type TruncateSide,
+  truncateToolText,
+} from './tool.js';
+export type { CodeRunner, RunRequest, RunResult, RunStatus } from './types.js';

@@ -1,0 +1,170 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { PYTHON_DIR } from '../util/python.js';
+import {
+  type CodeJudgeOptions,
+  failedResult,
+  type SubmissionResult,
+  toSubmissionResult,
+} from './codejudge.js';
+import type { CodeRunner, RunRequest, RunResult } from './types.js';
+
+// The rStar2 python tool as a library: schema, the code that actually runs, and the exact text the
+// model reads back (rstar2_agent/tools/code_judge_utils.py + verl's tool-response truncation).
+
+export const PYTHON_TOOL_NAME = 'python_code_with_standard_io';
+
+export const PYTHON_TOOL_SCHEMA = {
+  type: 'function',
+  function: {
+    name: PYTHON_TOOL_NAME,
+    description:
+      'Execute Python code with standard input and capture standard output. This function takes a Python ' +
+      'code string and an input string, provides the input string through standard input (stdin) to the code, ' +
+      'and captures and returns any output produced through standard output (stdout). If the executed code ' +
+      'raises an exception, the error message will be captured and returned instead.',
+    parameters: {
+      type: 'object',
+      properties: {
+        code: {
+          type: 'string',
+          description:
+            'A string containing Python code to be executed. The code can read from standard input using the input() function.',
+        },
+        input: {
+          type: 'string',
+          description: 'A string that will be provided as standard input to the code when it calls input().',
+        },
+      },
+      required: ['code', 'input'],
+    },
+  },
+} as const;
+
+export type TruncateSide = 'middle' | 'left' | 'right';
+
+let wrapperText: string | undefined;
+/** The Python wrapper source (python/sandbox/tool_wrapper.py), read once. */
+export function toolWrapperSource(): string {
+  wrapperText ??= readFileSync(join(PYTHON_DIR, 'sandbox', 'tool_wrapper.py'), 'utf8');
+  return wrapperText;
+}
+
+/** The full script that runs for one tool call: wrapper + the model's code, base64-embedded. */
+export function buildToolCode(code: string): string {
+  const b64 = Buffer.from(code, 'utf8').toString('base64');
+  return `${toolWrapperSource()}\n_rstar2_cell('${b64}')\n`;
+}
+
+/** verl's tool-response truncation (max_tool_response_length, tool_response_truncate_side). */
+export function truncateToolText(text: string, budget = 256, side: TruncateSide = 'middle'): string {
+  if (text.length <= budget) return text;
+  if (side === 'left') return `${text.slice(0, budget)}...(truncated)`;
+  if (side === 'right') return `(truncated)...${text.slice(text.length - budget)}`;
+  const half = Math.floor(budget / 2);
+  return `${text.slice(0, half)}...(truncated)...${half > 0 ? text.slice(text.length - half) : ''}`;
+}
+
+/** The untruncated tool text for one code-judge result (run_tool_calls_on_server_async). */
+export function formatToolText(r: SubmissionResult): string {
+  let text = r.success && r.run_success ? 'Tool call success' : `Tool call failure\nreason: ${r.reason}`;
+  if (r.stdout) text += `\nstdout: ${r.stdout}`;
+  if (r.stderr) text += `\nstderr: ${r.stderr}`;
+  return `${text}\nexecution time: ${r.cost.toFixed(2)}s`;
+}
+
+export interface PythonToolOptions extends CodeJudgeOptions {
+  /** Characters of tool text the model sees (verl max_tool_response_length). Default 256. */
+  budget?: number;
+  side?: TruncateSide;
+  timeoutMs?: number; // default 4000 (the reference's MAX_EXECUTION_TIME)
+  memoryMb?: number;
+  /** Run the model's code through the wrapper (echo + error text). Default true. */
+  wrap?: boolean;
+}
+
+export interface PythonToolResult {
+  /** What the model reads (truncated). */
+  text: string;
+  /** True for "Tool call failure" (bad args, exception, timeout, infrastructure). */
+  error: boolean;
+  result: RunResult;
+  /** Before truncation. */
+  fullText: string;
+}
+
+export interface PythonToolArgs {
+  code: string;
+  input?: string;
+}
+
+/** Checks model-produced arguments; returns a message naming the problem, or null when usable. */
+export function checkToolArgs(args: unknown): string | null {
+  if (typeof args !== 'object' || args === null || Array.isArray(args))
+    return 'arguments must be a JSON object';
+  const a = args as Record<string, unknown>;
+  if (typeof a.code !== 'string') return "argument 'code' must be a string";
+  if (a.input != null && typeof a.input !== 'string') return "argument 'input' must be a string";
+  return null;
+}
+
+export function toolRequest(args: PythonToolArgs, opts: PythonToolOptions = {}): RunRequest {
+  const req: RunRequest = {
+    code: opts.wrap === false ? args.code : buildToolCode(args.code),
+    timeoutMs: opts.timeoutMs ?? 4000,
+  };
+  if (args.input) req.stdin = args.input; // "" means no stdin, as in the reference
+  if (opts.memoryMb !== undefined) req.memoryMb = opts.memoryMb;
+  return req;
+}
+
+export function toolResultFromRun(result: RunResult, opts: PythonToolOptions = {}): PythonToolResult {
+  const sub = toSubmissionResult({ type: 'python', solution: '', sub_id: '' }, result, opts);
+  const fullText = formatToolText(sub);
+  return {
+    text: truncateToolText(fullText, opts.budget ?? 256, opts.side ?? 'middle'),
+    error: !(sub.success && sub.run_success),
+    result,
+    fullText,
+  };
+}
+
+/** One python_code_with_standard_io call, end to end. Never throws for a bad call or a runner fault. */
+export async function executePythonTool(
+  args: unknown,
+  runner: CodeRunner,
+  opts: PythonToolOptions = {},
+): Promise<PythonToolResult> {
+  const bad = checkToolArgs(args);
+  if (bad) return toolResultFromRun(failedResult('invalid_input', bad), opts);
+  let result: RunResult;
+  try {
+    result = await runner.run(toolRequest(args as PythonToolArgs, opts));
+  } catch (e) {
+    result = failedResult('internal_error', `sandbox failed: ${(e as Error).message}`);
+  }
+  return toolResultFromRun(result, opts);
+}
+
+/** Many calls at once through runBatch (order kept); bad arguments never reach the runner. */
+export async function executePythonToolBatch(
+  argsList: unknown[],
+  runner: CodeRunner,
+  opts: PythonToolOptions = {},
+): Promise<PythonToolResult[]> {
+  const out: (PythonToolResult | undefined)[] = argsList.map((a) => {
+    const bad = checkToolArgs(a);
+    return bad ? toolResultFromRun(failedResult('invalid_input', bad), opts) : undefined;
+  });
+  const idx = out.flatMap((r, i) => (r ? [] : [i]));
+  let results: RunResult[];
+  try {
+    results = await runner.runBatch(idx.map((i) => toolRequest(argsList[i] as PythonToolArgs, opts)));
+  } catch (e) {
+    results = idx.map(() => failedResult('internal_error', `sandbox failed: ${(e as Error).message}`));
+  }
+  idx.forEach((i, k) => {
+    out[i] = toolResultFromRun(results[k], opts);
+  });
+  return out as PythonToolResult[];
+}

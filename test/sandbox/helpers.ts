@@ -1,0 +1,76 @@
+import { spawn } from 'node:child_process';
+import type { CodeRunner, RunRequest, RunResult } from '../../src/sandbox/types.js';
+import { findPython } from '../../src/util/python.js';
+
+// A plain process-per-call runner (no isolation) so tool/server tests can run real Python without
+// depending on the isolated pool; one end-to-end test uses the real SandboxPool.
+export class SpawnRunner implements CodeRunner {
+  calls = 0;
+  async run(req: RunRequest): Promise<RunResult> {
+    this.calls++;
+    const t0 = Date.now();
+    const child = spawn(findPython(), ['-I', '-S', '-c', req.code], { stdio: 'pipe', env: {} });
+    let stdout = '';
+    let stderr = '';
+    let timedOut = false;
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    child.stdin.on('error', () => {});
+    child.stdin.end(req.stdin ?? '');
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill('SIGKILL');
+    }, req.timeoutMs ?? 4000);
+    const [code, signal] = await new Promise<[number | null, string | null]>((res) =>
+      child.on('close', (c, s) => res([c, s])),
+    );
+    clearTimeout(timer);
+    return {
+      status: timedOut ? 'timeout' : code === 0 ? 'ok' : 'error',
+      exitCode: code,
+      signal,
+      stdout,
+      stderr,
+      truncated: false,
+      timedOut,
+      oom: false,
+      wallMs: Date.now() - t0,
+      cpuMs: 0,
+      peakMemoryKb: 0,
+    };
+  }
+  runBatch(reqs: RunRequest[]): Promise<RunResult[]> {
+    return Promise.all(reqs.map((r) => this.run(r)));
+  }
+  async close(): Promise<void> {}
+}
+
+/** Answers instantly from a function of the request; for queueing/fairness/protocol tests. */
+export class FakeRunner implements CodeRunner {
+  seen: RunRequest[] = [];
+  constructor(private readonly fn: (req: RunRequest) => Promise<RunResult> | RunResult = okResult) {}
+  async run(req: RunRequest): Promise<RunResult> {
+    this.seen.push(req);
+    return this.fn(req);
+  }
+  runBatch(reqs: RunRequest[]): Promise<RunResult[]> {
+    return Promise.all(reqs.map((r) => this.run(r)));
+  }
+  async close(): Promise<void> {}
+}
+
+export function okResult(req: RunRequest): RunResult {
+  return {
+    status: 'ok',
+    exitCode: 0,
+    signal: null,
+    stdout: `ran:${req.code}\n`,
+    stderr: '',
+    truncated: false,
+    timedOut: false,
+    oom: false,
+    wallMs: 1,
+    cpuMs: 1,
+    peakMemoryKb: 0,
+  };
+}
