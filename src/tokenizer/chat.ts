@@ -47,6 +47,8 @@ function checkMessages(messages: readonly ChatMessage[]): void {
 /** A Jinja chat template (HF `chat_template` semantics), rendered with @huggingface/jinja. */
 export class ChatTemplate {
   private readonly compiled: Template;
+  private systemText?: string;
+  private readonly sliceChecked = new WeakSet<Tokenizer>();
 
   constructor(
     readonly source: string,
@@ -150,7 +152,7 @@ export class ChatTemplate {
     boundary: ToolTurnBoundary = 'reference',
   ): number[] {
     if (toolTexts.length === 0) throw new Error('toolTurnIds needs at least one tool response');
-    const system = this.renderRaw([{}], {});
+    const system = (this.systemText ??= this.renderRaw([{}], {}));
     const msgs = toolTexts.map((content) => ({ role: 'tool' as const, content }));
     const full = this.render(msgs, { addGenerationPrompt: true });
     if (!full.startsWith(system)) {
@@ -158,15 +160,26 @@ export class ChatTemplate {
         `chat template ${this.name}: rendering tool messages does not start with the system block`,
       );
     }
-    const systemIds = tokenizer.encode(system, { addSpecialTokens: false });
-    const fullIds = tokenizer.encode(full, { addSpecialTokens: false });
-    for (let i = 0; i < systemIds.length; i++) {
-      if (fullIds[i] !== systemIds[i]) {
-        throw new Error(`chat template ${this.name}: system-block ids are not a prefix of the tool-turn ids`);
+    const suffixIds = tokenizer.encode(full.slice(system.length), { addSpecialTokens: false });
+    // The reference slices the ids of the full render. Encoding only the suffix gives the same ids when the
+    // boundary falls between added tokens (it does for these templates); check that once per tokenizer.
+    if (!this.sliceChecked.has(tokenizer)) {
+      const systemIds = tokenizer.encode(system, { addSpecialTokens: false });
+      const fullIds = tokenizer.encode(full, { addSpecialTokens: false });
+      const same =
+        fullIds.length === systemIds.length + suffixIds.length &&
+        systemIds.every((id, i) => fullIds[i] === id) &&
+        suffixIds.every((id, i) => fullIds[systemIds.length + i] === id);
+      if (!same) {
+        throw new Error(
+          `chat template ${this.name}: the tool turn does not tokenize independently of the system block`,
+        );
       }
+      this.sliceChecked.add(tokenizer);
     }
-    const ids = fullIds.slice(systemIds.length);
-    return boundary === 'rerender' ? [...tokenizer.encode('\n', { addSpecialTokens: false }), ...ids] : ids;
+    return boundary === 'rerender'
+      ? [...tokenizer.encode('\n', { addSpecialTokens: false }), ...suffixIds]
+      : suffixIds;
   }
 }
 

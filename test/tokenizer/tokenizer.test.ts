@@ -145,3 +145,12 @@ test('clear errors for missing and malformed files and bad ids', () => {
   const noChat = tokenizerFromFiles({ ...buildCharTokenizer(), config: {} });
   assert.throws(() => ChatTemplate.fromTokenizer(noChat), /no chat_template/);
 });
+
+test('toolTurnIds refuses a template whose tool render does not extend its system block', () => {
+  const tok = tokenizerFromFiles(buildCharTokenizer());
+  const odd = new ChatTemplate('{% for m in messages %}[{{ m.role }}]{% endfor %}', 'odd');
+  assert.throws(
+    () => odd.toolTurnIds(tok, ['x']),
+    /odd: rendering tool messages does not start with the system block/,
+  );
+});
