@@ -62,6 +62,12 @@ export class KvLedger {
     this.peakReserved[i] = Math.max(this.peakReserved[i], this.reserved[i]);
   }
 
+  /** Adds to a placed trajectory's reservation (incremental reservation). */
+  grow(i: number, tokens: number): void {
+    this.reserved[i] += tokens;
+    this.peakReserved[i] = Math.max(this.peakReserved[i], this.reserved[i]);
+  }
+
   give(i: number, budget: number): void {
     this.reserved[i] -= budget;
     this.active[i]--;

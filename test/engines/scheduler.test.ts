@@ -54,7 +54,7 @@ test('kv-budget never over-subscribes under a random workload, and FIFO admissio
     }),
   );
   assert.equal(order.length, 200);
-  s.ledger.peakReserved.forEach((p, k) => assert.ok(p <= caps[k]));
+  for (const [k, p] of s.ledger.peakReserved.entries()) assert.ok(p <= caps[k]);
   assert.deepEqual(s.ledger.reserved, [0, 0, 0, 0]);
   await s.close();
 });
