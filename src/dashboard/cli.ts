@@ -1,3 +1,36 @@
-import type { Command } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
+import { startDashboard } from './server.js';
 
-export function registerDashboardCommands(_program: Command): void {}
+export function registerDashboardCommands(program: Command): void {
+  program
+    .command('dashboard')
+    .description(
+      'serve a local web dashboard over run and eval directories (curves, RoC, evals, trajectories; live)',
+    )
+    .option('--runs <dir>', 'directory holding run and/or eval directories (searched 3 levels deep)', '.')
+    .option(
+      '--port <n>',
+      'port (0 = any free port)',
+      (v) => {
+        const n = Number(v);
+        if (!Number.isInteger(n) || n < 0 || n > 65535)
+          throw new InvalidArgumentError('--port must be 0..65535');
+        return n;
+      },
+      8090,
+    )
+    .option('--host <addr>', 'address to bind (keep 127.0.0.1 unless you mean to share it)', '127.0.0.1')
+    .option(
+      '--poll-ms <n>',
+      'how often the page refreshes live data',
+      (v) => Math.max(200, Number(v) || 2000),
+      2000,
+    )
+    .action(async (o: { runs: string; port: number; host: string; pollMs: number }) => {
+      const d = await startDashboard({ root: o.runs, port: o.port, host: o.host, pollMs: o.pollMs });
+      console.log(`rstar2 dashboard: ${d.url}  (serving ${o.runs}; Ctrl-C to stop)`);
+      const stop = () => void d.close().then(() => process.exit(0));
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+    });
+}

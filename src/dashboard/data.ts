@@ -1,0 +1,185 @@
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, relative, resolve } from 'node:path';
+import type { Trajectory } from '../agent/trajectory.js';
+import { dedupe } from '../eval/run.js';
+import { scoreEval } from '../eval/score.js';
+import { readJsonlTolerant } from '../util/jsonl.js';
+import { type TrajectoryView, viewTrajectory } from './turns.js';
+
+// Read-only access to run and eval directories (docs/RUN_DIR.md). Everything is re-read from disk on
+// request (cached by size+mtime), so a page polling during training sees new lines as they land.
+
+export interface DirEntry {
+  kind: 'run' | 'eval';
+  name: string; // path relative to the root, '.' for the root itself
+  dir: string;
+  updated: number; // newest mtime of the files the dashboard reads (ms)
+}
+
+const mtime = (p: string) => (existsSync(p) ? statSync(p).mtimeMs : 0);
+
+function classify(dir: string): 'run' | 'eval' | null {
+  if (existsSync(join(dir, 'metrics.jsonl')) || existsSync(join(dir, 'checkpoints'))) return 'run';
+  if (existsSync(join(dir, 'config.json')) && existsSync(join(dir, 'trajectories.jsonl'))) return 'eval';
+  if (existsSync(join(dir, 'report.json'))) return 'eval';
+  if (existsSync(join(dir, 'trajectories')) && existsSync(join(dir, 'config.json'))) return 'run';
+  return null;
+}
+
+/** Run and eval directories at or below root (3 levels), newest first. */
+export function scanDirs(root: string): DirEntry[] {
+  const base = resolve(root);
+  if (!existsSync(base) || !statSync(base).isDirectory()) throw new Error(`--runs: not a directory: ${root}`);
+  const out: DirEntry[] = [];
+  const walk = (dir: string, depth: number) => {
+    const kind = classify(dir);
+    if (kind) {
+      const files = [
+        'metrics.jsonl',
+        'evals.jsonl',
+        'state.json',
+        'report.json',
+        'trajectories.jsonl',
+        'trajectories',
+      ];
+      out.push({
+        kind,
+        name: relative(base, dir) || '.',
+        dir,
+        updated: Math.max(...files.map((f) => mtime(join(dir, f)))),
+      });
+      return;
+    }
+    if (depth >= 3) return;
+    let names: string[] = [];
+    try {
+      names = readdirSync(dir).sort();
+    } catch {
+      return;
+    }
+    for (const n of names) {
+      if (n.startsWith('.') || n === 'node_modules') continue;
+      const p = join(dir, n);
+      try {
+        if (statSync(p).isDirectory()) walk(p, depth + 1);
+      } catch {
+        // vanished while scanning
+      }
+    }
+  };
+  walk(base, 0);
+  return out.sort((a, b) => b.updated - a.updated || a.name.localeCompare(b.name));
+}
+
+const cache = new Map<string, { key: string; rows: unknown[] }>();
+
+function readCached<T>(path: string): T[] {
+  if (!existsSync(path)) return [];
+  const s = statSync(path);
+  const key = `${s.size}:${s.mtimeMs}`;
+  const hit = cache.get(path);
+  if (hit && hit.key === key) return hit.rows as T[];
+  const rows = readJsonlTolerant<T>(path);
+  cache.set(path, { key, rows });
+  return rows;
+}
+
+function readJson(path: string): unknown {
+  if (!existsSync(path)) return null;
+  try {
+    return JSON.parse(readFileSync(path, 'utf8'));
+  } catch {
+    return null; // being rewritten; the next poll gets it
+  }
+}
+
+export function trajectoryFiles(e: DirEntry): string[] {
+  if (e.kind === 'eval') return existsSync(join(e.dir, 'trajectories.jsonl')) ? ['trajectories.jsonl'] : [];
+  const d = join(e.dir, 'trajectories');
+  if (!existsSync(d)) return [];
+  return readdirSync(d)
+    .filter((f) => f.endsWith('.jsonl'))
+    .sort()
+    .map((f) => `trajectories/${f}`);
+}
+
+export function runData(e: DirEntry) {
+  return {
+    kind: e.kind,
+    name: e.name,
+    config: readJson(join(e.dir, 'config.json')),
+    state: readJson(join(e.dir, 'state.json')),
+    metrics: readCached<Record<string, unknown>>(join(e.dir, 'metrics.jsonl')),
+    evals: readCached<Record<string, unknown>>(join(e.dir, 'evals.jsonl')),
+    trajectoryFiles: trajectoryFiles(e),
+  };
+}
+
+export function evalData(e: DirEntry) {
+  const config = readJson(join(e.dir, 'config.json')) as { bench?: string; k?: number } | null;
+  let report = readJson(join(e.dir, 'report.json'));
+  if (!report && config?.k) {
+    // an eval still running has no report yet: score what is on disk
+    const ts = dedupe(readCached<Trajectory>(join(e.dir, 'trajectories.jsonl')));
+    const problems = [
+      ...new Map(ts.map((t) => [t.promptId, { id: t.promptId, problem: '', answer: t.gold ?? '' }])).values(),
+    ];
+    report = scoreEval({ bench: config.bench ?? e.name, k: config.k, problems, trajectories: ts });
+  }
+  return { kind: e.kind, name: e.name, config, report, trajectoryFiles: trajectoryFiles(e) };
+}
+
+export type TrajFilter = 'all' | 'correct' | 'incorrect' | 'tool_error';
+export const FILTERS: TrajFilter[] = ['all', 'correct', 'incorrect', 'tool_error'];
+
+type Stored = Trajectory & { kept?: boolean; advantage?: number };
+const matches = (t: Stored, f: TrajFilter) =>
+  f === 'all' ||
+  (f === 'correct' && t.correct === true) ||
+  (f === 'incorrect' && t.correct !== true) ||
+  (f === 'tool_error' && t.numToolErrors > 0);
+
+function loadFile(e: DirEntry, file: string): Stored[] {
+  if (!trajectoryFiles(e).includes(file)) throw new NotFound(`no trajectory file '${file}' in ${e.name}`);
+  return readCached<Stored>(join(e.dir, file));
+}
+
+export class NotFound extends Error {}
+
+export function listTrajectories(
+  e: DirEntry,
+  file: string,
+  filter: TrajFilter,
+  offset: number,
+  limit: number,
+) {
+  const all = loadFile(e, file);
+  const counts = Object.fromEntries(FILTERS.map((f) => [f, all.filter((t) => matches(t, f)).length]));
+  const picked = all.filter((t) => matches(t, filter));
+  return {
+    file,
+    filter,
+    total: picked.length,
+    counts,
+    items: picked.slice(offset, offset + limit).map((t) => ({
+      id: t.id,
+      promptId: t.promptId,
+      sample: t.sample,
+      correct: t.correct,
+      reward: t.reward,
+      finish: t.finish,
+      numToolCalls: t.numToolCalls,
+      numToolErrors: t.numToolErrors,
+      responseTokens: t.responseIds.length,
+      kept: t.kept,
+      advantage: t.advantage,
+      extracted: t.verify?.extracted ?? null,
+    })),
+  };
+}
+
+export function getTrajectory(e: DirEntry, file: string, id: string): TrajectoryView {
+  const t = loadFile(e, file).find((x) => x.id === id);
+  if (!t) throw new NotFound(`no trajectory '${id}' in ${e.name}/${file}`);
+  return viewTrajectory(t);
+}

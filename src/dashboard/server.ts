@@ -1,0 +1,157 @@
+import { readFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { resolve } from 'node:path';
+import {
+  type DirEntry,
+  evalData,
+  FILTERS,
+  getTrajectory,
+  listTrajectories,
+  NotFound,
+  runData,
+  scanDirs,
+  type TrajFilter,
+} from './data.js';
+
+// A read-only local web server over run/eval directories: one HTML page (static/app.js draws inline
+// SVG charts) and a small JSON API the page polls for live updates. Only directories found under
+// --runs are reachable; names from the client are looked up, never joined into paths.
+
+const STATIC = new URL('./static/', import.meta.url);
+
+function page(root: string, pollMs: number): string {
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>rstar2 dashboard</title><link rel="stylesheet" href="/static/style.css"></head>
+<body data-poll-ms="${pollMs}">
+<header><h1>rstar2 dashboard</h1><span class="root">${escapeHtml(root)}</span><span id="live" class="live">connecting…</span></header>
+<div id="app">
+<nav><h3>Training runs</h3><ul id="runs"></ul><h3>Evaluations <span title="tick to compare">(☑ compare)</span></h3><ul id="evals"></ul></nav>
+<main>
+<section class="card hidden" id="run-card"><h2 id="run-title"></h2><div class="stats" id="run-stats"></div>
+<div class="charts" id="charts"></div><h3>RoC statistics per step</h3><div id="roc"></div></section>
+<section class="card hidden" id="eval-card"><h2 id="eval-title"></h2><div class="stats" id="eval-stats"></div><div id="eval-problems"></div></section>
+<section class="card hidden" id="compare-card"><h2>Evaluations side by side</h2><div id="compare"></div></section>
+<section class="card hidden" id="traj-card"><h2>Trajectories</h2>
+<div class="toolbar"><select id="traj-file" aria-label="trajectory file"></select><div class="filters" id="filters"></div></div>
+<div class="split"><ul id="traj-list"></ul><div id="traj-detail"></div></div></section>
+</main></div>
+<script src="/static/app.js"></script></body></html>`;
+}
+
+function escapeHtml(s: string): string {
+  return s.replace(
+    /[&<>"]/g,
+    (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c] as string,
+  );
+}
+
+export interface DashboardOptions {
+  root: string;
+  port?: number; // 0 = any free port
+  host?: string;
+  pollMs?: number;
+}
+
+export interface Dashboard {
+  server: Server;
+  url: string;
+  close(): Promise<void>;
+}
+
+function send(res: ServerResponse, status: number, type: string, body: string | Buffer): void {
+  res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store' });
+  res.end(body);
+}
+
+function entries(root: string) {
+  return scanDirs(root).map((e) => {
+    let sub = '';
+    if (e.kind === 'run') {
+      const d = runData(e);
+      sub = `${d.metrics.length} steps`;
+    } else {
+      const r = evalData(e).report as { avgAtK?: number; k?: number } | null;
+      if (r?.avgAtK !== undefined) sub = `avg@${r.k} ${(100 * r.avgAtK).toFixed(1)}%`;
+    }
+    return { kind: e.kind, name: e.name, sub };
+  });
+}
+
+function handle(root: string, pollMs: number, req: IncomingMessage, res: ServerResponse) {
+  const url = new URL(req.url ?? '/', 'http://x');
+  const q = url.searchParams;
+  const find = (): DirEntry => {
+    const name = q.get('name');
+    const kind = q.get('kind') ?? url.pathname.slice('/api/'.length);
+    const e = scanDirs(root).find(
+      (x) => x.name === name && (kind === x.kind || !['run', 'eval'].includes(kind)),
+    );
+    if (!e) throw new NotFound(`no ${kind} directory named '${name}' under ${root}`);
+    return e;
+  };
+  const int = (k: string, dflt: number) => {
+    const v = Number(q.get(k) ?? dflt);
+    if (!Number.isInteger(v) || v < 0) throw new BadRequest(`${k} must be a non-negative integer`);
+    return v;
+  };
+  const json = (x: unknown) => send(res, 200, 'application/json', JSON.stringify(x));
+  try {
+    if (req.method !== 'GET') return send(res, 405, 'text/plain', 'GET only');
+    switch (url.pathname) {
+      case '/':
+      case '/index.html':
+        return send(res, 200, 'text/html; charset=utf-8', page(root, pollMs));
+      case '/static/app.js':
+        return send(res, 200, 'text/javascript; charset=utf-8', readFileSync(new URL('app.js', STATIC)));
+      case '/static/style.css':
+        return send(res, 200, 'text/css; charset=utf-8', readFileSync(new URL('style.css', STATIC)));
+      case '/favicon.ico':
+        res.writeHead(204).end();
+        return;
+      case '/api/list':
+        return json({ root, entries: entries(root) });
+      case '/api/run':
+        return json(runData(find()));
+      case '/api/eval':
+        return json(evalData(find()));
+      case '/api/trajectories': {
+        const filter = (q.get('filter') ?? 'all') as TrajFilter;
+        if (!FILTERS.includes(filter)) throw new BadRequest(`filter must be one of ${FILTERS.join(', ')}`);
+        return json(
+          listTrajectories(find(), q.get('file') ?? '', filter, int('offset', 0), int('limit', 200)),
+        );
+      }
+      case '/api/trajectory':
+        return json(getTrajectory(find(), q.get('file') ?? '', q.get('id') ?? ''));
+      default:
+        return send(res, 404, 'text/plain', `not found: ${url.pathname}`);
+    }
+  } catch (e) {
+    const status = e instanceof NotFound ? 404 : e instanceof BadRequest ? 400 : 500;
+    send(res, status, 'text/plain', (e as Error).message);
+  }
+}
+
+class BadRequest extends Error {}
+
+export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
+  const root = resolve(o.root);
+  scanDirs(root); // fail early on a bad --runs
+  const server = createServer((req, res) => handle(root, o.pollMs ?? 2000, req, res));
+  await new Promise<void>((ok, fail) => {
+    server.once('error', fail);
+    server.listen(o.port ?? 8090, o.host ?? '127.0.0.1', () => ok());
+  });
+  const addr = server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : o.port;
+  return {
+    server,
+    url: `http://${o.host ?? '127.0.0.1'}:${port}/`,
+    close: () =>
+      new Promise<void>((ok) => {
+        server.closeAllConnections();
+        server.close(() => ok());
+      }),
+  };
+}

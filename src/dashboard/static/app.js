@@ -1,0 +1,511 @@
+// rstar2 dashboard client: plain DOM + inline SVG, no build step. Polls the JSON API for live updates.
+const POLL_MS = Number(document.body.dataset.pollMs || 2000);
+const COLORS = ['#2f6fed', '#1f9d55', '#d68a1f', '#d64545', '#7a4fd6', '#17a2b8', '#8a6d3b'];
+const state = {
+  list: [],
+  sel: null, // {kind, name}
+  compare: new Set(),
+  data: null,
+  dataKey: '',
+  trajFile: null,
+  filter: 'all',
+  trajId: null,
+  trajKey: '',
+};
+
+const $ = (s) => document.querySelector(s);
+const esc = (s) =>
+  String(s ?? '').replace(
+    /[&<>"']/g,
+    (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c],
+  );
+const pct = (x) => (x == null || Number.isNaN(x) ? '–' : `${(100 * x).toFixed(1)}%`);
+const fmt = (x, d = 3) => {
+  if (x == null || Number.isNaN(x)) return '–';
+  const a = Math.abs(x);
+  if (a !== 0 && (a >= 1e5 || a < 1e-3)) return x.toExponential(2);
+  return Number.isInteger(x) ? String(x) : x.toFixed(a >= 100 ? 0 : d);
+};
+
+async function api(path) {
+  const r = await fetch(path, { cache: 'no-store' });
+  if (!r.ok) throw new Error(`${path}: ${r.status} ${await r.text()}`);
+  return r.json();
+}
+
+// ---------- charts ----------
+function niceTicks(lo, hi, n = 4) {
+  if (lo === hi) {
+    lo -= Math.abs(lo) * 0.1 || 1;
+    hi += Math.abs(hi) * 0.1 || 1;
+  }
+  const span = hi - lo;
+  const step0 = span / n;
+  const mag = 10 ** Math.floor(Math.log10(step0));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= step0) || step0;
+  let v = Math.floor(lo / step) * step;
+  const ticks = [+v.toPrecision(12)];
+  while (v < hi - step * 1e-9) {
+    v += step;
+    ticks.push(+v.toPrecision(12));
+  }
+  return ticks;
+}
+
+// series: [{name, points: [[x, y, label]]}]; opts: {stacked, percent}
+function lineChart(id, title, series, opts = {}) {
+  series = series.filter((s) => s.points.length > 0);
+  if (series.length === 0) return '';
+  const W = 440;
+  const H = 190;
+  const L = 46;
+  const R = 10;
+  const T = 8;
+  const B = 24;
+  const xs = series.flatMap((s) => s.points.map((p) => p[0]));
+  let stackedPts = series;
+  if (opts.stacked) {
+    const acc = new Map();
+    stackedPts = series.map((s) => ({
+      ...s,
+      points: s.points.map(([x, y, l]) => {
+        const base = acc.get(x) || 0;
+        acc.set(x, base + y);
+        return [x, base + y, l, base];
+      }),
+    }));
+  }
+  const ys = stackedPts.flatMap((s) => s.points.map((p) => p[1]));
+  if (opts.stacked || opts.zero) ys.push(0);
+  const x0 = Math.min(...xs);
+  const x1 = Math.max(...xs);
+  const yt = niceTicks(Math.min(...ys), Math.max(...ys));
+  const y0 = yt[0];
+  const y1 = yt[yt.length - 1];
+  const sx = (x) => L + (x1 === x0 ? (W - L - R) / 2 : ((x - x0) / (x1 - x0)) * (W - L - R));
+  const sy = (y) => T + (1 - (y - y0) / (y1 - y0 || 1)) * (H - T - B);
+  const xt = niceTicks(x0, x1, 5).filter((x) => x >= x0 && x <= x1);
+  let g = '<g class="grid">';
+  for (const y of yt) g += `<line x1="${L}" x2="${W - R}" y1="${sy(y)}" y2="${sy(y)}"/>`;
+  g += '</g><g class="axis">';
+  for (const y of yt)
+    g += `<text x="${L - 5}" y="${sy(y) + 3}" text-anchor="end">${opts.percent ? `${Math.round(y * 100)}%` : fmt(y, 2)}</text>`;
+  for (const x of xt) g += `<text x="${sx(x)}" y="${H - 6}" text-anchor="middle">${fmt(x, 0)}</text>`;
+  g += `<line x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/></g>`;
+  let body = '';
+  stackedPts.forEach((s, i) => {
+    const c = s.color || COLORS[i % COLORS.length];
+    const pts = s.points.map((p) => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(' ');
+    if (opts.stacked) {
+      const base = s.points
+        .slice()
+        .reverse()
+        .map((p) => `${sx(p[0]).toFixed(1)},${sy(p[3]).toFixed(1)}`)
+        .join(' ');
+      body += `<polygon points="${pts} ${base}" fill="${c}" fill-opacity="0.35" stroke="none"/>`;
+    }
+    body += `<polyline class="series" data-name="${esc(s.name)}" data-n="${s.points.length}" points="${pts}" fill="none" stroke="${c}" stroke-width="1.8" stroke-dasharray="${s.dashed ? '4 3' : ''}"/>`;
+    if (s.points.length <= 120) {
+      for (const p of s.points) {
+        const v = opts.stacked ? p[1] - p[3] : p[1];
+        body += `<circle cx="${sx(p[0]).toFixed(1)}" cy="${sy(p[1]).toFixed(1)}" r="2.4" fill="${c}"><title>${esc(s.name)} @ ${esc(p[2] ?? p[0])}: ${opts.percent ? pct(v) : fmt(v)}</title></circle>`;
+      }
+    }
+  });
+  const legend = stackedPts
+    .map(
+      (s, i) =>
+        `<span><i style="background:${s.color || COLORS[i % COLORS.length]}"></i>${esc(s.name)}</span>`,
+    )
+    .join('');
+  return `<div class="chart" data-chart="${id}"><h4>${esc(title)}</h4><div class="legend">${legend}</div><svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(title)}">${g}${body}</svg></div>`;
+}
+
+const get = (o, path) => path.split('.').reduce((a, k) => (a == null ? undefined : a[k]), o);
+
+function seriesOf(metrics, path, name, extra = {}) {
+  const points = [];
+  metrics.forEach((m, i) => {
+    const v = get(m, path);
+    if (typeof v === 'number' && Number.isFinite(v))
+      points.push([i + 1, v, `${m.stage ?? ''} step ${m.step ?? i + 1}`]);
+  });
+  return { name, points, ...extra };
+}
+
+// ---------- sidebar ----------
+function renderList() {
+  const runs = state.list.filter((e) => e.kind === 'run');
+  const evals = state.list.filter((e) => e.kind === 'eval');
+  const item = (e) => {
+    const sel = state.sel && state.sel.kind === e.kind && state.sel.name === e.name ? ' sel' : '';
+    const box =
+      e.kind === 'eval'
+        ? `<input type="checkbox" data-compare="${esc(e.name)}" ${state.compare.has(e.name) ? 'checked' : ''} title="compare side by side">`
+        : '';
+    return `<li class="entry${sel}" data-kind="${e.kind}" data-name="${esc(e.name)}">${box}<span>${esc(e.name)}</span><span class="sub">${esc(e.sub || '')}</span></li>`;
+  };
+  $('#runs').innerHTML = runs.map(item).join('') || '<div class="empty">no run directories</div>';
+  $('#evals').innerHTML = evals.map(item).join('') || '<div class="empty">no eval directories</div>';
+}
+
+document.addEventListener('click', (ev) => {
+  const box = ev.target.closest('[data-compare]');
+  if (box) {
+    const n = box.dataset.compare;
+    if (box.checked) state.compare.add(n);
+    else state.compare.delete(n);
+    renderCompare();
+    ev.stopPropagation();
+    return;
+  }
+  const li = ev.target.closest('li.entry');
+  if (li) select({ kind: li.dataset.kind, name: li.dataset.name });
+  const fb = ev.target.closest('[data-filter]');
+  if (fb) {
+    state.filter = fb.dataset.filter;
+    state.trajId = null;
+    loadTrajList();
+  }
+  const tr = ev.target.closest('li[data-traj]');
+  if (tr) {
+    state.trajId = tr.dataset.traj;
+    for (const x of document.querySelectorAll('#traj-list li')) x.classList.toggle('sel', x === tr);
+    loadTraj();
+  }
+});
+
+async function select(sel) {
+  state.sel = sel;
+  state.dataKey = '';
+  state.trajFile = null;
+  state.trajId = null;
+  state.filter = 'all';
+  if (sel.kind === 'eval') state.compare.add(sel.name);
+  renderList();
+  await refreshSelected();
+  renderCompare();
+}
+
+// ---------- run / eval view ----------
+function stat(label, value) {
+  return `<div class="stat"><b>${esc(value)}</b><span>${esc(label)}</span></div>`;
+}
+
+function renderRun(d) {
+  const m = d.metrics;
+  const last = m[m.length - 1] || {};
+  const held = d.evals.map((e, i) => [i, e]);
+  const stepIndex = new Map();
+  m.forEach((x, i) => {
+    stepIndex.set(`${x.stage}:${x.step}`, i + 1);
+  });
+  const heldPts = held
+    .map(([i, e]) => [
+      stepIndex.get(`${e.stage}:${e.step}`) ?? i + 1,
+      e.accuracy,
+      `${e.stage ?? ''} step ${e.step} (${e.split ?? 'eval'})`,
+    ])
+    .filter((p) => typeof p[1] === 'number');
+  $('#run-title').innerHTML =
+    `${esc(d.name)} <span class="sub">${m.length} steps${d.state?.step != null ? ` · last checkpoint step ${esc(d.state.step)}` : ''}</span>`;
+  $('#run-stats').innerHTML = [
+    stat('stage / step', `${last.stage ?? '–'} / ${last.step ?? '–'}`),
+    stat('reward (last)', fmt(last.reward_mean)),
+    stat('accuracy (last)', pct(last.accuracy)),
+    stat('tool-error ratio (pos)', pct(last.tool_error_ratio_pos)),
+    stat('response length', fmt(last.response_len_mean, 0)),
+    stat('tokens/s', fmt(last.tokens_per_s, 0)),
+  ].join('');
+  const charts = [
+    lineChart('reward', 'Reward (mean)', [seriesOf(m, 'reward_mean', 'reward')]),
+    lineChart(
+      'accuracy',
+      'Accuracy',
+      [
+        seriesOf(m, 'accuracy', 'train accuracy'),
+        { name: 'held-out', points: heldPts, dashed: true, color: '#d64545' },
+      ],
+      { percent: true },
+    ),
+    lineChart(
+      'tool_error',
+      'Tool-error ratio among positives',
+      [seriesOf(m, 'tool_error_ratio_pos', 'tool errors / calls (correct)')],
+      {
+        percent: true,
+      },
+    ),
+    lineChart(
+      'length',
+      'Response length (tokens)',
+      [seriesOf(m, 'response_len_mean', 'mean response tokens')],
+      { zero: true },
+    ),
+    lineChart(
+      'time',
+      'Step time split (s)',
+      [
+        seriesOf(m, 'time_rollout_s', 'rollout'),
+        seriesOf(m, 'time_reward_s', 'reward'),
+        seriesOf(m, 'time_update_s', 'update'),
+      ],
+      { stacked: true },
+    ),
+    lineChart(
+      'roc',
+      'RoC: trajectories before → after',
+      [seriesOf(m, 'roc.before', 'before'), seriesOf(m, 'roc.after', 'after')],
+      {
+        zero: true,
+      },
+    ),
+    lineChart(
+      'roc_groups',
+      'RoC: groups',
+      [
+        seriesOf(m, 'roc.groups_kept', 'kept'),
+        seriesOf(m, 'roc.groups_rejected_all_correct', 'rejected: all correct'),
+        seriesOf(m, 'roc.groups_rejected_all_wrong', 'rejected: all wrong'),
+      ],
+      { zero: true },
+    ),
+    lineChart('loss', 'Loss', [seriesOf(m, 'loss', 'loss')]),
+    lineChart('entropy', 'Entropy / clip fraction', [
+      seriesOf(m, 'entropy', 'entropy'),
+      seriesOf(m, 'clip_frac', 'clip frac'),
+    ]),
+  ].filter(Boolean);
+  $('#charts').innerHTML =
+    charts.join('') || '<div class="placeholder">no metrics yet — waiting for metrics.jsonl</div>';
+  const rocRows = m
+    .filter((x) => x.roc)
+    .slice(-200)
+    .reverse()
+    .map(
+      (x) =>
+        `<tr><td>${esc(x.stage ?? '')}</td><td class="num">${esc(x.step)}</td><td class="num">${fmt(x.roc.before)}</td><td class="num">${fmt(x.roc.after)}</td><td class="num">${fmt(x.roc.groups_kept)}</td><td class="num">${fmt(x.roc.groups_rejected_all_correct)}</td><td class="num">${fmt(x.roc.groups_rejected_all_wrong)}</td><td class="num">${pct(x.accuracy)}</td><td class="num">${pct(x.tool_error_ratio_pos)}</td></tr>`,
+    )
+    .join('');
+  $('#roc').innerHTML = rocRows
+    ? `<div class="scroll"><table><thead><tr><th>stage</th><th class="num">step</th><th class="num">before</th><th class="num">after</th><th class="num">groups kept</th><th class="num">rej. all correct</th><th class="num">rej. all wrong</th><th class="num">accuracy</th><th class="num">tool err (pos)</th></tr></thead><tbody>${rocRows}</tbody></table></div>`
+    : '<div class="placeholder">no RoC statistics in this run</div>';
+}
+
+function renderEvalOne(d) {
+  const r = d.report || {};
+  const c = d.config || {};
+  $('#eval-title').innerHTML =
+    `${esc(d.name)} <span class="sub">${esc(c.bench ?? '')} · ${esc(c.engine ?? '')} · T=${esc(c.temperature)} · top-p=${esc(c.topP)}</span>`;
+  $('#eval-stats').innerHTML = [
+    stat(`avg@${r.k}`, pct(r.avgAtK)),
+    stat(`pass@${r.k}`, pct(r.passAtK?.[String(r.k)])),
+    stat(`maj@${r.k}`, pct(r.majAtK)),
+    stat('mean response tokens', fmt(r.meanResponseTokens, 0)),
+    stat('tool calls / answer', fmt(r.toolCallsPerAnswer, 2)),
+    stat('tool-error rate', pct(r.toolErrorRate)),
+    stat('samples', `${r.samples ?? 0}${r.complete === false ? ' (incomplete)' : ''}`),
+  ].join('');
+  const rows = (r.perProblem || [])
+    .map(
+      (p) =>
+        `<tr><td>${esc(p.id)}</td><td>${esc(p.answer)}</td><td class="num">${p.correct}/${p.n}</td><td class="num">${pct(p.passAt1)}</td><td>${esc(p.majority ?? '–')} (${p.majorityVotes})</td><td>${p.majorityCorrect ? '<span class="badge ok">yes</span>' : '<span class="badge bad">no</span>'}</td><td class="num">${fmt(p.meanResponseTokens, 0)}</td><td class="num">${fmt(p.meanToolCalls, 2)}</td></tr>`,
+    )
+    .join('');
+  $('#eval-problems').innerHTML =
+    `<div class="scroll"><table><thead><tr><th>problem</th><th>gold</th><th class="num">correct</th><th class="num">pass@1</th><th>majority (votes)</th><th>maj ok</th><th class="num">tokens</th><th class="num">tool calls</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+}
+
+async function renderCompare() {
+  const names = [...state.compare].filter((n) => state.list.some((e) => e.kind === 'eval' && e.name === n));
+  $('#compare-card').classList.toggle('hidden', names.length === 0);
+  if (names.length === 0) return;
+  const ds = await Promise.all(
+    names.map((n) => api(`/api/eval?name=${encodeURIComponent(n)}`).catch(() => null)),
+  );
+  const cols = ds.filter(Boolean);
+  const metric = (label, f, better = 'max', show = pct) => {
+    const vals = cols.map((d) => f(d.report || {}, d.config || {}));
+    const nums = vals.filter((v) => typeof v === 'number');
+    const best =
+      better && nums.length > 1 ? (better === 'max' ? Math.max(...nums) : Math.min(...nums)) : null;
+    return `<tr><th>${esc(label)}</th>${vals.map((v) => `<td class="num${v === best ? ' best' : ''}">${typeof v === 'number' ? show(v) : esc(v ?? '–')}</td>`).join('')}</tr>`;
+  };
+  const rows = [
+    metric('benchmark', (_r, c) => c.bench, null),
+    metric('engine', (_r, c) => c.engine, null),
+    metric('k', (r) => r.k, null, String),
+    metric('temperature / top-p', (_r, c) => `${c.temperature} / ${c.topP}`, null),
+    metric('avg@k (mean pass@1)', (r) => r.avgAtK),
+    metric('pass@k', (r) => r.passAtK?.[String(r.k)]),
+    metric('maj@k', (r) => r.majAtK),
+    metric(
+      'mean response tokens',
+      (r) => r.meanResponseTokens,
+      'min',
+      (v) => fmt(v, 0),
+    ),
+    metric(
+      'tool calls / answer',
+      (r) => r.toolCallsPerAnswer,
+      null,
+      (v) => fmt(v, 2),
+    ),
+    metric('tool-error rate', (r) => r.toolErrorRate, 'min'),
+    metric('samples', (r) => r.samples, null, String),
+    metric(
+      'wall time (s)',
+      (r) => r.wallTimeS,
+      null,
+      (v) => fmt(v, 1),
+    ),
+  ];
+  $('#compare').innerHTML =
+    `<table id="compare-table"><thead><tr><th></th>${cols.map((d) => `<th class="num">${esc(d.name)}</th>`).join('')}</tr></thead><tbody>${rows.join('')}</tbody></table>`;
+}
+
+async function refreshSelected() {
+  const sel = state.sel;
+  if (!sel) return;
+  const d = await api(`/api/${sel.kind}?name=${encodeURIComponent(sel.name)}`);
+  if (state.sel !== sel) return;
+  const key = JSON.stringify(d);
+  if (key === state.dataKey) return;
+  state.dataKey = key;
+  state.data = d;
+  $('#run-card').classList.toggle('hidden', sel.kind !== 'run');
+  $('#eval-card').classList.toggle('hidden', sel.kind !== 'eval');
+  $('#traj-card').classList.remove('hidden');
+  if (sel.kind === 'run') renderRun(d);
+  else renderEvalOne(d);
+  const files = d.trajectoryFiles;
+  if (!state.trajFile || !files.includes(state.trajFile)) state.trajFile = files[files.length - 1] || null;
+  $('#traj-file').innerHTML = files
+    .map(
+      (f) =>
+        `<option value="${esc(f)}" ${f === state.trajFile ? 'selected' : ''}>${esc(f.replace(/^trajectories\//, ''))}</option>`,
+    )
+    .join('');
+  await loadTrajList();
+}
+
+$('#traj-file').addEventListener('change', (ev) => {
+  state.trajFile = ev.target.value;
+  state.trajId = null;
+  loadTrajList();
+});
+
+// ---------- trajectory viewer ----------
+function verdict(t) {
+  if (t.correct === true) return '<span class="badge ok">correct</span>';
+  if (t.correct === false) return '<span class="badge bad">wrong</span>';
+  return '<span class="badge muted">unscored</span>';
+}
+
+async function loadTrajList() {
+  const sel = state.sel;
+  if (!sel || !state.trajFile) {
+    $('#traj-list').innerHTML = '';
+    $('#traj-detail').innerHTML = '<div class="placeholder">no trajectories saved</div>';
+    return;
+  }
+  const q = `name=${encodeURIComponent(sel.name)}&kind=${sel.kind}&file=${encodeURIComponent(state.trajFile)}`;
+  const d = await api(`/api/trajectories?${q}&filter=${state.filter}&limit=500`);
+  const labels = { all: 'all', correct: 'correct', incorrect: 'incorrect', tool_error: 'tool error' };
+  $('#filters').innerHTML = Object.entries(labels)
+    .map(
+      ([f, l]) =>
+        `<button data-filter="${f}" class="${state.filter === f ? 'on' : ''}">${l} (${d.counts[f]})</button>`,
+    )
+    .join('');
+  const key = JSON.stringify([state.trajFile, state.filter, d.items.map((t) => t.id)]);
+  if (key === state.trajKey && state.trajId) return;
+  state.trajKey = key;
+  $('#traj-list').innerHTML =
+    d.items
+      .map(
+        (t) =>
+          `<li data-traj="${esc(t.id)}" class="${t.id === state.trajId ? 'sel' : ''}">${verdict(t)}<span>${esc(t.id)}</span>${t.numToolErrors > 0 ? '<span class="badge warn">tool err</span>' : ''}${t.kept === false ? '<span class="badge muted">dropped</span>' : ''}<span class="meta">${t.responseTokens} tok · ${t.numToolCalls} calls</span></li>`,
+      )
+      .join('') || '<div class="placeholder">none match</div>';
+  if (!state.trajId || !d.items.some((t) => t.id === state.trajId)) state.trajId = d.items[0]?.id ?? null;
+  const cur = document.querySelector(`#traj-list li[data-traj="${CSS.escape(state.trajId ?? '')}"]`);
+  if (cur) cur.classList.add('sel');
+  await loadTraj();
+}
+
+function maskBar(runs, total) {
+  let x = 0;
+  const rects = runs
+    .map(([m, n]) => {
+      const r = `<rect x="${x}" y="0" width="${n}" height="1" fill="${m ? 'var(--trained)' : 'var(--masked)'}"/>`;
+      x += n;
+      return r;
+    })
+    .join('');
+  return `<svg class="maskbar" viewBox="0 0 ${Math.max(1, total)} 1" preserveAspectRatio="none">${rects}</svg>`;
+}
+
+async function loadTraj() {
+  const sel = state.sel;
+  if (!sel || !state.trajId) {
+    $('#traj-detail').innerHTML = '<div class="placeholder">select a trajectory</div>';
+    return;
+  }
+  const t = await api(
+    `/api/trajectory?name=${encodeURIComponent(sel.name)}&kind=${sel.kind}&file=${encodeURIComponent(state.trajFile)}&id=${encodeURIComponent(state.trajId)}`,
+  );
+  const total = t.trainedTokens + t.maskedTokens;
+  const head = `<div class="traj-head"><b>${esc(t.id)}</b>${verdict(t)}<span class="badge muted">${esc(t.finish)}</span>${t.reward != null ? `<span>reward ${fmt(t.reward)}</span>` : ''}${t.advantage != null ? `<span>advantage ${fmt(t.advantage)}</span>` : ''}${t.kept != null ? `<span>${t.kept ? 'kept by RoC' : 'dropped by RoC'}</span>` : ''}<span>${t.numToolCalls} tool calls, ${t.numToolErrors} errors</span><span>${fmt(t.ms / 1000, 1)} s</span></div>`;
+  const mask = `${maskBar(t.maskRuns, total)}<div class="masklegend"><i class="sw" style="background:var(--trained)"></i>trained (mask 1): ${t.trainedTokens} tokens<i class="sw" style="background:var(--masked)"></i>masked tool observation (mask 0): ${t.maskedTokens} tokens</div>`;
+  const turns = t.turns
+    .map((u) => {
+      const calls = u.toolCalls
+        .map(
+          (c) =>
+            `<div class="block code"><label>Tool call · ${esc(c.name)}${c.parseError ? ` · parse error: ${esc(c.parseError)}` : ''}</label><pre>${esc(c.code)}</pre></div>`,
+        )
+        .join('');
+      const results = u.toolResults
+        .map(
+          (r) =>
+            `<div class="block result ${r.error ? 'err' : ''}"><label>Tool result · ${esc(r.status ?? (r.error ? 'error' : 'ok'))} · ${r.ms} ms · ${r.tokens} masked tokens</label><pre>${esc(r.text)}</pre></div>`,
+        )
+        .join('');
+      const reasoning = u.reasoning
+        ? `<div class="block reasoning"><label>Reasoning · ${u.genTokens} trained tokens</label><pre>${esc(u.reasoning)}</pre></div>`
+        : '';
+      return `<div class="turn" data-turn="${u.turn}"><div class="turn-h">Turn ${u.turn + 1}${u.finishReason ? ` · finish: ${esc(u.finishReason)}` : ''}</div>${reasoning}${calls}${results}</div>`;
+    })
+    .join('');
+  const answer = `<div class="block answer ${t.correct ? '' : 'wrong'}"><label>Answer</label><pre>${esc(t.answer ?? '(no <answer> block)')}</pre><div>extracted: <b>${esc(t.extracted ?? '–')}</b> · gold: <b>${esc(t.gold ?? '–')}</b></div></div>`;
+  $('#traj-detail').innerHTML =
+    head +
+    mask +
+    turns +
+    answer +
+    (t.error ? `<div class="block result err"><label>Error</label><pre>${esc(t.error)}</pre></div>` : '');
+}
+
+// ---------- live updates ----------
+async function poll() {
+  try {
+    const l = await api('/api/list');
+    const key = JSON.stringify(l.entries);
+    if (key !== JSON.stringify(state.list)) {
+      state.list = l.entries;
+      renderList();
+      if (!state.sel && state.list.length)
+        await select(state.list.find((e) => e.kind === 'run') || state.list[0]);
+    }
+    await refreshSelected();
+    $('#live').textContent = `live · updated ${new Date().toLocaleTimeString()}`;
+    $('#live').classList.remove('stale');
+  } catch (e) {
+    $('#live').textContent = `disconnected: ${e.message}`;
+    $('#live').classList.add('stale');
+  }
+}
+
+poll();
+setInterval(poll, POLL_MS);

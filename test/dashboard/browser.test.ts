@@ -1,0 +1,134 @@
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, test } from 'node:test';
+import { type Browser, chromium, type Page } from 'playwright-core';
+import { type Dashboard, startDashboard } from '../../src/dashboard/server.js';
+import { appendJsonl } from '../../src/util/jsonl.js';
+import { makeEval, makeRun, metricLine } from './fixture.js';
+
+// Real headless Chromium over a real-shaped run directory. Skips (with a message) only where Debian's
+// chromium is not installed.
+const CHROMIUM = process.env.RSTAR2_CHROMIUM ?? '/usr/bin/chromium';
+const skip = existsSync(CHROMIUM) ? false : `chromium not found at ${CHROMIUM} (apt-get install chromium)`;
+const SHOTS = process.env.RSTAR2_SCREENSHOT_DIR ?? join(tmpdir(), 'rstar2-dashboard-screenshots');
+
+let root: string;
+let dash: Dashboard;
+let browser: Browser;
+let page: Page;
+
+before(async () => {
+  if (skip) return;
+  root = mkdtempSync(join(tmpdir(), 'rstar2-dash-'));
+  makeRun(join(root, 'runs', 'demo'), 24);
+  await makeEval(join(root, 'evals', 'ckpt-a'), 0.4, 'fake:0.4');
+  await makeEval(join(root, 'evals', 'ckpt-b'), 0.8, 'fake:0.8');
+  dash = await startDashboard({ root, port: 0, pollMs: 300 });
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+  page = await browser.newPage({ viewport: { width: 1440, height: 1800 } });
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('console', (m) => {
+    if (m.type() === 'error') errors.push(m.text());
+  });
+  (page as unknown as { jsErrors: string[] }).jsErrors = errors;
+});
+
+after(async () => {
+  await browser?.close();
+  await dash?.close();
+});
+
+const jsErrors = () => (page as unknown as { jsErrors: string[] }).jsErrors;
+
+test('dashboard renders training curves, RoC table and a trajectory', { skip, timeout: 90_000 }, async () => {
+  await page.goto(dash.url);
+  await page.waitForSelector('#charts .chart svg polyline.series');
+  const charts = await page.$$eval('#charts .chart', (els) => els.map((e) => e.getAttribute('data-chart')));
+  for (const c of ['reward', 'accuracy', 'tool_error', 'length', 'time', 'roc', 'roc_groups']) {
+    assert.ok(charts.includes(c), `chart ${c} missing (have ${charts.join(', ')})`);
+  }
+  const rewardPoints = await page.$eval('[data-chart="reward"] polyline.series', (e) =>
+    e.getAttribute('data-n'),
+  );
+  assert.equal(rewardPoints, '24');
+  const heldOut = await page.$eval('[data-chart="accuracy"] polyline[data-name="held-out"]', (e) =>
+    e.getAttribute('data-n'),
+  );
+  assert.equal(heldOut, '2');
+  assert.equal(await page.locator('[data-chart="time"] polygon').count(), 3); // stacked rollout/reward/update
+  assert.equal(await page.locator('#roc tbody tr').count(), 24);
+
+  // trajectory viewer: the newest step file, first trajectory, with every turn part
+  await page.waitForSelector('#traj-detail .turn');
+  assert.equal(
+    await page.$eval('#traj-file', (e) => (e as unknown as { value: string }).value),
+    'trajectories/rl-step-000020.jsonl',
+  );
+  const detail = await page.textContent('#traj-detail');
+  assert.match(detail ?? '', /Reasoning/);
+  assert.match(detail ?? '', /Tool call · execute_python_code_with_standard_io/);
+  assert.match(detail ?? '', /Tool result/);
+  assert.match(detail ?? '', /Answer/);
+  assert.match(detail ?? '', /masked tool observation \(mask 0\): 30 tokens/);
+  assert.equal(await page.locator('#traj-detail .maskbar rect').count(), 3);
+
+  // filters
+  await page.click('[data-filter="tool_error"]');
+  await page.waitForSelector('[data-filter="tool_error"].on');
+  const listed = await page.locator('#traj-list li[data-traj]').count();
+  const label = await page.textContent('[data-filter="tool_error"]');
+  assert.equal(`tool error (${listed})`, label);
+  assert.ok(listed > 0);
+  await page.waitForSelector('#traj-detail .block.result.err');
+  await page.click('[data-filter="correct"]');
+  await page.waitForSelector('[data-filter="correct"].on');
+  // every listed trajectory carries the 'correct' badge (a string: the test's tsconfig has no DOM types)
+  await page.waitForFunction(
+    "[...document.querySelectorAll('#traj-list li[data-traj]')].every((li) => li.querySelector('.badge.ok'))",
+  );
+  await page.click('[data-filter="all"]');
+  await page.waitForSelector('[data-filter="all"].on');
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, 'run.png'), fullPage: true });
+  console.log(`screenshot: ${join(SHOTS, 'run.png')}`);
+  assert.deepEqual(jsErrors(), []);
+});
+
+test('dashboard updates live as training appends metrics', { skip, timeout: 60_000 }, async () => {
+  await page.goto(dash.url);
+  await page.waitForSelector('[data-chart="reward"] polyline.series[data-n="24"]');
+  appendJsonl(join(root, 'runs', 'demo', 'metrics.jsonl'), [metricLine(25), metricLine(26)]);
+  await page.waitForSelector('[data-chart="reward"] polyline.series[data-n="26"]', { timeout: 20_000 });
+  assert.match((await page.textContent('#run-title')) ?? '', /26 steps/);
+});
+
+test('dashboard shows eval reports side by side', { skip, timeout: 60_000 }, async () => {
+  await page.goto(dash.url);
+  await page.click('li.entry[data-name="evals/ckpt-a"]');
+  await page.click('input[data-compare="evals/ckpt-b"]');
+  await page.waitForSelector('#compare-table th:nth-child(3)');
+  const heads = await page.$$eval('#compare-table thead th', (els) => els.map((e) => e.textContent));
+  assert.deepEqual(heads.slice(1).sort(), ['evals/ckpt-a', 'evals/ckpt-b']);
+  const rows = await page.$$eval('#compare-table tbody tr', (els) => els.map((e) => e.textContent ?? ''));
+  assert.ok(rows.some((r) => r.startsWith('avg@k (mean pass@1)')));
+  assert.ok((await page.locator('#compare-table td.best').count()) > 0);
+  assert.equal(await page.locator('#eval-problems tbody tr').count(), 5);
+  await page.waitForSelector('#traj-detail .turn');
+  await page.screenshot({ path: join(SHOTS, 'evals.png'), fullPage: true });
+  assert.deepEqual(jsErrors(), []);
+});

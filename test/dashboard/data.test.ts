@@ -1,0 +1,87 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { scanDirs } from '../../src/dashboard/data.js';
+import { startDashboard } from '../../src/dashboard/server.js';
+import { viewTrajectory } from '../../src/dashboard/turns.js';
+import { fakeTrajectory } from '../../src/eval/fake.js';
+import { makeEval, makeRun } from './fixture.js';
+
+test('viewTrajectory splits turns into reasoning, tool call, tool result and answer', () => {
+  const t = fakeTrajectory({ problemId: 'p', answer: '42', sample: 0, seed: 3 }, 1);
+  const v = viewTrajectory({ ...t, correct: true, verify: { extracted: '42', matchedBy: 'integer' } });
+  assert.equal(v.turns.length, 2);
+  assert.equal(v.turns[0].reasoning, 'Let me check the arithmetic with the tool.');
+  assert.equal(v.turns[0].toolCalls[0].code, t.numToolErrors ? 'print(x)' : 'print(6 * 7)');
+  assert.equal(v.turns[0].toolResults[0].tokens, 30);
+  assert.match(v.turns[1].reasoning, /^The tool/);
+  assert.doesNotMatch(v.turns[1].reasoning, /boxed|<answer>/);
+  assert.equal(v.answer, 'The answer is \\boxed{42}.');
+  assert.equal(v.maskedTokens, 30);
+  assert.equal(v.trainedTokens + v.maskedTokens, t.responseIds.length);
+  assert.deepEqual(
+    v.maskRuns.map((r) => r[0]),
+    [1, 0, 1],
+  );
+  // text that does not contain the observation (another template): everything shown, nothing lost
+  const odd = viewTrajectory({ ...t, text: 'plain text \\boxed{7}' });
+  assert.equal(odd.turns[0].reasoning, 'plain text \\boxed{7}');
+  assert.equal(odd.answer, 'plain text \\boxed{7}');
+});
+
+test('dashboard API finds runs and evals and refuses unknown names and filters', {
+  timeout: 30_000,
+}, async () => {
+  const root = mkdtempSync(join(tmpdir(), 'rstar2-dash-api-'));
+  makeRun(join(root, 'runs', 'r1'), 5);
+  await makeEval(join(root, 'evals', 'e1'), 0.5, 'fake:0.5');
+  assert.deepEqual(
+    scanDirs(root)
+      .map((e) => `${e.kind}:${e.name}`)
+      .sort(),
+    ['eval:evals/e1', 'run:runs/r1'],
+  );
+  assert.throws(() => scanDirs(join(root, 'missing')), /not a directory/);
+  const d = await startDashboard({ root, port: 0 });
+  try {
+    const get = async (p: string) => {
+      const r = await fetch(new URL(p, d.url));
+      return { status: r.status, body: await r.text() };
+    };
+    const run = JSON.parse((await get('/api/run?name=runs/r1')).body);
+    assert.equal(run.metrics.length, 5);
+    assert.deepEqual(run.trajectoryFiles, [
+      'trajectories/rl-step-000010.jsonl',
+      'trajectories/rl-step-000020.jsonl',
+    ]);
+    const ev = JSON.parse((await get('/api/eval?name=evals/e1')).body);
+    assert.equal(ev.report.samples, 20);
+    const list = JSON.parse(
+      (
+        await get(
+          '/api/trajectories?name=runs/r1&kind=run&file=trajectories/rl-step-000010.jsonl&filter=correct',
+        )
+      ).body,
+    );
+    assert.equal(list.total, list.counts.correct);
+    assert.equal(list.counts.correct + list.counts.incorrect, list.counts.all);
+    assert.ok(list.items.every((t: { correct: boolean }) => t.correct));
+    assert.equal((await get('/api/run?name=../../etc')).status, 404);
+    assert.equal((await get('/api/trajectories?name=runs/r1&kind=run&file=../config.json')).status, 404);
+    assert.equal(
+      (
+        await get(
+          '/api/trajectories?name=runs/r1&kind=run&file=trajectories/rl-step-000010.jsonl&filter=bogus',
+        )
+      ).status,
+      400,
+    );
+    const html = await get('/');
+    assert.match(html.body, /<script src="\/static\/app\.js">/);
+    assert.equal((await get('/static/app.js')).status, 200);
+  } finally {
+    await d.close();
+  }
+});
