@@ -122,6 +122,14 @@ export function registerTokenizerCommands(program: Command): void {
     });
 
   tok
+    .command('template')
+    .description('Print the Jinja source of a shipped chat template (to store as a .jinja file or edit)')
+    .argument('<name>', TEMPLATE_NAMES.join(' | '))
+    .action((name: string) => {
+      process.stdout.write(ChatTemplate.named(name).source);
+    });
+
+  tok
     .command('encode')
     .description('Print the token ids of a text (and the pieces with --pieces)')
     .requiredOption('--tokenizer <dir>', 'tokenizer directory or tokenizer.json')

@@ -169,6 +169,12 @@ export class Tokenizer {
     return this.tryIdOf('<|endoftext|>') ?? this.eos;
   }
 
+  /** Ids that end a generated turn: <|im_end|>, eos and <|endoftext|>, those present, deduplicated. */
+  get stopIds(): number[] {
+    const ids = [this.tryIdOf('<|im_end|>'), this.eos, this.tryIdOf('<|endoftext|>')];
+    return [...new Set(ids.filter((x): x is number => x !== undefined))];
+  }
+
   /** The chat template from tokenizer_config.json (the default one when several are named), if any. */
   get chatTemplate(): string | undefined {
     const t = this.config.chat_template;

@@ -154,3 +154,8 @@ test('toolTurnIds refuses a template whose tool render does not extend its syste
     /odd: rendering tool messages does not start with the system block/,
   );
 });
+
+test('stopIds lists the end-of-turn ids once each', () => {
+  const tok = tokenizerFromFiles(buildCharTokenizer());
+  assert.deepEqual(tok.stopIds, [tok.idOf('<|im_end|>'), tok.idOf('<|endoftext|>')]);
+});
