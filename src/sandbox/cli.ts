@@ -1,3 +1,192 @@
+import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import type { Command } from 'commander';
+import { SandboxPool } from './pool.js';
+import { RedisRunner, RedisWorker } from './redis.js';
+import { SandboxServer } from './server.js';
+import { executePythonTool } from './tool.js';
+import type { CodeRunner } from './types.js';
 
-export function registerSandboxCommands(_program: Command): void {}
+interface PoolFlags {
+  workers?: string;
+  insecureNoSandbox?: boolean;
+  preload?: string;
+  timeoutMs?: string;
+  memoryMb?: string;
+}
+
+function int(name: string, v: string | undefined, dflt: number, min = 1): number {
+  if (v === undefined) return dflt;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, got '${v}'`);
+  return n;
+}
+
+function startPool(f: PoolFlags, slotsDefault: number): Promise<SandboxPool> {
+  return SandboxPool.start({
+    slots: int('workers', f.workers, slotsDefault),
+    isolation: f.insecureNoSandbox ? 'none' : 'bwrap',
+    preload: f.preload ? f.preload.split(',').filter(Boolean) : [],
+    timeoutMs: int('timeout-ms', f.timeoutMs, 4000),
+    ...(f.memoryMb ? { memoryMb: int('memory-mb', f.memoryMb, 1024) } : {}),
+  });
+}
+
+function poolOptions(cmd: Command): Command {
+  return cmd
+    .option('--workers <n>', 'executor slots of the local isolated pool (default 2 x cores)')
+    .option(
+      '--insecure-no-sandbox',
+      'run Python without bubblewrap isolation (development only; loudly warned)',
+    )
+    .option('--preload <mods>', 'modules the zygote imports once, comma-separated (e.g. numpy,sympy)')
+    .option('--timeout-ms <ms>', 'wall-clock limit per call (code-judge MAX_EXECUTION_TIME)', '4000')
+    .option('--memory-mb <mb>', 'address-space limit per call');
+}
+
+/** Stops on SIGINT/SIGTERM after answering what is queued. */
+function onSignal(stop: () => Promise<void>): void {
+  let stopping = false;
+  const handler = (sig: string) => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    process.stderr.write(
+      `${JSON.stringify({ time: new Date().toISOString(), level: 'info', msg: `${sig}: stopping` })}\n`,
+    );
+    stop().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+  process.on('SIGINT', () => handler('SIGINT'));
+  process.on('SIGTERM', () => handler('SIGTERM'));
+}
+
+export function registerSandboxCommands(program: Command): void {
+  const sandbox = program
+    .command('sandbox')
+    .description('isolated Python execution: service, Redis workers, one-off runs');
+
+  poolOptions(
+    sandbox
+      .command('serve')
+      .description(
+        'HTTP service: code-judge-compatible routes (/run, /run/long-batch, ...) plus the native /v1 API',
+      )
+      .option('--port <port>', 'TCP port', '8088')
+      .option('--host <host>', 'address to bind', '127.0.0.1')
+      .option('--redis <url>', 'front door only: enqueue on Redis for `rstar2 sandbox worker` hosts')
+      .option('--max-queue <n>', 'items allowed to wait before requests are refused with 503 busy', '100000')
+      .option('--max-in-flight <n>', 'with --redis: items outstanding at the workers at once', '4096')
+      .option('--quiet', 'log only warnings and errors, not every request'),
+  ).action(async (o: PoolFlags & Record<string, string | boolean | undefined>) => {
+    const closers: Array<() => Promise<void>> = [];
+    let runner: CodeRunner;
+    let concurrency: number;
+    let numWorkers: (() => Promise<number>) | undefined;
+    if (o.redis) {
+      const front = await RedisRunner.connect(String(o.redis));
+      runner = front;
+      concurrency = int('max-in-flight', o.maxInFlight as string, 4096);
+      numWorkers = () => front.numWorkers();
+      if (o.workers) {
+        // A front door may also host a worker on its own machine.
+        const pool = await startPool(o, 1);
+        const worker = await RedisWorker.start(String(o.redis), pool, { concurrency: pool.options.slots });
+        closers.push(
+          () => worker.stop(),
+          () => pool.close(),
+        );
+      }
+      closers.push(() => front.close());
+    } else {
+      const pool = await startPool(o, Math.max(2, availableParallelism() * 2));
+      runner = pool;
+      concurrency = pool.options.slots;
+      closers.push(() => pool.close());
+    }
+    const server = new SandboxServer({
+      runner,
+      port: int('port', o.port as string, 8088, 0),
+      host: String(o.host),
+      concurrency,
+      maxQueue: int('max-queue', o.maxQueue as string, 100_000),
+      timeoutMs: int('timeout-ms', o.timeoutMs, 4000),
+      ...(o.memoryMb ? { memoryMb: int('memory-mb', o.memoryMb, 1024) } : {}),
+      ...(numWorkers ? { numWorkers } : {}),
+      logRequests: !o.quiet,
+    });
+    await server.listen();
+    onSignal(async () => {
+      await server.close();
+      for (const c of closers) await c();
+    });
+  });
+
+  poolOptions(
+    sandbox
+      .command('worker')
+      .description("worker host: pull calls from Redis and run them on this machine's isolated pool")
+      .requiredOption(
+        '--redis <url>',
+        'Redis URL shared with the front door (`rstar2 sandbox serve --redis`)',
+      ),
+  ).action(async (o: PoolFlags & { redis: string }) => {
+    const pool = await startPool(o, Math.max(2, availableParallelism() * 2));
+    const worker = await RedisWorker.start(o.redis, pool, { concurrency: pool.options.slots });
+    onSignal(async () => {
+      await worker.stop();
+      await pool.close();
+    });
+  });
+
+  sandbox
+    .command('run')
+    .description('run one Python file in the sandbox and print the result')
+    .argument('<file>', 'Python source file')
+    .option('--stdin <file>', 'file whose content becomes stdin')
+    .option('--tool', 'run it as the rStar2 python tool and print the text the model would see')
+    .option('--json', 'print the full RunResult as JSON')
+    .option('--insecure-no-sandbox', 'run without bubblewrap isolation (development only)')
+    .option('--timeout-ms <ms>', 'wall-clock limit', '4000')
+    .option('--memory-mb <mb>', 'address-space limit')
+    .option('--preload <mods>', 'modules to import before the call, comma-separated')
+    .action(async (file: string, o: PoolFlags & { stdin?: string; tool?: boolean; json?: boolean }) => {
+      const read = (p: string, what: string) => {
+        try {
+          return readFileSync(p, 'utf8');
+        } catch (e) {
+          throw new Error(
+            `cannot read ${what} ${p}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
+          );
+        }
+      };
+      const code = read(file, 'source file');
+      const stdin = o.stdin ? read(o.stdin, '--stdin file') : undefined;
+      const pool = await startPool({ ...o, workers: '1' }, 1);
+      try {
+        const timeoutMs = int('timeout-ms', o.timeoutMs, 4000);
+        if (o.tool) {
+          const r = await executePythonTool({ code, input: stdin ?? '' }, pool, {
+            timeoutMs,
+            budget: Infinity,
+          });
+          process.stdout.write(o.json ? `${JSON.stringify(r, null, 2)}\n` : `${r.fullText}\n`);
+          process.exitCode = r.error ? 1 : 0;
+          return;
+        }
+        const r = await pool.run({ code, timeoutMs, ...(stdin !== undefined ? { stdin } : {}) });
+        if (o.json) process.stdout.write(`${JSON.stringify(r, null, 2)}\n`);
+        else {
+          process.stdout.write(r.stdout);
+          process.stderr.write(r.stderr);
+          process.stderr.write(
+            `[${r.status}] exit=${r.exitCode ?? '-'}${r.signal ? ` signal=${r.signal}` : ''} wall=${r.wallMs.toFixed(1)}ms cpu=${r.cpuMs.toFixed(1)}ms peak=${r.peakMemoryKb}KB${r.truncated ? ' (output truncated)' : ''}${r.error ? ` ${r.error}` : ''}\n`,
+          );
+        }
+        process.exitCode = r.status === 'ok' ? 0 : (r.exitCode ?? 1) || 1;
+      } finally {
+        await pool.close();
+      }
+    });
+}

@@ -7,6 +7,7 @@ export {
   type SubmissionResult,
   toSubmissionResult,
 } from './codejudge.js';
+export { RedisRunner, type RedisRunnerOptions, RedisWorker, type RedisWorkerOptions } from './redis.js';
 export { FairScheduler, SandboxServer, type SandboxServerOptions } from './server.js';
 export {
   buildToolCode,

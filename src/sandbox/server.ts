@@ -186,6 +186,7 @@ const RunRequestSchema = z.object({
   files: z.record(z.string(), z.string()).optional(),
   fetchFiles: z.array(z.string()).optional(),
   session: z.string().optional(),
+  queueTimeoutMs: z.number().int().nonnegative().optional(),
 });
 const NativeBatchSchema = z.object({ requests: z.array(RunRequestSchema).min(1) });
 

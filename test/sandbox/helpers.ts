@@ -74,3 +74,45 @@ export function okResult(req: RunRequest): RunResult {
     peakMemoryKb: 0,
   };
 }
+
+/** A private redis-server on a free 127.0.0.1 port; null when the binary is absent. */
+export async function startRedis(): Promise<{ url: string; port: number; stop: () => Promise<void> } | null> {
+  const { existsSync } = await import('node:fs');
+  const bin = '/usr/bin/redis-server';
+  if (!existsSync(bin)) return null;
+  const { createServer } = await import('node:net');
+  const port = await new Promise<number>((resolve) => {
+    const srv = createServer().listen(0, '127.0.0.1', () => {
+      const p = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(p));
+    });
+  });
+  const proc = spawn(
+    bin,
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
+  let log = '';
+  await new Promise<void>((resolve, reject) => {
+    const onData = (d: Buffer) => {
+      log += d;
+      if (log.includes('Ready to accept connections')) resolve();
+    };
+    proc.stdout.on('data', onData);
+    proc.on('exit', (c) => reject(new Error(`redis-server exited ${c}: ${log}`)));
+    setTimeout(() => reject(new Error(`redis-server did not start: ${log}`)), 10_000).unref();
+  });
+  proc.stdout.resume();
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        if (proc.exitCode !== null) return resolve();
+        proc.on('exit', () => resolve());
+        proc.kill('SIGTERM');
+      }),
+  };
+}

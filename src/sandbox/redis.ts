@@ -1,0 +1,352 @@
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import { Redis } from 'ioredis';
+import { failedResult } from './codejudge.js';
+import type { CodeRunner, RunRequest, RunResult } from './types.js';
+
+// Distribution over Redis: the front door (RedisRunner, a CodeRunner) LPUSHes items onto one list;
+// worker hosts (RedisWorker) BLMOVE each item into their own processing list, run it on their local
+// isolated pool and push the result onto the front door's reply list. A worker proves it is alive
+// with a short-TTL key; when that key lapses, a reaper (front door and every worker run one) moves
+// the dead worker's unfinished items back to the queue once, and on a second death answers them with
+// internal_error — an item is never silently lost. User code runs inside the pool's sandbox (no
+// network, cleared env), so it can reach neither Redis nor the URL/password given to the worker.
+//
+// Item wire format: "<attempts>\t<reply list>\t<item id>\t<RunRequest JSON>" (tab-separated head
+// so the Lua reaper can read it without a JSON library round-trip of the request).
+
+export interface RedisOptions {
+  /** Key prefix shared by front doors and workers. */
+  prefix?: string;
+  /** Worker liveness TTL; a worker silent this long is considered dead. */
+  heartbeatTtlMs?: number;
+  reapEveryMs?: number;
+  /** Re-queues allowed after a worker death before the item is reported failed. */
+  maxRequeues?: number;
+  log?: (rec: Record<string, unknown>) => void;
+}
+
+export interface RedisRunnerOptions extends RedisOptions {
+  /** Longest wait for a worker's result before answering queue_timeout (no worker, Redis lost). */
+  maxWaitMs?: number;
+}
+
+interface Resolved extends Required<Omit<RedisOptions, 'log'>> {
+  log: (rec: Record<string, unknown>) => void;
+}
+
+function resolve(o: RedisOptions): Resolved {
+  return {
+    prefix: 'rstar2:sbx',
+    heartbeatTtlMs: 3000,
+    reapEveryMs: 1000,
+    maxRequeues: 1,
+    log: (rec) => process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), ...rec })}\n`),
+    ...o,
+  };
+}
+
+const keys = (p: string) => ({
+  queue: `${p}:queue`,
+  proc: (wid: string) => `${p}:proc:${wid}`,
+  alive: (wid: string) => `${p}:alive:${wid}`,
+  reply: (fid: string) => `${p}:reply:${fid}`,
+});
+
+// KEYS: processing list, queue, alive key. ARGV: maxRequeues, reply-list prefix.
+// Atomic, so concurrent reapers cannot requeue the same item twice.
+const REAP_LUA = `
+if redis.call('EXISTS', KEYS[3]) == 1 then return {0, 0} end
+local items = redis.call('LRANGE', KEYS[1], 0, -1)
+local requeued, failed = 0, 0
+for i = #items, 1, -1 do
+  local raw = items[i]
+  local a, reply, id, rest = string.match(raw, '^(%d+)\\t([^\\t]*)\\t([^\\t]*)\\t(.*)$')
+  if a then
+    local attempts = tonumber(a)
+    if attempts < tonumber(ARGV[1]) then
+      redis.call('RPUSH', KEYS[2], (attempts + 1) .. '\\t' .. reply .. '\\t' .. id .. '\\t' .. rest)
+      requeued = requeued + 1
+    else
+      local msg = 'worker died while running this item ' .. (attempts + 1) .. ' times; not retried again'
+      local res = '{"id":' .. cjson.encode(id) .. ',"result":{"status":"internal_error","exitCode":null,' ..
+        '"signal":null,"stdout":"","stderr":"","truncated":false,"timedOut":false,"oom":false,"wallMs":0,' ..
+        '"cpuMs":0,"peakMemoryKb":0,"error":' .. cjson.encode(msg) .. '}}'
+      redis.call('LPUSH', ARGV[2] .. reply, res)
+      failed = failed + 1
+    end
+  end
+end
+redis.call('DEL', KEYS[1])
+return {requeued, failed}
+`;
+
+/** Finds processing lists of dead workers and requeues/reports their items. */
+async function reapDead(redis: Redis, o: Resolved): Promise<void> {
+  const k = keys(o.prefix);
+  const procPrefix = k.proc('');
+  let cursor = '0';
+  do {
+    const [next, found] = await redis.scan(cursor, 'MATCH', `${procPrefix}*`, 'COUNT', 200);
+    cursor = next;
+    for (const key of found) {
+      const wid = key.slice(procPrefix.length);
+      const [requeued, failed] = (await redis.eval(
+        REAP_LUA,
+        3,
+        key,
+        k.queue,
+        k.alive(wid),
+        String(o.maxRequeues),
+        k.reply(''),
+      )) as [number, number];
+      if (requeued || failed)
+        o.log({ level: 'warn', msg: 'reaped dead worker', worker: wid, requeued, failed });
+    }
+  } while (cursor !== '0');
+}
+
+/** The front door's CodeRunner: enqueue on Redis, await each item's result. */
+export class RedisRunner implements CodeRunner {
+  private readonly o: Resolved & { maxWaitMs: number };
+  private readonly k: ReturnType<typeof keys>;
+  readonly id = `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
+  private readonly pending = new Map<string, { resolve: (r: RunResult) => void; timer: NodeJS.Timeout }>();
+  private nextId = 0;
+  private closed = false;
+  private readonly replyLoop: Promise<void>;
+  private readonly reaper: NodeJS.Timeout;
+
+  private constructor(
+    private readonly cmd: Redis,
+    private readonly blk: Redis,
+    opts: RedisRunnerOptions,
+  ) {
+    this.o = { ...resolve(opts), maxWaitMs: opts.maxWaitMs ?? 3_600_000 };
+    this.k = keys(this.o.prefix);
+    this.replyLoop = this.readReplies();
+    this.reaper = setInterval(() => {
+      reapDead(this.cmd, this.o).catch((e: Error) =>
+        this.o.log({ level: 'warn', msg: 'reaper failed', error: e.message }),
+      );
+    }, this.o.reapEveryMs);
+    this.reaper.unref();
+  }
+
+  static async connect(url: string, opts: RedisRunnerOptions = {}): Promise<RedisRunner> {
+    const cmd = new Redis(url, { lazyConnect: true });
+    await cmd.connect();
+    await cmd.ping();
+    return new RedisRunner(cmd, cmd.duplicate(), opts);
+  }
+
+  run(req: RunRequest): Promise<RunResult> {
+    return this.runBatch([req]).then((r) => r[0]);
+  }
+
+  async runBatch(reqs: RunRequest[]): Promise<RunResult[]> {
+    if (reqs.length === 0) return [];
+    if (this.closed) return reqs.map(() => failedResult('internal_error', 'redis front door is closed'));
+    const ids = reqs.map(() => `${this.nextId++}`);
+    const results = ids.map(
+      (id) =>
+        new Promise<RunResult>((resolveItem) => {
+          const timer = setTimeout(() => {
+            this.pending.delete(id);
+            resolveItem(
+              failedResult('queue_timeout', `no worker returned a result within ${this.o.maxWaitMs} ms`),
+            );
+          }, this.o.maxWaitMs);
+          timer.unref();
+          this.pending.set(id, { resolve: resolveItem, timer });
+        }),
+    );
+    const payloads = reqs.map((r, i) => `0\t${this.id}\t${ids[i]}\t${JSON.stringify(r)}`);
+    try {
+      await this.cmd.lpush(this.k.queue, ...payloads);
+    } catch (e) {
+      for (const id of ids)
+        this.settle(id, failedResult('internal_error', `cannot enqueue on redis: ${(e as Error).message}`));
+    }
+    return Promise.all(results);
+  }
+
+  private settle(id: string, r: RunResult): void {
+    const p = this.pending.get(id);
+    if (!p) return; // already answered (timeout) or a duplicate after a requeue
+    this.pending.delete(id);
+    clearTimeout(p.timer);
+    p.resolve(r);
+  }
+
+  private async readReplies(): Promise<void> {
+    const key = this.k.reply(this.id);
+    while (!this.closed) {
+      try {
+        const got = await this.blk.brpop(key, 1);
+        if (!got) continue;
+        const msg = JSON.parse(got[1]) as { id: string; result: RunResult };
+        this.settle(msg.id, msg.result);
+      } catch (e) {
+        if (this.closed) return;
+        this.o.log({ level: 'warn', msg: 'reply loop error', error: (e as Error).message });
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+  }
+
+  /** Live workers (for /status num_workers). */
+  async numWorkers(): Promise<number> {
+    let n = 0;
+    let cursor = '0';
+    do {
+      const [next, found] = await this.cmd.scan(cursor, 'MATCH', `${this.k.alive('')}*`, 'COUNT', 200);
+      cursor = next;
+      n += found.length;
+    } while (cursor !== '0');
+    return n;
+  }
+
+  async queueDepth(): Promise<number> {
+    return this.cmd.llen(this.k.queue);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.reaper);
+    for (const id of [...this.pending.keys()])
+      this.settle(id, failedResult('internal_error', 'redis front door closed before a result arrived'));
+    this.blk.disconnect();
+    await this.replyLoop;
+    await this.cmd.quit().catch(() => {});
+  }
+}
+
+export interface RedisWorkerOptions extends RedisOptions {
+  /** Items run at once (normally the local pool's slot count). */
+  concurrency?: number;
+  id?: string;
+}
+
+/** A worker host: pulls items from Redis and runs them on a local CodeRunner (the isolated pool). */
+export class RedisWorker {
+  readonly id: string;
+  private readonly o: Resolved & { concurrency: number };
+  private readonly k: ReturnType<typeof keys>;
+  private stopped = false;
+  private readonly loops: Promise<void>[] = [];
+  private readonly blocking: Redis[] = [];
+  private heartbeat?: NodeJS.Timeout;
+  private reaper?: NodeJS.Timeout;
+  completed = 0;
+
+  private constructor(
+    private readonly cmd: Redis,
+    private readonly runner: CodeRunner,
+    opts: RedisWorkerOptions,
+  ) {
+    this.o = { ...resolve(opts), concurrency: opts.concurrency ?? 4 };
+    this.k = keys(this.o.prefix);
+    this.id = opts.id ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
+  }
+
+  static async start(url: string, runner: CodeRunner, opts: RedisWorkerOptions = {}): Promise<RedisWorker> {
+    const cmd = new Redis(url, { lazyConnect: true });
+    await cmd.connect();
+    const w = new RedisWorker(cmd, runner, opts);
+    await w.beat();
+    w.heartbeat = setInterval(
+      () =>
+        w.beat().catch((e: Error) => w.o.log({ level: 'warn', msg: 'heartbeat failed', error: e.message })),
+      Math.max(100, Math.floor(w.o.heartbeatTtlMs / 3)),
+    );
+    w.reaper = setInterval(() => {
+      reapDead(cmd, w.o).catch((e: Error) =>
+        w.o.log({ level: 'warn', msg: 'reaper failed', error: e.message }),
+      );
+    }, w.o.reapEveryMs);
+    for (let i = 0; i < w.o.concurrency; i++) {
+      const blk = cmd.duplicate();
+      w.blocking.push(blk);
+      w.loops.push(w.loop(blk));
+    }
+    w.o.log({ level: 'info', msg: 'redis worker started', worker: w.id, concurrency: w.o.concurrency });
+    return w;
+  }
+
+  private async beat(): Promise<void> {
+    await this.cmd.set(this.k.alive(this.id), '1', 'PX', this.o.heartbeatTtlMs);
+  }
+
+  private async loop(blk: Redis): Promise<void> {
+    const proc = this.k.proc(this.id);
+    while (!this.stopped) {
+      let raw: string | null;
+      try {
+        raw = await blk.blmove(this.k.queue, proc, 'RIGHT', 'LEFT', 1);
+      } catch (e) {
+        if (this.stopped) return;
+        this.o.log({ level: 'warn', msg: 'redis pop failed', error: (e as Error).message });
+        await new Promise((r) => setTimeout(r, 200));
+        continue;
+      }
+      if (raw === null) continue;
+      const m = /^(\d+)\t([^\t]*)\t([^\t]*)\t/.exec(raw);
+      if (!m) {
+        this.o.log({ level: 'error', msg: 'dropping unparseable queue item', head: raw.slice(0, 80) });
+        await this.cmd.lrem(proc, 1, raw).catch(() => {});
+        continue;
+      }
+      const [, , reply, id] = m;
+      let result: RunResult;
+      try {
+        result = await this.runner.run(JSON.parse(raw.slice(m[0].length)) as RunRequest);
+      } catch (e) {
+        result = failedResult(
+          'internal_error',
+          `worker ${this.id} failed to run the item: ${(e as Error).message}`,
+        );
+      }
+      if (this.stopped && this.abandoned) return;
+      const replyKey = this.k.reply(reply);
+      try {
+        await this.cmd
+          .multi()
+          .lpush(replyKey, JSON.stringify({ id, result }))
+          .pexpire(replyKey, 3_600_000)
+          .lrem(proc, 1, raw)
+          .exec();
+        this.completed++;
+      } catch (e) {
+        // Left in the processing list: the reaper requeues it once this worker is gone.
+        this.o.log({ level: 'error', msg: 'could not publish result', id, error: (e as Error).message });
+      }
+    }
+  }
+
+  private abandoned = false;
+
+  /** Finishes the items in hand, then stops taking work and deregisters. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await Promise.all(this.loops);
+    this.shutdownTimers();
+    await this.cmd.del(this.k.alive(this.id)).catch(() => {});
+    for (const b of this.blocking) b.disconnect();
+    await this.cmd.quit().catch(() => {});
+  }
+
+  /** Test hook: behave like a killed host — no heartbeat, no results, items left in processing. */
+  crash(): void {
+    this.stopped = true;
+    this.abandoned = true;
+    this.shutdownTimers();
+    for (const b of this.blocking) b.disconnect();
+    this.cmd.disconnect();
+  }
+
+  private shutdownTimers(): void {
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    if (this.reaper) clearInterval(this.reaper);
+  }
+}

@@ -1,0 +1,116 @@
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { RedisRunner, RedisWorker } from '../../src/sandbox/redis.js';
+import type { RunRequest, RunResult } from '../../src/sandbox/types.js';
+import { FakeRunner, okResult, startRedis } from './helpers.js';
+
+const redis = await startRedis();
+const skip = redis
+  ? false
+  : 'redis-server binary not found at /usr/bin/redis-server (apt-get install redis-server)';
+const fast = { heartbeatTtlMs: 400, reapEveryMs: 100, log: () => {} };
+let n = 0;
+const prefix = () => `t${n++}`;
+
+const cleanup: Array<() => Promise<void> | void> = [];
+before(() => {});
+after(async () => {
+  for (const f of cleanup.reverse()) await f();
+  await redis?.stop();
+});
+
+function hanging() {
+  return new FakeRunner(() => new Promise<RunResult>(() => {}));
+}
+
+async function until(cond: () => boolean, ms = 10_000): Promise<void> {
+  const t0 = Date.now();
+  while (!cond()) {
+    if (Date.now() - t0 > ms) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+test('front door + two workers: ordered results, work shared', { skip, timeout: 30_000 }, async () => {
+  const url = redis!.url;
+  const p = prefix();
+  const slow = (req: RunRequest) => new Promise<RunResult>((r) => setTimeout(() => r(okResult(req)), 10));
+  const r1 = new FakeRunner(slow);
+  const r2 = new FakeRunner(slow);
+  const w1 = await RedisWorker.start(url, r1, { ...fast, prefix: p, concurrency: 2 });
+  const w2 = await RedisWorker.start(url, r2, { ...fast, prefix: p, concurrency: 2 });
+  const front = await RedisRunner.connect(url, { ...fast, prefix: p });
+  cleanup.push(
+    () => front.close(),
+    () => w1.stop(),
+    () => w2.stop(),
+  );
+  const reqs = Array.from({ length: 40 }, (_, i) => ({ code: `c${i}` }));
+  const rs = await front.runBatch(reqs);
+  assert.deepEqual(
+    rs.map((r) => r.stdout),
+    reqs.map((r) => `ran:${r.code}\n`),
+  );
+  assert.ok(r1.seen.length > 0 && r2.seen.length > 0, `${r1.seen.length}/${r2.seen.length}`);
+  assert.equal(r1.seen.length + r2.seen.length, 40);
+  assert.equal(await front.numWorkers(), 2);
+  assert.equal((await front.run({ code: 'one' })).stdout, 'ran:one\n');
+});
+
+test('a worker that dies mid-item: the item is requeued once and finishes elsewhere', {
+  skip,
+  timeout: 30_000,
+}, async () => {
+  const url = redis!.url;
+  const p = prefix();
+  const front = await RedisRunner.connect(url, { ...fast, prefix: p });
+  cleanup.push(() => front.close());
+  const dying = hanging();
+  const a = await RedisWorker.start(url, dying, { ...fast, prefix: p, concurrency: 1 });
+  const pending = front.run({ code: 'survivor' });
+  await until(() => dying.seen.length === 1);
+  a.crash();
+  const healthy = new FakeRunner();
+  const b = await RedisWorker.start(url, healthy, { ...fast, prefix: p, concurrency: 1 });
+  cleanup.push(() => b.stop());
+  const r = await pending;
+  assert.equal(r.status, 'ok');
+  assert.equal(r.stdout, 'ran:survivor\n');
+  assert.equal(healthy.seen.length, 1);
+});
+
+test('an item whose worker dies twice is reported, not lost', { skip, timeout: 30_000 }, async () => {
+  const url = redis!.url;
+  const p = prefix();
+  const front = await RedisRunner.connect(url, { ...fast, prefix: p });
+  cleanup.push(() => front.close());
+  const pending = front.run({ code: 'cursed' });
+  for (let i = 0; i < 2; i++) {
+    const dying = hanging();
+    const w = await RedisWorker.start(url, dying, { ...fast, prefix: p, concurrency: 1 });
+    await until(() => dying.seen.length === 1);
+    w.crash();
+  }
+  const r = await pending;
+  assert.equal(r.status, 'internal_error');
+  assert.match(r.error ?? '', /worker died while running this item 2 times/);
+});
+
+test('no worker at all: queue_timeout after maxWaitMs, never a hang', { skip, timeout: 30_000 }, async () => {
+  const front = await RedisRunner.connect(redis!.url, { ...fast, prefix: prefix(), maxWaitMs: 300 });
+  cleanup.push(() => front.close());
+  const r = await front.runBatch([{ code: 'x' }, { code: 'y' }]);
+  assert.deepEqual(
+    r.map((x) => x.status),
+    ['queue_timeout', 'queue_timeout'],
+  );
+});
+
+test('closing the front door answers pending items', { skip, timeout: 30_000 }, async () => {
+  const front = await RedisRunner.connect(redis!.url, { ...fast, prefix: prefix() });
+  const pending = front.run({ code: 'x' });
+  await front.close();
+  const r = await pending;
+  assert.equal(r.status, 'internal_error');
+  assert.match(r.error ?? '', /closed/);
+});

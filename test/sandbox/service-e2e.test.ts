@@ -1,0 +1,124 @@
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { after, test } from 'node:test';
+import { SandboxClient } from '../../src/sandbox/client.js';
+import { SandboxPool } from '../../src/sandbox/pool.js';
+import { SandboxServer } from '../../src/sandbox/server.js';
+import { executePythonToolBatch } from '../../src/sandbox/tool.js';
+import { startRedis } from './helpers.js';
+
+// End to end with the real isolated pool: HTTP service + client + tool, and the Redis deployment
+// with separate front-door and worker processes started through the CLI.
+
+const procs: ChildProcess[] = [];
+const cleanup: Array<() => Promise<void>> = [];
+after(async () => {
+  for (const p of procs) if (p.exitCode === null) p.kill('SIGKILL');
+  for (const f of cleanup.reverse()) await f();
+});
+
+test('service over the isolated pool: tool calls through the native client', {
+  timeout: 60_000,
+}, async () => {
+  const pool = await SandboxPool.start({ slots: 2, log: () => {} });
+  const server = new SandboxServer({ runner: pool, port: 0, concurrency: 2, log: () => {} });
+  const { url } = await server.listen();
+  cleanup.push(
+    () => server.close(),
+    () => pool.close(),
+  );
+  const client = new SandboxClient({ url });
+  const rs = await executePythonToolBatch(
+    [
+      { code: 'import math\nmath.factorial(10)', input: '' },
+      { code: 'print(int(input()) + 1)', input: '41' },
+      { code: 'open("/etc/shadow").read()', input: '' },
+    ],
+    client,
+  );
+  assert.match(rs[0].text, /^Tool call success\nstdout: 3628800\n/);
+  assert.match(rs[1].text, /stdout: 42\n/);
+  assert.equal(rs[2].error, true);
+  assert.match(rs[2].text, /(PermissionError|FileNotFoundError) at line 1/);
+});
+
+function cli(args: string[]): ChildProcess {
+  const p = spawn(process.execPath, ['bin/rstar2.js', 'sandbox', ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let log = '';
+  p.stderr?.on('data', (d) => (log += d));
+  p.stdout?.resume();
+  (p as ChildProcess & { log: () => string }).log = () => log;
+  procs.push(p);
+  return p;
+}
+
+async function waitFor(fn: () => Promise<boolean>, ms: number, what: string): Promise<void> {
+  const t0 = Date.now();
+  while (Date.now() - t0 < ms) {
+    if (await fn().catch(() => false)) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+const redisP = startRedis();
+
+test('redis deployment: CLI front door + worker hosts, killed worker requeued, user code cannot reach redis', {
+  timeout: 120_000,
+}, async (t) => {
+  const redis = await redisP;
+  if (!redis) return t.skip('redis-server binary not found at /usr/bin/redis-server');
+  cleanup.push(() => redis.stop());
+  const port = 20_000 + Math.floor(Math.random() * 20_000);
+  cli(['serve', '--redis', redis.url, '--port', String(port), '--quiet']);
+  const w1 = cli(['worker', '--redis', redis.url, '--workers', '2']);
+  const url = `http://127.0.0.1:${port}`;
+  await waitFor(
+    async () => ((await (await fetch(`${url}/status`)).json()) as { num_workers: number }).num_workers === 1,
+    60_000,
+    'front door and one worker',
+  );
+  const probe = [
+    'import os, socket',
+    "print('env', sorted(k for k, v in os.environ.items() if 'redis' in (k + v).lower()))",
+    'try:',
+    '    s = socket.create_connection(("127.0.0.1", PORT), timeout=1)',
+    '    s.sendall(b"PING\\r\\n")',
+    "    print('REACHED', s.recv(10))",
+    'except OSError as e:',
+    "    print('blocked', type(e).__name__)",
+  ]
+    .join('\n')
+    .replace('PORT', String(redis.port));
+  const res = await fetch(`${url}/run/long-batch`, {
+    method: 'POST',
+    body: JSON.stringify({
+      type: 'batch',
+      submissions: [
+        { type: 'python', solution: probe },
+        { type: 'python', solution: 'print(6*7)' },
+      ],
+    }),
+  });
+  const body = (await res.json()) as { results: Array<{ stdout: string; reason: string; success: boolean }> };
+  assert.equal(body.results[0].success, true, JSON.stringify(body.results[0]));
+  assert.match(body.results[0].stdout, /^env \[\]\nblocked /);
+  assert.doesNotMatch(body.results[0].stdout, /REACHED/);
+  assert.equal(body.results[1].stdout, '42\n');
+
+  // Kill the only worker while it runs a slow item; a second worker host picks the item up.
+  const slow = fetch(`${url}/run/long-batch`, {
+    method: 'POST',
+    body: JSON.stringify({
+      submissions: [{ type: 'python', solution: 'import time\ntime.sleep(1.5)\nprint("done")' }],
+    }),
+  });
+  await new Promise((r) => setTimeout(r, 700));
+  w1.kill('SIGKILL');
+  cli(['worker', '--redis', redis.url, '--workers', '1']);
+  const out = (await (await slow).json()) as { results: Array<{ stdout: string; success: boolean }> };
+  assert.equal(out.results[0].success, true, JSON.stringify(out.results[0]));
+  assert.equal(out.results[0].stdout, 'done\n');
+});
