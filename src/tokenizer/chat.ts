@@ -47,7 +47,7 @@ function checkMessages(messages: readonly ChatMessage[]): void {
 /** A Jinja chat template (HF `chat_template` semantics), rendered with @huggingface/jinja. */
 export class ChatTemplate {
   private readonly compiled: Template;
-  private systemText?: string;
+  private readonly systemText = new WeakMap<Tokenizer, string>();
   private readonly sliceChecked = new WeakSet<Tokenizer>();
 
   constructor(
@@ -119,14 +119,19 @@ export class ChatTemplate {
 
   // No message validation: the reference renders `[{}]` to find the system block.
   private renderRaw(messages: readonly object[], opts: RenderOptions): string {
-    return this.compiled.render({
-      ...opts.vars,
-      messages,
-      tools: opts.tools && opts.tools.length > 0 ? opts.tools : undefined,
-      add_generation_prompt: opts.addGenerationPrompt ?? false,
-      bos_token: '',
-      eos_token: '<|im_end|>',
-    });
+    // raise_exception is a built-in of @huggingface/jinja; render errors are reported with the template's name.
+    try {
+      return this.compiled.render({
+        bos_token: '',
+        eos_token: '<|im_end|>',
+        ...opts.vars,
+        messages,
+        tools: opts.tools && opts.tools.length > 0 ? opts.tools : undefined,
+        add_generation_prompt: opts.addGenerationPrompt ?? false,
+      });
+    } catch (e) {
+      throw new Error(`chat template ${this.name}: ${(e as Error).message}`);
+    }
   }
 
   /** Prompt ids for a conversation, ending with the generation prompt (for rstar2: `<|im_start|>assistant\n<reason>`). */
@@ -136,7 +141,8 @@ export class ChatTemplate {
     tools?: ToolSchema[],
     vars?: Record<string, unknown>,
   ): number[] {
-    return tokenizer.encode(this.render(messages, { tools, addGenerationPrompt: true, vars }), {
+    const ctx = { ...tokenizer.templateVars(), ...vars };
+    return tokenizer.encode(this.render(messages, { tools, addGenerationPrompt: true, vars: ctx }), {
       addSpecialTokens: false,
     });
   }
@@ -152,9 +158,13 @@ export class ChatTemplate {
     boundary: ToolTurnBoundary = 'reference',
   ): number[] {
     if (toolTexts.length === 0) throw new Error('toolTurnIds needs at least one tool response');
-    const system = (this.systemText ??= this.renderRaw([{}], {}));
+    let system = this.systemText.get(tokenizer);
+    if (system === undefined) {
+      system = this.renderRaw([{}], { vars: tokenizer.templateVars() });
+      this.systemText.set(tokenizer, system);
+    }
     const msgs = toolTexts.map((content) => ({ role: 'tool' as const, content }));
-    const full = this.render(msgs, { addGenerationPrompt: true });
+    const full = this.render(msgs, { addGenerationPrompt: true, vars: tokenizer.templateVars() });
     if (!full.startsWith(system)) {
       throw new Error(
         `chat template ${this.name}: rendering tool messages does not start with the system block`,

@@ -169,6 +169,14 @@ export class Tokenizer {
     return this.tryIdOf('<|endoftext|>') ?? this.eos;
   }
 
+  /** `bos_token` / `eos_token` strings for chat templates (HF passes the tokenizer's special tokens). */
+  templateVars(): { bos_token: string; eos_token: string } {
+    return {
+      bos_token: tokenContent(this.config.bos_token) ?? '',
+      eos_token: tokenContent(this.config.eos_token) ?? '<|im_end|>',
+    };
+  }
+
   /** Ids that end a generated turn: <|im_end|>, eos and <|endoftext|>, those present, deduplicated. */
   get stopIds(): number[] {
     const ids = [this.tryIdOf('<|im_end|>'), this.eos, this.tryIdOf('<|endoftext|>')];

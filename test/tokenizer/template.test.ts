@@ -167,3 +167,16 @@ test('bad messages get a clear error', () => {
     /messages\[0\]\.content must be a string/,
   );
 });
+
+test('templates see the tokenizer bos/eos and can raise_exception', () => {
+  const t = new ChatTemplate(
+    "{{ bos_token }}{% if messages|length == 0 %}{{ raise_exception('no messages') }}{% endif %}{{ messages[0].content }}{{ eos_token }}",
+    'mini',
+  );
+  assert.equal(
+    t.render([{ role: 'user', content: 'x' }], { vars: { bos_token: '<s>', eos_token: '</s>' } }),
+    '<s>x</s>',
+  );
+  assert.equal(t.render([{ role: 'user', content: 'x' }]), 'x<|im_end|>');
+  assert.throws(() => t.render([]), /chat template mini: no messages/);
+});
