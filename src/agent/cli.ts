@@ -1,3 +1,225 @@
+import { writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
+import { EmbeddedEngine } from '../engines/embedded.js';
+import { BACKENDS, type Backend, remoteEngine } from '../engines/factory.js';
+import { FakeEngine } from '../engines/fake.js';
+import { POLICIES, type Policy, Scheduler } from '../engines/scheduler.js';
+import type { Engine } from '../engines/types.js';
+import { SandboxClient } from '../sandbox/client.js';
+import { SandboxPool } from '../sandbox/pool.js';
+import type { CodeRunner } from '../sandbox/types.js';
+import {
+  buildCharTokenizer,
+  ChatTemplate,
+  type Tokenizer,
+  Tokenizer as TokenizerClass,
+  tokenizerFromFiles,
+} from '../tokenizer/index.js';
+import { appendJsonl } from '../util/jsonl.js';
+import { Progress } from '../util/progress.js';
+import { type RolloutOptions, streamRollouts, type TurnBoundary } from './loop.js';
+import { loadProblems } from './problems.js';
+import { agentTemplate } from './template.js';
 
-export function registerAgentCommands(_program: Command): void {}
+interface RolloutFlags {
+  engine: string[];
+  backend: string;
+  model?: string;
+  tokenizer?: string;
+  template: string;
+  data: string;
+  limit?: string;
+  n: string;
+  out: string;
+  sandbox: string;
+  policy: string;
+  budgetCoef: string;
+  capacity?: string;
+  maxTurns: string;
+  maxResponseTokens: string;
+  maxParallelCalls: string;
+  turnBoundary: string;
+  temperature: string;
+  topP: string;
+  topK: string;
+  seed?: string;
+  printConfig?: boolean;
+}
+
+function num(name: string, v: string, int = false): number {
+  const x = Number(v);
+  if (!Number.isFinite(x) || (int && !Number.isInteger(x))) {
+    throw new Error(`--${name} must be ${int ? 'an integer' : 'a number'}, got '${v}'`);
+  }
+  return x;
+}
+
+// A stand-in model for smoke runs without weights: one python call, then a boxed answer.
+function fakeEngine(tok: Tokenizer): Engine {
+  const call =
+    '<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(1+1)", "input": ""}}\n</tool_call><|im_end|>';
+  return new FakeEngine((ids) => {
+    const seen = tok.decode(ids).includes('<tool_response>');
+    const text = seen ? '</reason> <answer>\\boxed{2}</answer><|im_end|>' : `I will compute.\n${call}`;
+    return { outputIds: tok.encode(text, { addSpecialTokens: false }) };
+  });
+}
+
+export function registerAgentCommands(program: Command): void {
+  program
+    .command('rollout')
+    .description('sample multi-turn tool-using trajectories for a problem file and write them as JSONL')
+    .requiredOption(
+      '--engine <spec...>',
+      "engines: 'embedded' (torch worker on --model), 'fake' (scripted smoke model), or URLs " +
+        '(sglang+http://h:p, vllm+http://h:p, llamacpp+http://h:p, or plain http://h:p with --backend)',
+    )
+    .option('--backend <name>', `backend for plain URLs (${BACKENDS.join(', ')})`, 'sglang')
+    .option('--model <dir>', 'model directory (weights for embedded; tokenizer.json for all)')
+    .option(
+      '--tokenizer <path>',
+      'tokenizer.json or its directory (default: --model; fake: a char tokenizer)',
+    )
+    .option('--template <name>', "chat template: rstar2, qwen, compact, 'tokenizer', or a file", 'rstar2')
+    .requiredOption('--data <file>', 'problems JSONL: {id, problem, answer} per line')
+    .option('--limit <k>', 'use only the first k problems')
+    .option('--n <k>', 'samples per problem', '8')
+    .requiredOption('--out <file>', 'trajectories JSONL (appended as they finish; truncated at start)')
+    .option('--sandbox <where>', "'embedded' (local bubblewrap pool) or a sandbox service URL", 'embedded')
+    .option('--policy <name>', `engine routing: ${POLICIES.join(', ')}`, 'kv-budget')
+    .option('--budget-coef <x>', 'KV credit = capacity / coef (>1 is more conservative)', '1')
+    .option('--capacity <tokens>', 'KV capacity per engine, overriding what the engine reports')
+    .option('--max-turns <k>', 'assistant turns per trajectory', '5')
+    .option('--max-response-tokens <k>', 'response budget, tool tokens included', '8192')
+    .option('--max-parallel-calls <k>', 'tool calls executed per turn', '1')
+    .option(
+      '--turn-boundary <mode>',
+      "'reference' (tool turn right after <|im_end|>) or 'rerender' (adds '\\n')",
+      'reference',
+    )
+    .option('--temperature <t>', 'sampling temperature', '1.0')
+    .option('--top-p <p>', 'nucleus sampling (1 = off)', '1.0')
+    .option('--top-k <k>', 'top-k sampling (-1 = off)', '-1')
+    .option('--seed <s>', 'sampling seed')
+    .option('--print-config', 'print the resolved configuration and exit')
+    .action(async (f: RolloutFlags) => {
+      const policy = f.policy as Policy;
+      if (!POLICIES.includes(policy)) throw new Error(`--policy must be one of ${POLICIES.join(', ')}`);
+      if (!['reference', 'rerender'].includes(f.turnBoundary)) {
+        throw new Error("--turn-boundary must be 'reference' or 'rerender'");
+      }
+      if (!BACKENDS.includes(f.backend as Backend))
+        throw new Error(`--backend must be one of ${BACKENDS.join(', ')}`);
+      const n = num('n', f.n, true);
+      const config = {
+        engines: f.engine,
+        backend: f.backend,
+        model: f.model ?? null,
+        template: f.template,
+        data: f.data,
+        limit: f.limit === undefined ? null : num('limit', f.limit, true),
+        n,
+        out: f.out,
+        sandbox: f.sandbox,
+        policy,
+        budgetCoef: num('budget-coef', f.budgetCoef),
+        capacity: f.capacity === undefined ? null : num('capacity', f.capacity, true),
+        maxTurns: num('max-turns', f.maxTurns, true),
+        maxResponseTokens: num('max-response-tokens', f.maxResponseTokens, true),
+        maxParallelCalls: num('max-parallel-calls', f.maxParallelCalls, true),
+        turnBoundary: f.turnBoundary as TurnBoundary,
+        sampling: {
+          temperature: num('temperature', f.temperature),
+          topP: num('top-p', f.topP),
+          topK: num('top-k', f.topK, true),
+          ...(f.seed === undefined ? {} : { seed: num('seed', f.seed, true) }),
+        },
+      };
+      if (f.printConfig) {
+        console.log(JSON.stringify(config, null, 2));
+        return;
+      }
+      const problems = loadProblems(f.data, config.limit ?? undefined);
+      const tokPath = f.tokenizer ?? f.model;
+      const onlyFake = f.engine.every((e) => e === 'fake');
+      if (!tokPath && !onlyFake) throw new Error('--model (or --tokenizer) is required to tokenize prompts');
+      const tok = tokPath ? TokenizerClass.load(tokPath) : tokenizerFromFiles(buildCharTokenizer());
+      const template = agentTemplate(tok, { chat: ChatTemplate.resolve(f.template, tok) });
+
+      const closers: (() => Promise<void>)[] = [];
+      try {
+        const engines: Engine[] = [];
+        for (const spec of f.engine) {
+          if (spec === 'fake') engines.push(fakeEngine(tok));
+          else if (spec === 'embedded') {
+            if (!f.model) throw new Error('--engine embedded needs --model DIR');
+            const { PolicyWorker } = await import('../worker/index.js');
+            const w = await PolicyWorker.start();
+            closers.push(() => w.close());
+            await w.load(f.model);
+            engines.push(new EmbeddedEngine(w, config.capacity ? { capacityTokens: config.capacity } : {}));
+          } else {
+            engines.push(
+              remoteEngine(spec, {
+                backend: f.backend as Backend,
+                capacityTokens: config.capacity ?? undefined,
+              }),
+            );
+          }
+        }
+        const scheduler = await Scheduler.create(engines, { policy, budgetCoef: config.budgetCoef });
+        closers.push(() => scheduler.close());
+        let runner: CodeRunner;
+        if (f.sandbox === 'embedded') runner = await SandboxPool.start();
+        else runner = new SandboxClient({ url: f.sandbox });
+        closers.push(() => runner.close());
+
+        writeFileSync(f.out, '');
+        const total = problems.length * n;
+        const bar = new Progress('rollout', total);
+        const finishes: Record<string, number> = {};
+        let turns = 0;
+        let tools = 0;
+        let toolErrors = 0;
+        let tokens = 0;
+        const t0 = Date.now();
+        const opts: RolloutOptions = {
+          scheduler,
+          template,
+          runner,
+          problems,
+          n,
+          sampling: config.sampling,
+          maxTurns: config.maxTurns,
+          maxResponseTokens: config.maxResponseTokens,
+          maxParallelCalls: config.maxParallelCalls,
+          turnBoundary: config.turnBoundary,
+        };
+        for await (const t of streamRollouts(opts)) {
+          appendJsonl(f.out, [t]);
+          finishes[t.finish] = (finishes[t.finish] ?? 0) + 1;
+          turns += t.events.filter((e) => e.kind === 'generation').length;
+          tools += t.numToolCalls;
+          toolErrors += t.numToolErrors;
+          tokens += t.responseIds.length;
+          bar.tick(1, `tools ${tools} err ${toolErrors}`);
+        }
+        bar.finish();
+        const secs = (Date.now() - t0) / 1000;
+        console.log(
+          JSON.stringify({
+            trajectories: total,
+            finish: finishes,
+            turns,
+            toolCalls: tools,
+            toolErrors,
+            meanResponseTokens: Math.round(tokens / Math.max(1, total)),
+            seconds: Number(secs.toFixed(2)),
+            out: f.out,
+          }),
+        );
+      } finally {
+        for (const c of closers.reverse()) await c().catch(() => {});
+      }
+    });
+}

@@ -1,0 +1,80 @@
+// Agent-loop controller throughput: an engine that answers instantly drives many trajectories of
+// 5 assistant turns (4 tool calls each) through the real loop, tokenizer and rStar2 chat template.
+// Reports assistant turns per second (a) with an instant fake sandbox — the controller alone — and
+// (b) with the embedded sandbox pool (bubblewrap), where Python start-up is the bound.
+//
+// Run: flock /tmp/bench.lock npx tsx bench/agent-loop.ts [--trajectories 512] [--pool-trajectories 64] [--no-pool]
+import { runRollouts } from '../src/agent/loop.js';
+import { agentTemplate } from '../src/agent/template.js';
+import { FakeEngine } from '../src/engines/fake.js';
+import { Scheduler } from '../src/engines/scheduler.js';
+import { SandboxPool } from '../src/sandbox/pool.js';
+import type { CodeRunner, RunRequest, RunResult } from '../src/sandbox/types.js';
+import { buildCharTokenizer, tokenizerFromFiles } from '../src/tokenizer/index.js';
+
+const arg = (name: string, def: number) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? Number(process.argv[i + 1]) : def;
+};
+const N = arg('trajectories', 512);
+const N_POOL = arg('pool-trajectories', 64);
+
+const tok = tokenizerFromFiles(buildCharTokenizer());
+const template = agentTemplate(tok);
+const CALL = tok.encode(
+  'Compute it.\n<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(6*7)", "input": ""}}\n</tool_call><|im_end|>',
+  { addSpecialTokens: false },
+);
+const lps = CALL.map(() => -0.1);
+const engine = new FakeEngine(() => ({ outputIds: CALL, logprobs: lps }), { capacityTokens: 1 << 30 });
+
+const instant: CodeRunner = {
+  run: async (r: RunRequest) => (await instant.runBatch([r]))[0],
+  runBatch: async (reqs: RunRequest[]): Promise<RunResult[]> =>
+    reqs.map(() => ({
+      status: 'ok',
+      exitCode: 0,
+      signal: null,
+      stdout: '42\n',
+      stderr: '',
+      truncated: false,
+      timedOut: false,
+      oom: false,
+      wallMs: 1,
+      cpuMs: 1,
+      peakMemoryKb: 1,
+    })),
+  close: async () => {},
+};
+
+async function measure(label: string, runner: CodeRunner, n: number): Promise<number> {
+  const scheduler = await Scheduler.create([engine], { pollMs: 0 });
+  const problems = Array.from({ length: n }, (_, i) => ({ id: `q${i}`, question: `What is 6*7? (#${i})` }));
+  const t0 = performance.now();
+  const ts = await runRollouts({ scheduler, template, runner, problems, n: 1, maxResponseTokens: 8192 });
+  const secs = (performance.now() - t0) / 1000;
+  await scheduler.close();
+  const turns = ts.reduce((a, t) => a + t.events.filter((e) => e.kind === 'generation').length, 0);
+  const calls = ts.reduce((a, t) => a + t.numToolCalls, 0);
+  const errors = ts.reduce((a, t) => a + t.numToolErrors, 0);
+  const rate = turns / secs;
+  console.log(
+    `${label.padEnd(22)} trajectories ${n}  turns ${turns}  tool calls ${calls} (errors ${errors})  ` +
+      `${secs.toFixed(2)} s  ${rate.toFixed(0)} turns/s`,
+  );
+  return rate;
+}
+
+await measure('warm-up', instant, 32);
+const rates: number[] = [];
+for (let i = 0; i < 3; i++) rates.push(await measure('instant sandbox', instant, N));
+rates.sort((a, b) => a - b);
+console.log(`controller median: ${rates[1].toFixed(0)} turns/s (target ≥ 2000)`);
+if (!process.argv.includes('--no-pool')) {
+  const pool = await SandboxPool.start();
+  try {
+    await measure('embedded sandbox pool', pool, N_POOL);
+  } finally {
+    await pool.close();
+  }
+}

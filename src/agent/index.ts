@@ -1,0 +1,18 @@
+export { type BatchingOptions, BatchingRunner } from './batching.js';
+export {
+  type AgentOptions,
+  type AgentTemplate,
+  defaultPythonExecutor,
+  type RolloutOptions,
+  type RolloutProblem,
+  runRollouts,
+  runTrajectory,
+  streamRollouts,
+  type ToolExecutor,
+  type ToolOutcome,
+  type TurnBoundary,
+} from './loop.js';
+export { decodeFailureText, type ParsedToolCall, parseToolCalls } from './parser.js';
+export { loadProblems } from './problems.js';
+export { agentTemplate, type TemplateAdapterOptions } from './template.js';
+export type { Trajectory, TrajectoryFinish, TurnEvent } from './trajectory.js';

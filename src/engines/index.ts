@@ -1,0 +1,24 @@
+export { type BatchGenerator, EmbeddedEngine, type EmbeddedOptions } from './embedded.js';
+export { BACKENDS, type Backend, type RemoteEngineOptions, remoteEngine } from './factory.js';
+export { FakeEngine, type FakeEngineOptions, type FakeReply, type FakeResponder } from './fake.js';
+export { HttpClient, HttpError, type HttpOptions } from './http.js';
+export { LlamaCppEngine, type LlamaCppOptions } from './llamacpp.js';
+export {
+  KvLedger,
+  type Lease,
+  POLICIES,
+  type Policy,
+  Scheduler,
+  type SchedulerOptions,
+} from './scheduler.js';
+export { SGLangEngine, type SGLangOptions } from './sglang.js';
+export {
+  DEFAULT_SAMPLING,
+  type Engine,
+  type EngineLoad,
+  type FinishReason,
+  type GenerateResult,
+  type SamplingParams,
+  type WeightSyncEngine,
+} from './types.js';
+export { VllmEngine, type VllmOptions } from './vllm.js';
