@@ -1,0 +1,74 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { loadProblems } from '../../src/agent/problems.js';
+import type { Trajectory } from '../../src/agent/trajectory.js';
+import { readJsonl } from '../../src/util/jsonl.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'rstar2-rollout-'));
+const data = join(dir, 'probs.jsonl');
+writeFileSync(
+  data,
+  `${[
+    { id: 'a', problem: 'What is 1+1?', answer: '2' },
+    { id: 'b', problem: 'What is 2+0?', answer: 2 },
+  ]
+    .map((x) => JSON.stringify(x))
+    .join('\n')}\n`,
+);
+
+function cli(args: string[]) {
+  return spawnSync(process.execPath, ['bin/rstar2.js', 'rollout', ...args], {
+    encoding: 'utf8',
+    env: { ...process.env, RSTAR2_NO_PROGRESS: '1' },
+    timeout: 120_000,
+  });
+}
+
+test('rstar2 rollout --engine fake runs the loop with the embedded sandbox and writes JSONL', {
+  timeout: 120_000,
+}, () => {
+  const out = join(dir, 'traj.jsonl');
+  const r = cli(['--engine', 'fake', '--data', data, '--n', '3', '--out', out]);
+  assert.equal(r.status, 0, r.stderr);
+  const ts = readJsonl<Trajectory>(out);
+  assert.equal(ts.length, 6);
+  for (const t of ts) {
+    assert.equal(t.finish, 'answered', t.error);
+    assert.equal(t.numToolCalls, 1);
+    assert.equal(t.gold, '2');
+    assert.match(t.text, /<tool_response>\nTool call success\nstdout: 2\n/);
+    assert.equal(t.responseIds.length, t.responseMask.length);
+  }
+  assert.match(r.stdout, /"trajectories":6/);
+});
+
+test('rstar2 rollout: --print-config and clear errors for bad input', () => {
+  const pc = cli(['--engine', 'fake', '--data', data, '--out', 'x', '--print-config', '--n', '4']);
+  assert.equal(pc.status, 0, pc.stderr);
+  const cfg = JSON.parse(pc.stdout);
+  assert.equal(cfg.n, 4);
+  assert.equal(cfg.policy, 'kv-budget');
+  assert.equal(cfg.maxTurns, 5);
+  const bad = cli(['--engine', 'fake', '--data', data, '--out', 'x', '--policy', 'fastest']);
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /--policy must be one of kv-budget, least-requests, round-robin/);
+  const n = cli(['--engine', 'fake', '--data', data, '--out', 'x', '--n', 'lots']);
+  assert.match(n.stderr, /--n must be an integer, got 'lots'/);
+  const nomodel = cli(['--engine', 'http://127.0.0.1:1', '--data', data, '--out', 'x']);
+  assert.match(nomodel.stderr, /--model \(or --tokenizer\) is required/);
+});
+
+test('loadProblems accepts the data/ format and names bad rows', () => {
+  const ps = loadProblems(data);
+  assert.deepEqual(ps[1], { id: 'b', question: 'What is 2+0?', gold: '2' });
+  const bad = join(dir, 'bad.jsonl');
+  writeFileSync(bad, '{"id": "x", "answer": "1"}\n');
+  assert.throws(() => loadProblems(bad), /bad.jsonl:1: needs a non-empty string field 'problem'/);
+  writeFileSync(bad, '{"id": "x", "problem": "p"}\n{"id": "x", "problem": "q"}\n');
+  assert.throws(() => loadProblems(bad), /duplicate problem id 'x'/);
+  assert.throws(() => loadProblems(join(dir, 'missing.jsonl')), /no problems/);
+});
