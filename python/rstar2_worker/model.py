@@ -108,13 +108,14 @@ class Attention(nn.Module):
             kc[:, :, cache_at : cache_at + T] = k
             vc[:, :, cache_at : cache_at + T] = v
             k, v = kc[:, :, : cache_at + T], vc[:, :, : cache_at + T]
+        # GQA without repeat_interleave: the rep query heads that share a kv head become extra query rows
         rep = c.num_attention_heads // c.num_key_value_heads
-        if rep > 1:
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
-        att = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(c.head_dim)) + bias
-        att = torch.softmax(att.float(), dim=-1).to(q.dtype)
-        out = torch.matmul(att, v).transpose(1, 2).reshape(B, T, -1)
+        S = k.shape[2]
+        qg = q.reshape(B, c.num_key_value_heads, rep * T, c.head_dim)
+        att = torch.matmul(qg, k.transpose(-1, -2)) * (1.0 / math.sqrt(c.head_dim))
+        att = att.view(B, c.num_key_value_heads, rep, T, S) + bias.unsqueeze(2)
+        att = torch.softmax(att.float(), dim=-1).to(q.dtype).view(B, c.num_key_value_heads, rep * T, S)
+        out = torch.matmul(att, v).view(B, c.num_attention_heads, T, c.head_dim).transpose(1, 2).reshape(B, T, -1)
         return self.o_proj(out)
 
 
