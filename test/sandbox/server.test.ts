@@ -57,7 +57,7 @@ test('code-judge /run: shape, reason, stdout', async () => {
 });
 
 test('code-judge semantics: stdin, expected_output, cut, failure, timeout, judge shape', async () => {
-  const { post } = await start({ timeoutMs: 300 });
+  const { post } = await start({ timeoutMs: 2000 }); // generous: the machine is shared
   const r = await post('/run/long-batch', {
     type: 'batch',
     submissions: [

@@ -1,0 +1,150 @@
+// Sandbox service throughput: trivial calls through the code-judge-compatible /run/long-batch and the
+// native /v1 API, over the real isolated pool. Prints calls/s, p50/p99 request latency, CPU ms/call.
+// usage: flock /tmp/bench.lock node --import tsx bench/sandbox-service.ts [--n 2000] [--c 64]
+//          [--batch 1] [--slots 4] [--preload numpy] [--code 'print(1+1)'] [--insecure-no-sandbox]
+// Client and server share this process, so "node CPU" includes the load generator.
+import { readdirSync, readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { SandboxPool } from '../src/sandbox/pool.js';
+import { SandboxServer } from '../src/sandbox/server.js';
+
+const { values: a } = parseArgs({
+  options: {
+    n: { type: 'string', default: '2000' },
+    c: { type: 'string', default: '64' },
+    batch: { type: 'string', default: '1' },
+    slots: { type: 'string', default: '4' },
+    preload: { type: 'string', default: '' },
+    code: { type: 'string', default: 'print(1+1)' },
+    'insecure-no-sandbox': { type: 'boolean', default: false },
+  },
+});
+const N = Number(a.n);
+const C = Number(a.c);
+const B = Number(a.batch);
+const TICK = 100; // USER_HZ on Linux
+
+// CPU of the sandbox process tree: live processes' own time plus what they reaped (per-call children).
+function treeCpuMs(root: number | undefined): number {
+  if (!root) return 0;
+  const procs = new Map<number, { ppid: number; ticks: number }>();
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const s = readFileSync(`/proc/${d}/stat`, 'utf8');
+      const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
+      procs.set(Number(d), {
+        ppid: Number(f[1]),
+        ticks: Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]),
+      });
+    } catch {}
+  }
+  let total = 0;
+  const inTree = (pid: number): boolean => {
+    for (let p = pid, hops = 0; p > 1 && hops < 50; hops++) {
+      if (p === root) return true;
+      p = procs.get(p)?.ppid ?? 0;
+    }
+    return false;
+  };
+  for (const [pid, p] of procs) if (inTree(pid)) total += p.ticks;
+  return (total * 1000) / TICK;
+}
+
+function pct(xs: number[], q: number): number {
+  const s = [...xs].sort((x, y) => x - y);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? Number.NaN;
+}
+
+const pool = await SandboxPool.start({
+  slots: Number(a.slots),
+  isolation: a['insecure-no-sandbox'] ? 'none' : 'bwrap',
+  preload: a.preload ? a.preload.split(',') : [],
+  log: () => {},
+});
+const server = new SandboxServer({
+  runner: pool,
+  port: 0,
+  concurrency: pool.options.slots,
+  logRequests: false,
+  log: () => {},
+});
+const { url } = await server.listen();
+
+async function phase(
+  name: string,
+  path: string,
+  body: (k: number) => unknown,
+  count: (j: any) => [number, number],
+) {
+  const nReq = Math.ceil(N / B);
+  let next = 0;
+  let ok = 0;
+  let bad = 0;
+  const lat: number[] = [];
+  const cpu0 = process.cpuUsage();
+  const tree0 = treeCpuMs(pool.sandboxPid);
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: C }, async () => {
+      for (let i = next++; i < nReq; i = next++) {
+        const k = Math.min(B, N - i * B);
+        const s = performance.now();
+        const res = await fetch(url + path, { method: 'POST', body: JSON.stringify(body(k)) });
+        const j = await res.json();
+        lat.push(performance.now() - s);
+        const [g, b] = res.status === 200 ? count(j) : [0, k];
+        ok += g;
+        bad += b;
+      }
+    }),
+  );
+  const secs = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  const nodeMs = (cpu.user + cpu.system) / 1000;
+  const treeMs = treeCpuMs(pool.sandboxPid) - tree0;
+  console.log(
+    `${name.padEnd(26)} n=${N} c=${C} batch=${B}: ${(N / secs).toFixed(0)} calls/s, ` +
+      `p50 ${pct(lat, 0.5).toFixed(1)} ms, p99 ${pct(lat, 0.99).toFixed(1)} ms (per request), ` +
+      `CPU/call node ${(nodeMs / N).toFixed(2)} ms + sandbox ${(treeMs / N).toFixed(2)} ms, ok=${ok} failed=${bad}`,
+  );
+}
+
+async function idle(path: string, body: unknown, reps = 200) {
+  const lat: number[] = [];
+  for (let i = 0; i < reps; i++) {
+    const s = performance.now();
+    await (await fetch(url + path, { method: 'POST', body: JSON.stringify(body) })).json();
+    lat.push(performance.now() - s);
+  }
+  console.log(
+    `${`idle ${path}`.padEnd(26)} sequential x${reps}: p50 ${pct(lat, 0.5).toFixed(2)} ms, p99 ${pct(lat, 0.99).toFixed(2)} ms`,
+  );
+}
+
+console.log(
+  `isolation=${pool.info.isolation} slots=${pool.options.slots} preload=[${pool.options.preload}] code=${JSON.stringify(a.code)}`,
+);
+const sub = { type: 'python', solution: a.code };
+await idle('/run', sub);
+await idle('/v1/run', { code: a.code });
+await phase(
+  'code-judge /run/long-batch',
+  '/run/long-batch',
+  (k) => ({ type: 'batch', submissions: Array.from({ length: k }, () => sub) }),
+  (j) => {
+    const g = j.results.filter((r: { success: boolean }) => r.success).length;
+    return [g, j.results.length - g];
+  },
+);
+await phase(
+  'native /v1/batch',
+  '/v1/batch',
+  (k) => ({ requests: Array.from({ length: k }, () => ({ code: a.code })) }),
+  (j) => {
+    const g = j.results.filter((r: { status: string }) => r.status === 'ok').length;
+    return [g, j.results.length - g];
+  },
+);
+await server.close();
+await pool.close();
