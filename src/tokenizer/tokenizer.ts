@@ -97,6 +97,11 @@ export class Tokenizer {
     const config = existsSync(configPath)
       ? (readJsonFile(configPath, 'tokenizer_config.json') as TokenizerConfig)
       : {};
+    // Newer transformers save the template beside the config instead of inside it.
+    const jinjaPath = join(isDir ? path : join(path, '..'), 'chat_template.jinja');
+    if (config.chat_template === undefined && existsSync(jinjaPath)) {
+      config.chat_template = readFileSync(jinjaPath, 'utf8');
+    }
     return new Tokenizer(json, config, jsonPath);
   }
 

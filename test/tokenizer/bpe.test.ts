@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import {
   buildCharTokenizer,
   MARKER_TOKENS,
@@ -13,6 +13,16 @@ import {
   trainBpeTokenizer,
 } from '../../src/tokenizer/index.js';
 import { Rng } from '../../src/util/index.js';
+
+const tmpDirs: string[] = [];
+function tempDir(prefix: string): string {
+  const d = mkdtempSync(join(tmpdir(), prefix));
+  tmpDirs.push(d);
+  return d;
+}
+after(() => {
+  for (const d of tmpDirs) rmSync(d, { recursive: true, force: true });
+});
 
 function corpus(n: number, seed: number): string[] {
   const rng = new Rng(seed);
@@ -58,7 +68,7 @@ test('BPE training is deterministic and the files load from disk', () => {
   const a = trainBpeTokenizer(docs, 400);
   const b = trainBpeTokenizer(docs, 400);
   assert.deepEqual(a, b);
-  const dir = mkdtempSync(join(tmpdir(), 'rstar2-bpe-'));
+  const dir = tempDir('rstar2-bpe-');
   saveTokenizer(a, dir);
   const tok = Tokenizer.load(dir);
   const s = docs[0];

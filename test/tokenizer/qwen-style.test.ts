@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import {
   byteToUnicode,
   ChatTemplate,
@@ -11,6 +11,16 @@ import {
   Tokenizer,
   toolTurnIds,
 } from '../../src/tokenizer/index.js';
+
+const tmpDirs: string[] = [];
+function tempDir(prefix: string): string {
+  const d = mkdtempSync(join(tmpdir(), prefix));
+  tmpDirs.push(d);
+  return d;
+}
+after(() => {
+  for (const d of tmpDirs) rmSync(d, { recursive: true, force: true });
+});
 
 // A small tokenizer.json in the exact shape of Qwen2.5's: NFC normalizer, Qwen2 split regex + byte-level
 // pre-tokenizer, BPE with "a b" merges, added tokens at Qwen's ids (sparse vocabulary), GPT-2 byte order (so
@@ -80,7 +90,7 @@ function qwenStyleDir(): string {
     clean_up_tokenization_spaces: false,
     chat_template: ChatTemplate.named('qwen').source,
   };
-  const dir = mkdtempSync(join(tmpdir(), 'rstar2-qwen-'));
+  const dir = tempDir('rstar2-qwen-');
   writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tokenizerJson));
   writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(config));
   return dir;

@@ -1,9 +1,19 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import { type ChatMessage, ChatTemplate, PYTHON_TOOL_SCHEMA } from '../../src/tokenizer/index.js';
+
+const tmpDirs: string[] = [];
+function tempDir(prefix: string): string {
+  const d = mkdtempSync(join(tmpdir(), prefix));
+  tmpDirs.push(d);
+  return d;
+}
+after(() => {
+  for (const d of tmpDirs) rmSync(d, { recursive: true, force: true });
+});
 
 // Written out by hand from rstar2-reference.md §1.1-1.2 (system prompt, tools block with the pydantic-dumped
 // schema under HF tojson separators, user prefix, generation prompt ending in <reason>).
@@ -134,7 +144,7 @@ test('compact template keeps the structure and is short', () => {
 });
 
 test('templates resolve by name, from a .jinja file and from tokenizer_config.json; bad specs are named', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rstar2-tpl-'));
+  const dir = tempDir('rstar2-tpl-');
   writeFileSync(join(dir, 't.jinja'), '{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}');
   writeFileSync(
     join(dir, 'tokenizer_config.json'),

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import {
   buildCharTokenizer,
   ChatTemplate,
@@ -13,6 +13,16 @@ import {
   tokenizerFromFiles,
 } from '../../src/tokenizer/index.js';
 import { Rng } from '../../src/util/index.js';
+
+const tmpDirs: string[] = [];
+function tempDir(prefix: string): string {
+  const d = mkdtempSync(join(tmpdir(), prefix));
+  tmpDirs.push(d);
+  return d;
+}
+after(() => {
+  for (const d of tmpDirs) rmSync(d, { recursive: true, force: true });
+});
 
 const PIECES = [
   'a',
@@ -113,7 +123,7 @@ test('stream decoder emits whole characters and matches full decode', () => {
 });
 
 test('save → load from a directory or a tokenizer.json path; the chat template comes along', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rstar2-tok-'));
+  const dir = tempDir('rstar2-tok-');
   saveTokenizer(buildCharTokenizer({ template: 'rstar2' }), dir);
   for (const p of [dir, join(dir, 'tokenizer.json')]) {
     const tok = Tokenizer.load(p);
@@ -127,7 +137,7 @@ test('save → load from a directory or a tokenizer.json path; the chat template
 });
 
 test('clear errors for missing and malformed files and bad ids', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rstar2-tokbad-'));
+  const dir = tempDir('rstar2-tokbad-');
   assert.throws(() => Tokenizer.load(join(dir, 'nope')), /tokenizer path not found/);
   assert.throws(() => Tokenizer.load(dir), /tokenizer\.json not found/);
   writeFileSync(join(dir, 'tokenizer.json'), '{"model": ');
@@ -158,4 +168,16 @@ test('toolTurnIds refuses a template whose tool render does not extend its syste
 test('stopIds lists the end-of-turn ids once each', () => {
   const tok = tokenizerFromFiles(buildCharTokenizer());
   assert.deepEqual(tok.stopIds, [tok.idOf('<|im_end|>'), tok.idOf('<|endoftext|>')]);
+});
+
+test('a chat_template.jinja beside the tokenizer is used when the config has no template', () => {
+  const dir = tempDir('rstar2-tokjinja-');
+  try {
+    saveTokenizer({ ...buildCharTokenizer(), config: { eos_token: '<|im_end|>' } }, dir);
+    writeFileSync(join(dir, 'chat_template.jinja'), '{{ messages[0].content }}!');
+    const tok = Tokenizer.load(dir);
+    assert.equal(ChatTemplate.fromTokenizer(tok).render([{ role: 'user', content: 'hi' }]), 'hi!');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
