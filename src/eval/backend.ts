@@ -1,13 +1,31 @@
+import { BatchingRunner } from '../agent/batching.js';
+import { runTrajectory } from '../agent/loop.js';
+import { agentTemplate } from '../agent/template.js';
+import { EmbeddedEngine } from '../engines/embedded.js';
+import { BACKENDS, type Backend as RemoteBackend, remoteEngine } from '../engines/factory.js';
+import { Scheduler } from '../engines/scheduler.js';
+import type { Engine } from '../engines/types.js';
+import { SandboxClient } from '../sandbox/client.js';
+import { SandboxPool } from '../sandbox/pool.js';
+import type { CodeRunner, RunRequest, RunResult } from '../sandbox/types.js';
+import { ChatTemplate, Tokenizer } from '../tokenizer/index.js';
 import { fakeTrajectory } from './fake.js';
 import { perRequest, type RolloutFn } from './run.js';
 
 export interface BackendOptions {
-  model?: string; // checkpoint directory (embedded engine)
-  engine?: string; // http(s) URL of a served engine, or fake:ACC
+  model?: string; // checkpoint directory: embedded torch engine (and its tokenizer.json)
+  engine?: string; // served engine (sglang+http://…, vllm+…, llamacpp+…, plain URL + backend) or fake:ACC
+  backend?: string; // for a plain engine URL; default sglang
+  tokenizer?: string; // tokenizer.json or its directory, for --engine (default: --model)
+  template?: string; // chat template name or file; default rstar2
+  sandbox?: string; // 'embedded' (local pool) or a sandbox service URL
   temperature: number;
   topP: number;
-  maxTokens?: number;
+  maxTokens?: number; // response budget per trajectory, tool tokens included
+  maxTurns?: number;
   concurrency: number;
+  /** Called as each tool execution finishes (chat shows code and output live). */
+  onTool?: (req: RunRequest, res: RunResult) => void;
 }
 
 export interface Backend {
@@ -16,34 +34,94 @@ export interface Backend {
   close(): Promise<void>;
 }
 
-// Picks the rollout for an eval or chat: the agent loop over the requested engine, or the synthetic
-// `fake:ACC` policy used to dry-run the plumbing.
+// Reference eval budget: data.max_response_length=30720 (aime_eval.sh), 5 assistant turns.
+export const EVAL_MAX_TOKENS = 30720;
+
+function observed(runner: CodeRunner, onTool: BackendOptions['onTool']): CodeRunner {
+  if (!onTool) return runner;
+  return {
+    run: async (req) => {
+      const res = await runner.run(req);
+      onTool(req, res);
+      return res;
+    },
+    runBatch: async (reqs) => {
+      const res = await runner.runBatch(reqs);
+      for (const [i, r] of reqs.entries()) onTool(r, res[i]);
+      return res;
+    },
+    close: () => runner.close(),
+  };
+}
+
+// The rollout for eval and chat: the agent loop (same template, tool and limits as training) over
+// the requested engine, or the synthetic `fake:ACC` policy that dry-runs the plumbing.
 export async function openBackend(o: BackendOptions): Promise<Backend> {
   if (Boolean(o.model) === Boolean(o.engine))
     throw new Error('give exactly one of --model DIR or --engine URL');
-  const fake = o.engine ? /^fake(?::([0-9.]+))?$/.exec(o.engine) : null;
+  const fake = o.engine ? /^fake(?::(.*))?$/.exec(o.engine) : null;
   if (fake) {
     const acc = fake[1] === undefined ? 0.5 : Number(fake[1]);
-    if (!(acc >= 0 && acc <= 1)) throw new Error(`--engine fake:ACC needs 0 <= ACC <= 1 (got ${fake[1]})`);
+    if (!(acc >= 0 && acc <= 1)) throw new Error(`--engine fake:ACC needs 0 <= ACC <= 1 (got '${fake[1]}')`);
     return {
       name: `fake:${acc}`,
       rollout: perRequest(async (r) => fakeTrajectory(r, acc), o.concurrency),
       close: async () => {},
     };
   }
-  // The agent loop (agent/) owns engine construction, templates and the sandbox tool.
-  type AgentModule = { openEvalBackend?: (o: BackendOptions) => Promise<Backend> };
-  let agent: AgentModule = {};
+  if (o.backend && !BACKENDS.includes(o.backend as RemoteBackend)) {
+    throw new Error(`--backend must be one of ${BACKENDS.join(', ')}`);
+  }
+  const tokPath = o.tokenizer ?? o.model;
+  if (!tokPath) throw new Error('--engine URL needs --tokenizer PATH (tokenizer.json or its directory)');
+  const tok = Tokenizer.load(tokPath);
+  const template = agentTemplate(tok, { chat: ChatTemplate.resolve(o.template ?? 'rstar2', tok) });
+  const closers: (() => Promise<void>)[] = [];
+  const close = async () => {
+    for (const c of closers.reverse()) await c().catch(() => {});
+  };
   try {
-    const spec = '../agent/index.js';
-    agent = (await import(spec)) as AgentModule;
-  } catch (e) {
-    throw new Error(`the agent loop (src/agent/index.ts) is not available: ${(e as Error).message}`);
-  }
-  if (typeof agent.openEvalBackend !== 'function') {
-    throw new Error(
-      'the agent loop does not export openEvalBackend(options) yet; only --engine fake:ACC works',
+    let engine: Engine;
+    if (o.model) {
+      const { PolicyWorker } = await import('../worker/index.js');
+      const w = await PolicyWorker.start();
+      closers.push(() => w.close());
+      await w.load(o.model);
+      engine = new EmbeddedEngine(w);
+    } else {
+      engine = remoteEngine(o.engine as string, { backend: (o.backend ?? 'sglang') as RemoteBackend });
+    }
+    const scheduler = await Scheduler.create([engine]);
+    closers.push(() => scheduler.close());
+    const sandbox = o.sandbox ?? 'embedded';
+    const base: CodeRunner =
+      sandbox === 'embedded' ? await SandboxPool.start() : new SandboxClient({ url: sandbox });
+    closers.push(() => base.close());
+    const runner = new BatchingRunner(observed(base, o.onTool));
+    const rollout = perRequest(
+      (r, signal) =>
+        runTrajectory(
+          { id: r.problemId, question: r.problem, gold: r.answer },
+          r.sample,
+          scheduler,
+          {
+            template,
+            runner,
+            sampling: {
+              temperature: o.temperature,
+              topP: o.topP,
+              ...(o.temperature > 0 ? { seed: r.seed } : {}),
+            },
+            maxTurns: o.maxTurns ?? 5,
+            maxResponseTokens: o.maxTokens ?? EVAL_MAX_TOKENS,
+          },
+          signal,
+        ),
+      o.concurrency,
     );
+    return { name: o.model ? `embedded:${o.model}` : (o.engine as string), rollout, close };
+  } catch (e) {
+    await close();
+    throw e;
   }
-  return agent.openEvalBackend(o);
 }

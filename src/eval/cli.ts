@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
-import { openBackend } from './backend.js';
+import { EVAL_MAX_TOKENS, openBackend } from './backend.js';
 import { loadProblems, resolveBench } from './bench.js';
 import { readEvalDir, rescoreEvalDir, reverifyEvalDir, runEval } from './run.js';
 import type { EvalReport } from './score.js';
@@ -33,7 +33,15 @@ export function registerEvalCommands(program: Command): void {
       'sample k answers per benchmark problem with the Python tool and report avg@k, pass@k, maj@k (resumable)',
     )
     .option('--model <dir>', 'checkpoint directory (embedded engine)')
-    .option('--engine <url>', 'served engine URL (SGLang / vLLM / llama.cpp), or fake:ACC for a dry run')
+    .option(
+      '--engine <url>',
+      'served engine: sglang+http://h:p, vllm+http://h:p, llamacpp+http://h:p, a plain URL (see --backend), or fake:ACC (dry run)',
+    )
+    .option('--backend <name>', 'backend of a plain --engine URL: sglang, vllm, llamacpp', 'sglang')
+    .option('--tokenizer <path>', 'tokenizer.json or its directory (default: --model)')
+    .option('--template <name>', 'chat template: rstar2, qwen, compact, tokenizer, or a file', 'rstar2')
+    .option('--sandbox <where>', "'embedded' (local bubblewrap pool) or a sandbox service URL", 'embedded')
+    .option('--max-turns <n>', 'assistant turns per trajectory', num('--max-turns', 1, 1000, true), 5)
     .option('--bench <name>', 'named benchmark: aime24, aime25, hmmt25, math500, ...')
     .option('--data <file>', 'benchmark JSONL with id, problem, answer')
     .option('--k <n>', 'samples per problem', num('--k', 1, 1024, true), 16)
@@ -46,8 +54,9 @@ export function registerEvalCommands(program: Command): void {
     .option('--top-p <p>', 'nucleus sampling top-p', num('--top-p', 0, 1), 0.95)
     .option(
       '--max-tokens <n>',
-      'response budget per trajectory, all turns',
+      'response budget per trajectory, all turns and tool tokens',
       num('--max-tokens', 1, 1e7, true),
+      EVAL_MAX_TOKENS,
     )
     .option('--limit <n>', 'only the first N problems', num('--limit', 1, 1e9, true))
     .option('--seed <n>', 'base sampling seed', num('--seed', 0, 2 ** 31, true), 0)
@@ -69,6 +78,11 @@ export function registerEvalCommands(program: Command): void {
       const backend = await openBackend({
         model: o.model,
         engine: o.engine,
+        backend: o.backend,
+        tokenizer: o.tokenizer,
+        template: o.template,
+        sandbox: o.sandbox,
+        maxTurns: o.maxTurns,
         temperature: o.temperature,
         topP: o.topP,
         maxTokens: o.maxTokens,
@@ -87,6 +101,8 @@ export function registerEvalCommands(program: Command): void {
             temperature: o.temperature,
             topP: o.topP,
             maxTokens: o.maxTokens,
+            maxTurns: o.maxTurns,
+            template: o.template,
             seed: o.seed,
             engine: backend.name,
             limit: o.limit,

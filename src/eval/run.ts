@@ -64,7 +64,16 @@ export interface EvalConfig {
   [extra: string]: unknown;
 }
 
-const RESUME_KEYS = ['bench', 'k', 'temperature', 'topP', 'maxTokens', 'seed'] as const;
+const RESUME_KEYS = [
+  'bench',
+  'k',
+  'temperature',
+  'topP',
+  'maxTokens',
+  'maxTurns',
+  'template',
+  'seed',
+] as const;
 
 export interface EvalState {
   wallTimeS: number; // summed over sessions
