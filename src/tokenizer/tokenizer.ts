@@ -55,7 +55,7 @@ function readJsonFile(path: string, what: string): Record<string, unknown> {
 export class Tokenizer {
   readonly config: TokenizerConfig;
   readonly vocabSize: number;
-  /** Ids of added tokens flagged `special` (skipped by `decode(ids, { skipSpecial: true })`). */
+  /** Ids skipped by `decode(ids, { skipSpecial: true })`. */
   readonly specialIds: ReadonlySet<number>;
   private readonly hf: HfTokenizer;
   private readonly addSpecial: boolean;
@@ -84,7 +84,21 @@ export class Tokenizer {
     for (const [tok, id] of vocab) this.idToToken[id] = tok;
     this.vocabSize = this.idToToken.length;
     if (this.vocabSize === 0) throw new Error(`tokenizer ${source}: empty vocabulary`);
-    this.specialIds = new Set(added.filter((t) => t.special).map((t) => t.id));
+    // As transformers does: added tokens flagged special, plus the config's named and additional special tokens.
+    const special = new Set(added.filter((t) => t.special).map((t) => t.id));
+    const named = [
+      config.bos_token,
+      config.eos_token,
+      config.pad_token,
+      config.unk_token as TokenizerConfig['eos_token'],
+    ];
+    const extra = Array.isArray(config.additional_special_tokens) ? config.additional_special_tokens : [];
+    for (const t of [...named, ...extra]) {
+      const name = tokenContent(t as TokenizerConfig['eos_token']);
+      const id = name === undefined ? undefined : this.hf.token_to_id(name);
+      if (id !== undefined) special.add(id);
+    }
+    this.specialIds = special;
   }
 
   /** Load from a model directory (tokenizer.json [+ tokenizer_config.json]) or a tokenizer.json path. */

@@ -181,3 +181,13 @@ test('a chat_template.jinja beside the tokenizer is used when the config has no 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('config special tokens (additional_special_tokens, eos, pad) are skipped like flagged added tokens', () => {
+  const files = buildCharTokenizer();
+  const tok = tokenizerFromFiles({
+    ...files,
+    config: { ...files.config, additional_special_tokens: ['<reason>'] },
+  });
+  assert.ok(tok.specialIds.has(tok.idOf('<reason>')));
+  assert.equal(tok.decode(tok.encode('<reason>a</reason>'), { skipSpecial: true }), 'a</reason>');
+});
