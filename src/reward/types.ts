@@ -6,4 +6,25 @@ export interface VerifyResult {
   normalised: string | null;
   matchedBy: string | null; // which comparison path decided equality (e.g. 'integer', 'symbolic')
   reason: string; // short human explanation, also for 'not equal' and failures
+  // Added by the reward subsystem (optional, additive):
+  /** equal | not-equal | unknown (scored as wrong) | no-answer | timeout | error */
+  status?: 'equal' | 'not-equal' | 'unknown' | 'no-answer' | 'timeout' | 'error';
+  /** where the answer came from: boxed, answer-tag, final-answer-is, answer-colon, math-env, last-number, whole */
+  source?: string | null;
+  goldNormalised?: string | null;
+}
+
+export interface VerifyOptions {
+  /** strict (default reward) or lenient (adds PRIME's leniencies: ×100 percent, π≈3.14, 1e-4 tolerance). */
+  profile?: VerifyProfile;
+  /** false: `pred` is already the answer (no extraction from a response). Default true. */
+  extract?: boolean;
+  /** Time limit per check in ms (default 1000). In-thread checks stop cooperatively; the pool kills. */
+  timeoutMs?: number;
+  /** Longer predictions keep only their last this-many characters (default 200,000), noted in the reason. */
+  maxInputChars?: number;
+  /** An extracted answer longer than this is rejected (default 1,000, as the PRIME grader). */
+  maxAnswerChars?: number;
+  /** Seed for random-point evaluation (default 1234). */
+  seed?: number;
 }

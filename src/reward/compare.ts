@@ -1,0 +1,602 @@
+// Equivalence of two parsed answers. Gold-driven and conservative: every path either proves equality
+// (exactly, by a stated float rule, or at seeded random points) or says "not equal"/"unknown", and the
+// caller scores "unknown" as wrong.
+
+import { Rng } from '../util/rng.js';
+import type { Node } from './parse.js';
+import * as R from './rational.js';
+
+export type Verdict = 'equal' | 'not-equal' | 'unknown';
+export interface Outcome {
+  verdict: Verdict;
+  by: string; // the comparison path that decided
+}
+
+export interface CompareOptions {
+  /** Decimals both sides are rounded to when either side is written as a decimal (Math-Verify: 6). */
+  floatRounding: number;
+  /** Relative tolerance for numbers (lenient profile: 1e-4, as PRIME's math_equal); 0 = off. */
+  relTol: number;
+  /** Also accept pred = gold·100 or gold/100 for plain numbers (PRIME's percentage leniency). */
+  percentTimes100: boolean;
+  /** Also evaluate π as 3.14 (PRIME evaluates `\pi` both ways). */
+  piAs314: boolean;
+  /** `10\%` also equals a bare `10` (the percent sign read as a unit), besides its value 0.1. */
+  percentAsUnit: boolean;
+  /** Seed for random-point evaluation, so a verdict reproduces. */
+  seed: number;
+  /** Number of random points for expressions with variables. */
+  points: number;
+  /** Absolute deadline (Date.now() ms); past it the comparison stops with "unknown". */
+  deadline: number;
+}
+
+export class Timeout extends Error {}
+
+const eqv = (by: string): Outcome => ({ verdict: 'equal', by });
+const neq = (by: string): Outcome => ({ verdict: 'not-equal', by });
+const unk = (by: string): Outcome => ({ verdict: 'unknown', by });
+
+// ---- evaluation -------------------------------------------------------------------------------------
+
+function isqrt(n: bigint): bigint | null {
+  if (n < 0n) return null;
+  if (n < 2n) return n;
+  let x = BigInt(Math.floor(Math.sqrt(Number(n))));
+  while (x * x > n) x--;
+  while ((x + 1n) * (x + 1n) <= n) x++;
+  return x * x === n ? x : null;
+}
+
+/** Exact rational value, or null when the value is not (provably) rational here. */
+export function evalExact(n: Node): R.Rat | null {
+  switch (n.t) {
+    case 'num':
+      return n.v;
+    case 'neg': {
+      const a = evalExact(n.a);
+      return a && R.neg(a);
+    }
+    case 'add': {
+      let acc = R.ZERO;
+      for (const x of n.a) {
+        const v = evalExact(x);
+        if (!v) return null;
+        acc = R.add(acc, v);
+      }
+      return acc;
+    }
+    case 'mul': {
+      let acc = R.ONE;
+      for (const x of n.a) {
+        const v = evalExact(x);
+        if (!v) return null;
+        acc = R.mul(acc, v);
+      }
+      return acc;
+    }
+    case 'div': {
+      const a = evalExact(n.a);
+      const b = evalExact(n.b);
+      if (!a || !b || b.n === 0n) return null;
+      return R.div(a, b);
+    }
+    case 'pow': {
+      const a = evalExact(n.a);
+      const b = evalExact(n.b);
+      if (!a || !b) return null;
+      if (b.d === 1n) return R.powInt(a, b.n);
+      if (b.d === 2n && a.n >= 0n) {
+        const rn = isqrt(a.n);
+        const rd = isqrt(a.d);
+        if (rn === null || rd === null) return null;
+        return R.powInt(R.rat(rn, rd), b.n);
+      }
+      return null;
+    }
+    case 'pct': {
+      const a = evalExact(n.a);
+      return a && R.div(a, R.rat(100n));
+    }
+    case 'fn': {
+      const args = n.args.map(evalExact);
+      if (args.some((a) => a === null)) return null;
+      const a = args as R.Rat[];
+      if (n.name === 'sqrt') {
+        const rn = isqrt(a[0].n);
+        const rd = isqrt(a[0].d);
+        return rn !== null && rd !== null ? R.rat(rn, rd) : null;
+      }
+      if (n.name === 'fact') return R.factorial(a[0]);
+      if (n.name === 'binom') return R.binom(a[0], a[1]);
+      if (n.name === 'abs') return a[0].n < 0n ? R.neg(a[0]) : a[0];
+      return null;
+    }
+    default:
+      return null;
+  }
+}
+
+type Env = Map<string, number>;
+
+function gamma(x: number): number {
+  if (Number.isInteger(x) && x >= 0 && x <= 170) {
+    let r = 1;
+    for (let i = 2; i <= x; i++) r *= i;
+    return r;
+  }
+  return Number.NaN;
+}
+
+export function evalNum(n: Node, env: Env, pi = Math.PI): number {
+  switch (n.t) {
+    case 'num':
+      return R.toNumber(n.v);
+    case 'sym': {
+      const v = env.get(n.name);
+      return v === undefined ? Number.NaN : v;
+    }
+    case 'const':
+      return n.name === 'pi' ? pi : n.name === 'e' ? Math.E : Number.POSITIVE_INFINITY;
+    case 'neg':
+      return -evalNum(n.a, env, pi);
+    case 'add':
+      return n.a.reduce((s, x) => s + evalNum(x, env, pi), 0);
+    case 'mul':
+      return n.a.reduce((s, x) => s * evalNum(x, env, pi), 1);
+    case 'div':
+      return evalNum(n.a, env, pi) / evalNum(n.b, env, pi);
+    case 'pow': {
+      const a = evalNum(n.a, env, pi);
+      const b = evalNum(n.b, env, pi);
+      // Odd roots of negatives are real: (-8)^(1/3) = -2.
+      if (a < 0 && !Number.isInteger(b)) {
+        const inv = 1 / b;
+        if (
+          Number.isInteger(Math.round(inv)) &&
+          Math.abs(inv - Math.round(inv)) < 1e-12 &&
+          Math.round(inv) % 2 !== 0
+        ) {
+          return -((-a) ** b);
+        }
+      }
+      return a ** b;
+    }
+    case 'pct':
+      return evalNum(n.a, env, pi) / 100;
+    case 'fn': {
+      const a = n.args.map((x) => evalNum(x, env, pi));
+      const x = a[0];
+      switch (n.name) {
+        case 'sqrt':
+          return Math.sqrt(x);
+        case 'sin':
+          return Math.sin(x);
+        case 'cos':
+          return Math.cos(x);
+        case 'tan':
+          return Math.tan(x);
+        case 'sec':
+          return 1 / Math.cos(x);
+        case 'csc':
+          return 1 / Math.sin(x);
+        case 'cot':
+          return 1 / Math.tan(x);
+        case 'arcsin':
+          return Math.asin(x);
+        case 'arccos':
+          return Math.acos(x);
+        case 'arctan':
+          return Math.atan(x);
+        case 'sinh':
+          return Math.sinh(x);
+        case 'cosh':
+          return Math.cosh(x);
+        case 'tanh':
+          return Math.tanh(x);
+        case 'ln':
+          return Math.log(x);
+        case 'log':
+          return Math.log10(x);
+        case 'exp':
+          return Math.exp(x);
+        case 'abs':
+          return Math.abs(x);
+        case 'floor':
+          return Math.floor(x);
+        case 'ceil':
+          return Math.ceil(x);
+        case 'fact':
+          return gamma(x);
+        case 'binom':
+          return gamma(x) / (gamma(a[1]) * gamma(x - a[1]));
+      }
+      return Number.NaN;
+    }
+    default:
+      return Number.NaN;
+  }
+}
+
+export function freeVars(n: Node, out = new Set<string>()): Set<string> {
+  if (n.t === 'sym') out.add(n.name);
+  for (const c of children(n)) freeVars(c, out);
+  return out;
+}
+
+function children(n: Node): Node[] {
+  switch (n.t) {
+    case 'add':
+    case 'mul':
+      return n.a;
+    case 'neg':
+    case 'pct':
+      return [n.a];
+    case 'div':
+    case 'pow':
+    case 'pm':
+      return [n.a, n.b];
+    case 'fn':
+      return n.args;
+    case 'tuple':
+    case 'set':
+    case 'list':
+    case 'union':
+      return n.items;
+    case 'matrix':
+      return n.rows.flat();
+    case 'rel':
+      return n.parts;
+    default:
+      return [];
+  }
+}
+
+export function hasFloat(n: Node): boolean {
+  return (n.t === 'num' && n.float) || children(n).some(hasFloat);
+}
+
+function hasConst(n: Node, name: string): boolean {
+  return (n.t === 'const' && n.name === name) || children(n).some((c) => hasConst(c, name));
+}
+
+// ---- ± expansion --------------------------------------------------------------------------------------
+
+/** `a \pm b` → [a+b, a-b] (Math-Verify's reading: a two-element set); nested ± multiply out. */
+export function expandPm(n: Node): Node[] {
+  if (n.t === 'pm') {
+    const out: Node[] = [];
+    for (const a of expandPm(n.a)) {
+      for (const b of expandPm(n.b)) {
+        out.push({ t: 'add', a: [a, b] }, { t: 'add', a: [a, { t: 'neg', a: b }] });
+      }
+    }
+    return n.sign > 0 ? out : out.map((_, i) => out[i ^ 1]);
+  }
+  if (
+    n.t === 'tuple' ||
+    n.t === 'set' ||
+    n.t === 'list' ||
+    n.t === 'union' ||
+    n.t === 'matrix' ||
+    n.t === 'text'
+  ) {
+    return [n];
+  }
+  const kids = children(n);
+  for (let i = 0; i < kids.length; i++) {
+    const ex = expandPm(kids[i]);
+    if (ex.length > 1) return ex.flatMap((e) => expandPm(replaceChild(n, i, e)));
+  }
+  return [n];
+}
+
+function replaceChild(n: Node, i: number, c: Node): Node {
+  switch (n.t) {
+    case 'add':
+    case 'mul': {
+      const a = n.a.slice();
+      a[i] = c;
+      return { ...n, a };
+    }
+    case 'neg':
+    case 'pct':
+      return { ...n, a: c };
+    case 'div':
+    case 'pow':
+      return i === 0 ? { ...n, a: c } : { ...n, b: c };
+    case 'fn': {
+      const args = n.args.slice();
+      args[i] = c;
+      return { ...n, args };
+    }
+    case 'rel': {
+      const parts = n.parts.slice();
+      parts[i] = c;
+      return { ...n, parts };
+    }
+    default:
+      return n;
+  }
+}
+
+/** Collections get their ± elements expanded in place; a scalar with ± becomes a set. */
+export function structure(n: Node): Node {
+  if (n.t === 'list' || n.t === 'set') return { ...n, items: n.items.flatMap(expandPm) };
+  if (n.t === 'tuple') return { ...n, items: n.items.map(structure) };
+  const ex = expandPm(n);
+  return ex.length > 1 ? { t: 'set', items: ex } : n;
+}
+
+// ---- comparison ---------------------------------------------------------------------------------------
+
+export class Comparer {
+  constructor(private readonly o: CompareOptions) {}
+
+  private tick(): void {
+    if (Date.now() > this.o.deadline) throw new Timeout('time limit');
+  }
+
+  compare(gold: Node, pred: Node): Outcome {
+    return this.node(structure(gold), structure(pred));
+  }
+
+  private node(g: Node, p: Node): Outcome {
+    this.tick();
+    if (g.t === 'text' || p.t === 'text') {
+      if (g.t === 'text' && p.t === 'text') return g.s === p.s ? eqv('text') : neq('text');
+      return neq('text-vs-math');
+    }
+    if (g.t === 'rel' && p.t === 'rel') return this.rel(g, p);
+    if (g.t === 'rel') {
+      const rhs = assignedValue(g);
+      if (rhs) return this.node(rhs, p);
+      const iv = relToInterval(g);
+      if (iv && (p.t === 'tuple' || p.t === 'union')) return this.node(iv, p);
+      return neq('relation-vs-value');
+    }
+    if (p.t === 'rel') {
+      const rhs =
+        assignedValue(p) ?? (p.ops.every((o) => o === '=') && p.parts.length >= 3 ? p.parts.at(-1) : null);
+      if (rhs) return this.node(g, rhs);
+      return neq('value-vs-relation');
+    }
+    if (isCollection(g) || isCollection(p)) return this.collection(g, p);
+    return this.scalar(g, p);
+  }
+
+  private collection(g: Node, p: Node): Outcome {
+    if (g.t === 'matrix' || p.t === 'matrix') return this.matrix(g, p);
+    if (g.t === 'union' || p.t === 'union') {
+      if (g.t !== 'union' || p.t !== 'union') return neq('union-shape');
+      return this.unordered(g.items, p.items, 'union');
+    }
+    if (g.t === 'tuple' && p.t === 'tuple') {
+      if (g.open !== p.open || g.close !== p.close) return neq('interval-openness');
+      return this.ordered(g.items, p.items, g.open === '(' && g.close === ')' ? 'tuple' : 'interval');
+    }
+    if (g.t === 'tuple') {
+      if (p.t !== 'list' && p.t !== 'set') return neq('shape');
+      if (g.open !== '(' || g.close !== ')') return neq('interval-vs-list');
+      return this.ordered(g.items, p.items, 'tuple-in-written-order');
+    }
+    if (g.t === 'list' || g.t === 'set') {
+      if (p.t === 'list' || p.t === 'set') return this.unordered(g.items, p.items, 'set');
+      if (p.t === 'tuple' && p.open === '(' && p.close === ')')
+        return this.unordered(g.items, p.items, 'set');
+      return neq('shape');
+    }
+    return neq('shape');
+  }
+
+  private matrix(g: Node, p: Node): Outcome {
+    const rows = (n: Node): Node[][] | null =>
+      n.t === 'matrix' ? n.rows : n.t === 'tuple' && n.open === '(' ? n.items.map((x) => [x]) : null;
+    const a = rows(g);
+    const b = rows(p);
+    if (!a || !b) return neq('matrix-shape');
+    // A vector written as a tuple equals a column vector.
+    const flat = (m: Node[][]) => (m.length === 1 ? m[0].map((x) => [x]) : m);
+    const A = flat(a);
+    const B = flat(b);
+    if (A.length !== B.length || A.some((r, i) => r.length !== B[i].length)) return neq('matrix-shape');
+    return this.ordered(A.flat(), B.flat(), 'matrix');
+  }
+
+  private ordered(a: Node[], b: Node[], by: string): Outcome {
+    if (a.length !== b.length) return neq(`${by}-length`);
+    let unknown = false;
+    for (let i = 0; i < a.length; i++) {
+      const r = this.node(a[i], b[i]);
+      if (r.verdict === 'not-equal') return neq(`${by}:${r.by}`);
+      if (r.verdict === 'unknown') unknown = true;
+    }
+    return unknown ? unk(by) : eqv(by);
+  }
+
+  // Multiset matching; greedy is enough because element equality is an equivalence relation.
+  private unordered(a: Node[], b: Node[], by: string): Outcome {
+    if (a.length !== b.length) return neq(`${by}-size`);
+    const used = new Array<boolean>(b.length).fill(false);
+    for (const x of a) {
+      let found = false;
+      for (let j = 0; j < b.length && !found; j++) {
+        if (!used[j] && this.node(x, b[j]).verdict === 'equal') {
+          used[j] = true;
+          found = true;
+        }
+      }
+      if (!found) return neq(`${by}-element`);
+    }
+    return eqv(by);
+  }
+
+  private rel(g: Extract<Node, { t: 'rel' }>, p: Extract<Node, { t: 'rel' }>): Outcome {
+    const G = orient(g);
+    const P = orient(p);
+    if (G.ops.join() !== P.ops.join()) return neq('relation-type');
+    if (G.parts.length > 2) return this.ordered(G.parts, P.parts, 'relation-chain');
+    const op = G.ops[0];
+    if (op === 'in') return this.ordered(G.parts, P.parts, 'membership');
+    const ga = G.parts[0];
+    const pa = P.parts[0];
+    if (op === '=' && ga.t === 'sym' && pa.t === 'sym') {
+      if (ga.name !== pa.name) return neq('assignment-variable');
+      const r = this.node(G.parts[1], P.parts[1]);
+      return { verdict: r.verdict, by: `assignment:${r.by}` };
+    }
+    const dg: Node = { t: 'add', a: [G.parts[0], { t: 'neg', a: G.parts[1] }] };
+    const dp: Node = { t: 'add', a: [P.parts[0], { t: 'neg', a: P.parts[1] }] };
+    return this.proportional(dg, dp, op === '<' || op === '<=');
+  }
+
+  // Two relations `lhs-rhs` agree when their differences are proportional (2x=4 ≡ x=2); for
+  // inequalities the factor must be positive.
+  private proportional(a: Node, b: Node, positive: boolean): Outcome {
+    const vars = [...new Set([...freeVars(a), ...freeVars(b)])];
+    const pts = this.points(vars);
+    let ratio: number | null = null;
+    let valid = 0;
+    for (const env of pts) {
+      const x = evalNum(a, env);
+      const y = evalNum(b, env);
+      if (!Number.isFinite(x) || !Number.isFinite(y)) continue;
+      if (Math.abs(x) < 1e-12 && Math.abs(y) < 1e-12) continue;
+      if (Math.abs(y) < 1e-12 || Math.abs(x) < 1e-12) return neq('relation');
+      const r = x / y;
+      if (ratio === null) ratio = r;
+      else if (Math.abs(r - ratio) > 1e-8 * Math.max(1, Math.abs(ratio))) return neq('relation');
+      valid++;
+    }
+    if (ratio === null || valid < 3) return unk('relation-too-few-points');
+    if (positive && ratio < 0) return neq('inequality-direction');
+    return eqv('relation');
+  }
+
+  private points(vars: string[]): Env[] {
+    const rng = new Rng(this.o.seed);
+    const out: Env[] = [];
+    for (let i = 0; i < this.o.points; i++) {
+      const env: Env = new Map();
+      for (const v of vars) {
+        // Half the points positive (inside sqrt/log domains), half anywhere, so |x| vs x differ.
+        env.set(v, i % 2 === 0 ? 0.3 + rng.next() * 2.2 : -2.5 + rng.next() * 5);
+      }
+      out.push(env);
+    }
+    return out;
+  }
+
+  private scalar(g: Node, p: Node): Outcome {
+    const vars = new Set([...freeVars(g), ...freeVars(p)]);
+    if (vars.size > 0) return this.randomPoints(g, p, [...vars]);
+    const gs = this.o.percentAsUnit && g.t === 'pct' ? [g, g.a] : [g];
+    const ps = this.o.percentAsUnit && p.t === 'pct' ? [p, p.a] : [p];
+    let best: Outcome | null = null;
+    for (const a of gs) {
+      for (const b of ps) {
+        const r = this.value(a, b);
+        const by = a !== g || b !== p ? `percent-as-unit:${r.by}` : r.by;
+        if (r.verdict === 'equal') return eqv(by);
+        if (!best || (best.verdict === 'not-equal' && r.verdict === 'unknown'))
+          best = { verdict: r.verdict, by };
+      }
+    }
+    return best as Outcome;
+  }
+
+  private value(g: Node, p: Node): Outcome {
+    const eg = evalExact(g);
+    const ep = evalExact(p);
+    const floats = hasFloat(g) || hasFloat(p);
+    if (eg && ep) {
+      if (R.eq(eg, ep)) return eqv(R.isInt(eg) ? 'integer' : 'exact-rational');
+      if (floats && R.roundScaled(eg, this.o.floatRounding) === R.roundScaled(ep, this.o.floatRounding)) {
+        return eqv('float-rounding');
+      }
+      if (!this.lenient()) return neq('exact-rational');
+    }
+    const vg = evalNum(g, new Map());
+    const vp = evalNum(p, new Map());
+    if (Number.isNaN(vg) || Number.isNaN(vp)) return unk('not-a-number');
+    if (!Number.isFinite(vg) || !Number.isFinite(vp)) return vg === vp ? eqv('infinity') : neq('infinity');
+    if (floats) {
+      const s = 10 ** this.o.floatRounding;
+      if (Math.round(vg * s) === Math.round(vp * s)) return eqv('float-rounding');
+    } else if (Math.abs(vg - vp) <= 1e-10 * Math.max(1, Math.abs(vg), Math.abs(vp))) {
+      return eqv('numeric');
+    }
+    if (this.lenient()) {
+      const close = (x: number, y: number) =>
+        Math.abs(x - y) <= this.o.relTol * Math.max(Math.abs(x), Math.abs(y));
+      if (this.o.relTol > 0 && close(vg, vp)) return eqv('lenient-tolerance');
+      if (this.o.percentTimes100 && (close(vg * 100, vp) || close(vg / 100, vp)))
+        return eqv('lenient-percent');
+      if (this.o.piAs314 && (hasConst(g, 'pi') || hasConst(p, 'pi'))) {
+        const g3 = evalNum(g, new Map(), 3.14);
+        const p3 = evalNum(p, new Map(), 3.14);
+        if (close(g3, vp) || close(vg, p3) || close(g3, p3)) return eqv('lenient-pi');
+      }
+    }
+    return neq(floats ? 'float-rounding' : 'numeric');
+  }
+
+  private lenient(): boolean {
+    return this.o.relTol > 0 || this.o.percentTimes100 || this.o.piAs314;
+  }
+
+  private randomPoints(g: Node, p: Node, vars: string[]): Outcome {
+    let valid = 0;
+    for (const env of this.points(vars)) {
+      const x = evalNum(g, env);
+      const y = evalNum(p, env);
+      if (!Number.isFinite(x) || !Number.isFinite(y)) continue;
+      if (Math.abs(x - y) > 1e-8 * Math.max(1, Math.abs(x), Math.abs(y))) return neq('random-points');
+      valid++;
+    }
+    return valid >= Math.min(4, this.o.points) ? eqv('random-points') : unk('random-points-too-few-valid');
+  }
+}
+
+function isCollection(n: Node): boolean {
+  return n.t === 'tuple' || n.t === 'set' || n.t === 'list' || n.t === 'matrix' || n.t === 'union';
+}
+
+/** `x = v` (or `x \in S`, or a chain `x = a = v`) with a plain variable on the left → v. */
+function assignedValue(n: Extract<Node, { t: 'rel' }>): Node | null {
+  if (n.parts[0].t !== 'sym') return null;
+  if (n.ops.every((o) => o === '=') || (n.ops.length === 1 && n.ops[0] === 'in'))
+    return n.parts.at(-1) ?? null;
+  return null;
+}
+
+/** `>`/`>=` chains rewritten with `<`/`<=` so `a > b` and `b < a` compare equal. */
+function orient(n: Extract<Node, { t: 'rel' }>): { ops: string[]; parts: Node[] } {
+  if (n.ops.every((o) => o === '>' || o === '>=')) {
+    return { ops: n.ops.map((o) => (o === '>' ? '<' : '<=')).reverse(), parts: n.parts.slice().reverse() };
+  }
+  return { ops: n.ops, parts: n.parts };
+}
+
+/** A gold inequality in one variable as an interval: `1 < x <= 2` → (1, 2]. */
+function relToInterval(n: Extract<Node, { t: 'rel' }>): Node | null {
+  const { ops, parts } = orient(n);
+  if (!ops.every((o) => o === '<' || o === '<=')) return null;
+  const inf: Node = { t: 'const', name: 'inf' };
+  const ninf: Node = { t: 'neg', a: inf };
+  if (parts.length === 3 && parts[1].t === 'sym') {
+    return {
+      t: 'tuple',
+      open: ops[0] === '<' ? '(' : '[',
+      close: ops[1] === '<' ? ')' : ']',
+      items: [parts[0], parts[2]],
+    };
+  }
+  if (parts.length === 2 && parts[0].t === 'sym') {
+    return { t: 'tuple', open: '(', close: ops[0] === '<' ? ')' : ']', items: [ninf, parts[1]] };
+  }
+  if (parts.length === 2 && parts[1].t === 'sym') {
+    return { t: 'tuple', open: ops[0] === '<' ? '(' : '[', close: ')', items: [parts[0], inf] };
+  }
+  return null;
+}

@@ -1,0 +1,169 @@
+// Answer extraction, in Math-Verify's priority order with boxed first (its recommended setting for models
+// told to box their answer, which the rStar2 prompt does), plus the rStar2 `<answer>` tag convention.
+
+export type AnswerSource =
+  | 'boxed'
+  | 'answer-tag'
+  | 'final-answer-is'
+  | 'answer-colon'
+  | 'math-env'
+  | 'last-number'
+  | 'whole';
+
+export interface Extracted {
+  answer: string;
+  source: AnswerSource;
+}
+
+interface Box {
+  start: number;
+  end: number; // index after the closing brace
+  content: string;
+}
+
+/** The content of a brace group starting at `open` (which must be `{`), or null if unbalanced. */
+export function braceGroup(s: string, open: number): { content: string; end: number } | null {
+  if (s[open] !== '{') return null;
+  let depth = 0;
+  for (let i = open; i < s.length; i++) {
+    const c = s[i];
+    if (c === '\\') {
+      i++;
+      continue;
+    }
+    if (c === '{') depth++;
+    else if (c === '}') {
+      depth--;
+      if (depth === 0) return { content: s.slice(open + 1, i), end: i + 1 };
+    }
+  }
+  return null;
+}
+
+export function findBoxes(s: string): Box[] {
+  const out: Box[] = [];
+  const re = /\\(?:boxed|fbox)\s*/g;
+  for (let m = re.exec(s); m; m = re.exec(s)) {
+    const at = m.index + m[0].length;
+    if (s[at] === '{') {
+      const g = braceGroup(s, at);
+      if (!g) continue; // unbalanced: a truncated answer is no answer
+      out.push({ start: m.index, end: g.end, content: g.content });
+      re.lastIndex = g.end;
+    } else if (m[0].startsWith('\\boxed') && /\s/.test(m[0].slice(6, 7))) {
+      // `\boxed 5`: up to the next `$` or whitespace (Qwen's rule)
+      const rest = /^[^\s$]+/.exec(s.slice(at));
+      if (rest) out.push({ start: m.index, end: at + rest[0].length, content: rest[0] });
+    }
+  }
+  return out;
+}
+
+// Math-Verify's "last" boxed mode: the last box, plus earlier boxes that sit right next to it (a
+// multi-part answer written as `\boxed{1}, \boxed{2}`), when their contents differ.
+function joinBoxes(boxes: Box[], s: string): string {
+  const parts = [boxes[boxes.length - 1]];
+  for (let i = boxes.length - 2; i >= 0; i--) {
+    const gap = s.slice(boxes[i].end, parts[0].start);
+    const sep = /(,|;|\band\b|\bor\b)/.test(gap);
+    if (!(gap.length < 10 || (gap.length < 70 && sep))) break;
+    if (parts.some((p) => p.content.trim() === boxes[i].content.trim())) break;
+    parts.unshift(boxes[i]);
+  }
+  return parts.map((p) => p.content.trim()).join(', ');
+}
+
+const NUMBER_RE =
+  /(?<![\w.])[-−]?(?:[$€£¥₹]\s?)?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:\s*(?:%|\\%|percent))?/g;
+
+function lastNumber(s: string): string | null {
+  let last: string | null = null;
+  for (const m of s.matchAll(NUMBER_RE)) last = m[0];
+  return last?.replace(/[$€£¥₹]\s?/, '') ?? null;
+}
+
+// Math environments, rightmost wins; `$$…$$` and `\[…\]` may span lines, inline ones may not.
+const ENV_RES = [
+  /\$\$([\s\S]+?)\$\$/g,
+  /\\\[([\s\S]+?)\\\]/g,
+  /\\\(([^\n]+?)\\\)/g,
+  /(?<!\$)\$([^$\n]+?)\$(?!\$)/g,
+];
+
+function lastMathEnv(s: string): string | null {
+  let best: { at: number; content: string } | null = null;
+  for (const re of ENV_RES) {
+    for (const m of s.matchAll(re)) {
+      if (!best || m.index > best.at) best = { at: m.index, content: m[1] };
+    }
+  }
+  return best ? best.content.trim() : null;
+}
+
+function cleanTail(s: string): string {
+  return s
+    .trim()
+    .replace(/^[:\s]+/, '')
+    .replace(/[\s.。]+$/, '')
+    .trim();
+}
+
+// Text after a phrase like "final answer is" or "Answer:": the math environment right there, else the
+// rest of the sentence.
+function afterPhrase(s: string, re: RegExp): string | null {
+  let last: RegExpExecArray | null = null;
+  for (const m of s.matchAll(re)) last = m as RegExpExecArray;
+  if (!last) return null;
+  const rest = s.slice(last.index + last[0].length).replace(/^[\s:]+/, '');
+  const env = /^(?:\$\$([\s\S]+?)\$\$|\$([^$]+?)\$|\\\[([\s\S]+?)\\\]|\\\(([\s\S]+?)\\\))/.exec(rest);
+  if (env) return (env[1] ?? env[2] ?? env[3] ?? env[4]).trim();
+  const line = rest.split('\n')[0];
+  const sentence = line.replace(/\.(\s|$)[\s\S]*$/, '');
+  const out = cleanTail(sentence);
+  return out === '' ? null : out;
+}
+
+function extractPlain(s: string, whole: boolean): Extracted | null {
+  const minerva = /final answer is\s*\$([^$]+)\$\.?\s*I hope/i.exec(s);
+  if (minerva) return { answer: minerva[1].trim(), source: 'final-answer-is' };
+  const boxes = findBoxes(s);
+  if (boxes.length > 0) return { answer: joinBoxes(boxes, s), source: 'boxed' };
+  const fa = afterPhrase(s, /final answer(?: is|:)/gi);
+  if (fa) return { answer: fa, source: 'final-answer-is' };
+  const ac = afterPhrase(s, /\banswer(?: is|:)/gi);
+  if (ac) return { answer: ac, source: 'answer-colon' };
+  const env = lastMathEnv(s);
+  if (env) return { answer: env, source: 'math-env' };
+  if (whole && s.trim().length <= 200 && !/\n/.test(s.trim()))
+    return { answer: cleanTail(s), source: 'whole' };
+  const num = lastNumber(s);
+  if (num) return { answer: num.trim(), source: 'last-number' };
+  return null;
+}
+
+/**
+ * Finds the answer in a model response. Order: last `\boxed{}`/`\fbox{}` anywhere (rStar2's reward
+ * reads the whole response), then the last `<answer>…</answer>` block, then "final answer is",
+ * "answer:", the last math environment, the last number.
+ */
+export function extractAnswer(text: string): Extracted | null {
+  const minerva = /final answer is\s*\$([^$]+)\$\.?\s*I hope/i.exec(text);
+  if (minerva) return { answer: minerva[1].trim(), source: 'final-answer-is' };
+  const boxes = findBoxes(text);
+  if (boxes.length > 0) return { answer: joinBoxes(boxes, text), source: 'boxed' };
+  const tags = [...text.matchAll(/<answer>([\s\S]*?)(?:<\/answer>|$)/g)];
+  if (tags.length > 0) {
+    const inner = tags[tags.length - 1][1];
+    const got = extractPlain(inner, true);
+    if (got) return { answer: got.answer, source: 'answer-tag' };
+  }
+  return extractPlain(text, false);
+}
+
+/** Gold answers are bare strings; a boxed or `$…$` gold is unwrapped, otherwise taken whole. */
+export function extractGold(gold: string): string {
+  const boxes = findBoxes(gold);
+  if (boxes.length > 0) return joinBoxes(boxes, gold);
+  const m = /^\s*(?:\$\$?|\\\[|\\\()([\s\S]*?)(?:\$\$?|\\\]|\\\))\s*$/.exec(gold);
+  return (m ? m[1] : gold).trim();
+}

@@ -1,0 +1,201 @@
+// Normalisation of an extracted answer, as small named rules applied in order. Each rule is a pure
+// string → string function, so tests can pin each one and a result can say which rules fired.
+
+export interface Rule {
+  name: string;
+  apply: (s: string) => string;
+}
+
+const UNIT_WORDS = [
+  'degrees?',
+  'cm',
+  'centimeters?',
+  'mm',
+  'millimeters?',
+  'km',
+  'kilometers?',
+  'meters?',
+  'm',
+  'inch(?:es)?',
+  'in',
+  'feet',
+  'foot',
+  'ft',
+  'yards?',
+  'miles?',
+  'mph',
+  'kph',
+  'seconds?',
+  'sec',
+  'minutes?',
+  'min',
+  'hours?',
+  'hrs?',
+  'days?',
+  'weeks?',
+  'months?',
+  'years?',
+  'liters?',
+  'litres?',
+  'ml',
+  'gallons?',
+  'pounds?',
+  'lbs?',
+  'ounces?',
+  'oz',
+  'grams?',
+  'kg',
+  'kilograms?',
+  'dollars?',
+  'cents?',
+  'units?',
+  'square units?',
+  'sq units?',
+  'people',
+  'students?',
+  'ways?',
+  'points?',
+].join('|');
+
+// A trailing unit word after a number, brace or space (optionally squared/cubed).
+const UNIT_TAIL = new RegExp(
+  `(?<=[\\d}\\s)])\\s*(?:sq(?:uare)?\\.?\\s+)?(?:${UNIT_WORDS})(?:\\^\\{?[23]\\}?)?\\s*$`,
+  'i',
+);
+
+export const RULES: Rule[] = [
+  {
+    name: 'unicode',
+    apply: (s) =>
+      s
+        .replace(/[−–—]/g, '-')
+        .replace(/×/g, '\\times ')
+        .replace(/÷/g, '\\div ')
+        .replace(/·/g, '\\cdot ')
+        .replace(/π/g, '\\pi ')
+        .replace(/∞/g, '\\infty ')
+        .replace(/√/g, '\\sqrt')
+        .replace(/≤/g, '\\le ')
+        .replace(/≥/g, '\\ge ')
+        .replace(/≠/g, '\\ne ')
+        .replace(/∪/g, '\\cup ')
+        .replace(/∈/g, '\\in '),
+  },
+  { name: 'math-delimiters', apply: (s) => s.replace(/\\[()[\]]/g, ' ').replace(/\$/g, ' ') },
+  { name: 'newlines', apply: (s) => s.replace(/[\n\t\r]+/g, ' ') },
+  {
+    name: 'left-right',
+    apply: (s) =>
+      s.replace(/\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big|bigg|Bigg|mleft|mright)(?![a-zA-Z])/g, ''),
+  },
+  {
+    name: 'displaystyle',
+    apply: (s) => s.replace(/\\(?:displaystyle|textstyle|scriptstyle)(?![a-zA-Z])/g, ''),
+  },
+  { name: 'thousands-braces', apply: (s) => s.replace(/\{,\}/g, ',').replace(/,\\!\s*/g, ',') },
+  {
+    name: 'spacing',
+    apply: (s) =>
+      s
+        .replace(/(?<!\\)\\[!,;:]/g, '')
+        .replace(/\\(?:quad|qquad)(?![a-zA-Z])/g, ' ')
+        .replace(/(?<!\\)\\ /g, ' ')
+        .replace(/~/g, ' '),
+  },
+  { name: 'dfrac', apply: (s) => s.replace(/\\[dtc]frac(?![a-zA-Z])/g, '\\frac') },
+  {
+    name: 'currency',
+    apply: (s) => s.replace(/\\\$|[€£¥₹]/g, '').replace(/\\(?:text|mbox)\{\s*\\?\$\s*\}/g, ''),
+  },
+  {
+    name: 'degrees',
+    apply: (s) =>
+      s
+        .replace(/\^\s*\{\s*\\circ\s*\}/g, '')
+        .replace(/\^\s*\\circ/g, '')
+        .replace(/°|\\degree(?![a-zA-Z])/g, '')
+        .replace(/\\circ\s*$/g, ''),
+  },
+  {
+    name: 'text-units',
+    // A trailing `\text{…}`/`\mbox{…}` after math is a unit (`5.4 \text{ cents}`, `15\mbox{ cm}^2`).
+    apply: (s) => {
+      const m = /^(.*[\d}\w)])\s*\\(?:text|mbox|mathrm)\{\s*[a-zA-Z][a-zA-Z .]*\}(?:\^\{?[23]\}?)?\s*$/.exec(
+        s,
+      );
+      return m && /[\d]/.test(m[1]) ? m[1] : s;
+    },
+  },
+  {
+    name: 'percent',
+    apply: (s) =>
+      s.replace(/\\%/g, '%').replace(/\s*\\?(?:text\{\s*)?(?:percent(?:age)?|pct)\s*\}?\s*$/i, '%'),
+  },
+  {
+    name: 'text-unwrap',
+    apply: (s) =>
+      s.replace(
+        /\\(?:text|textbf|textit|textrm|mbox|mathrm|mathbf|mathit|operatorname)\s*\{([^{}]*)\}/g,
+        '$1',
+      ),
+  },
+  { name: 'unit-words', apply: (s) => s.replace(UNIT_TAIL, '').replace(UNIT_TAIL, '') },
+  { name: 'choice-letter', apply: (s) => s.replace(/^\s*\(([A-E])\)\s*$/, '$1') },
+  {
+    name: 'relations',
+    apply: (s) =>
+      s
+        .replace(/\\(?:leq|leqslant|le)(?![a-zA-Z])/g, '<=')
+        .replace(/\\(?:geq|geqslant|ge)(?![a-zA-Z])/g, '>=')
+        .replace(/\\(?:neq|ne)(?![a-zA-Z])/g, '!=')
+        .replace(/\\lt(?![a-zA-Z])/g, '<')
+        .replace(/\\gt(?![a-zA-Z])/g, '>')
+        .replace(/\\approx(?![a-zA-Z])/g, '='),
+  },
+  {
+    name: 'infinity',
+    apply: (s) => s.replace(/\b(?:infinity|inf)\b/gi, '\\infty').replace(/\\infin(?![a-zA-Z])/g, '\\infty'),
+  },
+  { name: 'empty-set', apply: (s) => s.replace(/\\(?:emptyset|varnothing)(?![a-zA-Z])|∅/g, '\\{\\}') },
+  {
+    name: 'and-or',
+    apply: (s) => s.replace(/\s+(?:and|or)\s+/gi, ', ').replace(/\\text\{\s*(?:and|or)\s*\}/g, ','),
+  },
+  { name: 'dots', apply: (s) => s.replace(/\\(?:ldots|cdots|dots)(?![a-zA-Z])/g, ' ') },
+  {
+    name: 'thousands-separators',
+    // Only a whole number with well-formed groups: `(1,234)` stays a tuple.
+    apply: (s) => (/^\s*-?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*%?\s*$/.test(s) ? s.replace(/,/g, '') : s),
+  },
+  {
+    name: 'base-subscript',
+    // `204_5` is written in base 5; compared as its digits (the reference's PRIME grader drops the base).
+    apply: (s) => s.replace(/(\b\d+)_\{?(\d+)\}?/g, '$1'),
+  },
+  { name: 'mixed-number', apply: (s) => s.replace(/^(-?)(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}$/, '$1($2+$3/$4)') },
+  { name: 'mixed-number-plain', apply: (s) => s.replace(/^(-?)(\d+)\s+(\d+)\/(\d+)$/, '$1($2+$3/$4)') },
+  { name: 'trailing-punctuation', apply: (s) => s.replace(/[\s.,;:!?]+$/, '').replace(/^[\s:]+/, '') },
+  { name: 'whitespace', apply: (s) => s.replace(/\s+/g, ' ').trim() },
+];
+
+export interface Normalised {
+  text: string;
+  applied: string[];
+}
+
+export function normalise(s: string): Normalised {
+  const applied: string[] = [];
+  let cur = s;
+  for (const r of RULES) {
+    const next = r.apply(cur);
+    if (next !== cur) applied.push(r.name);
+    cur = next;
+  }
+  return { text: cur, applied };
+}
+
+export function rule(name: string): Rule {
+  const r = RULES.find((x) => x.name === name);
+  if (!r) throw new Error(`unknown normalisation rule: ${name}`);
+  return r;
+}
