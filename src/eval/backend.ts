@@ -24,6 +24,9 @@ export interface BackendOptions {
   maxTokens?: number; // response budget per trajectory, tool tokens included
   maxTurns?: number;
   concurrency: number;
+  /** Tests and embedders: use this engine (and tokenizer) instead of --model/--engine. */
+  engineInstance?: Engine;
+  tokenizerInstance?: Tokenizer;
   /** Called as each tool execution finishes (chat shows code and output live). */
   onTool?: (req: RunRequest, res: RunResult) => void;
 }
@@ -57,7 +60,7 @@ function observed(runner: CodeRunner, onTool: BackendOptions['onTool']): CodeRun
 // The rollout for eval and chat: the agent loop (same template, tool and limits as training) over
 // the requested engine, or the synthetic `fake:ACC` policy that dry-runs the plumbing.
 export async function openBackend(o: BackendOptions): Promise<Backend> {
-  if (Boolean(o.model) === Boolean(o.engine))
+  if (Boolean(o.model) === Boolean(o.engine) && !o.engineInstance)
     throw new Error('give exactly one of --model DIR or --engine URL');
   const fake = o.engine ? /^fake(?::(.*))?$/.exec(o.engine) : null;
   if (fake) {
@@ -73,8 +76,10 @@ export async function openBackend(o: BackendOptions): Promise<Backend> {
     throw new Error(`--backend must be one of ${BACKENDS.join(', ')}`);
   }
   const tokPath = o.tokenizer ?? o.model;
-  if (!tokPath) throw new Error('--engine URL needs --tokenizer PATH (tokenizer.json or its directory)');
-  const tok = Tokenizer.load(tokPath);
+  if (!tokPath && !o.tokenizerInstance) {
+    throw new Error('--engine URL needs --tokenizer PATH (tokenizer.json or its directory)');
+  }
+  const tok = o.tokenizerInstance ?? Tokenizer.load(tokPath as string);
   const template = agentTemplate(tok, { chat: ChatTemplate.resolve(o.template ?? 'rstar2', tok) });
   const closers: (() => Promise<void>)[] = [];
   const close = async () => {
@@ -82,7 +87,8 @@ export async function openBackend(o: BackendOptions): Promise<Backend> {
   };
   try {
     let engine: Engine;
-    if (o.model) {
+    if (o.engineInstance) engine = o.engineInstance;
+    else if (o.model) {
       const { PolicyWorker } = await import('../worker/index.js');
       const w = await PolicyWorker.start();
       closers.push(() => w.close());
@@ -119,7 +125,12 @@ export async function openBackend(o: BackendOptions): Promise<Backend> {
         ),
       o.concurrency,
     );
-    return { name: o.model ? `embedded:${o.model}` : (o.engine as string), rollout, close };
+    const name = o.engineInstance
+      ? o.engineInstance.name
+      : o.model
+        ? `embedded:${o.model}`
+        : (o.engine as string);
+    return { name, rollout, close };
   } catch (e) {
     await close();
     throw e;

@@ -12,7 +12,7 @@ export function fakeTrajectory(
   const rng = new Rng(req.seed * 2654435761 + 17);
   const right = rng.next() < acc;
   const toolError = rng.next() < 0.2;
-  const guess = right ? req.answer : String(rng.int(0, 999));
+  const guess = right ? req.answer || '42' : String(rng.int(0, 999));
   const code = toolError ? 'print(x)' : 'print(6 * 7)';
   const args = JSON.stringify({ code });
   const call = `<tool_call>\n{"name": "execute_python_code_with_standard_io", "arguments": ${args}}\n</tool_call>`;

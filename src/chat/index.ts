@@ -1,0 +1,2 @@
+export { colorWanted, type RenderOptions, renderAnswer } from './render.js';
+export { ask } from './session.js';

@@ -1,0 +1,112 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { test } from 'node:test';
+import { renderAnswer } from '../../src/chat/render.js';
+import { ask } from '../../src/chat/session.js';
+import { FakeEngine } from '../../src/engines/fake.js';
+import { openBackend } from '../../src/eval/backend.js';
+import { fakeTrajectory } from '../../src/eval/fake.js';
+import { buildCharTokenizer, tokenizerFromFiles } from '../../src/tokenizer/index.js';
+
+const ESC = '\x1b[';
+const b64 = (s: string) => Buffer.from(s).toString('base64');
+
+function sectionOrder(out: string): string[] {
+  return [...out.matchAll(/── ([a-z ]+?)(?: ·| ─)/g)].map((m) => m[1]);
+}
+
+test('renderAnswer sets thinking, code, tool output and answer apart, in order', () => {
+  const t = fakeTrajectory({ problemId: 'p', answer: '42', sample: 0, seed: 1 }, 1);
+  const plain = renderAnswer(t, { color: false, width: 60 });
+  assert.deepEqual(sectionOrder(plain), ['thinking', 'python', 'tool output', 'thinking', 'answer']);
+  assert.ok(!plain.includes(ESC), 'no ANSI codes without colour');
+  assert.match(plain, /── python ─+\nprint\(/);
+  assert.match(plain, /⇒ 42\n/);
+  const colored = renderAnswer(t, { color: true });
+  assert.ok(colored.includes(`${ESC}36m── python`));
+  assert.ok(colored.includes(`${ESC}32m── answer`));
+});
+
+test('renderAnswer labels tool errors and unfinished answers', () => {
+  let t = fakeTrajectory({ problemId: 'p', answer: '1', sample: 0, seed: 0 }, 0);
+  for (let s = 0; !t.numToolErrors; s++)
+    t = fakeTrajectory({ problemId: 'p', answer: '1', sample: 0, seed: s }, 0);
+  const stopped = { ...t, finish: 'length' as const, text: t.text.replace(/\\boxed\{[^}]*\}/, 'no box') };
+  const out = renderAnswer(stopped, { color: false });
+  assert.match(out, /── tool output · error/);
+  assert.match(out, /⇒ \(no \\boxed\{\} answer\)/);
+  assert.match(out, /\[stopped: length\]/);
+});
+
+const bwrap = existsSync('/usr/bin/bwrap');
+test('a chat answer runs the model’s python call in the real sandbox', {
+  skip: bwrap ? false : 'bubblewrap not installed',
+  timeout: 120_000,
+}, async () => {
+  const tok = tokenizerFromFiles(buildCharTokenizer());
+  const call =
+    '<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(6*7)", "input": ""}}\n</tool_call><|im_end|>';
+  // a scripted model: calls python first, then answers with whatever the tool printed
+  const engine = new FakeEngine((ids) => {
+    const seen = tok.decode(ids);
+    const m = /stdout: (\d+)/.exec(seen);
+    const text = m
+      ? `The tool says ${m[1]}. <answer>\\boxed{${m[1]}}</answer><|im_end|>`
+      : `Compute it.\n${call}`;
+    return { outputIds: tok.encode(text, { addSpecialTokens: false }) };
+  });
+  const ran: string[] = [];
+  const backend = await openBackend({
+    engineInstance: engine,
+    tokenizerInstance: tok,
+    temperature: 1,
+    topP: 1,
+    maxTokens: 4096,
+    concurrency: 1,
+    // the sandbox runs the model code inside the tool wrapper, which carries it base64-encoded
+    onTool: (req, res) =>
+      ran.push(`${req.code.includes(b64('print(6*7)'))} -> ${res.status}: ${res.stdout.trim()}`),
+  });
+  try {
+    const t = await ask(backend, 'What is 6*7?', 1);
+    assert.deepEqual(ran, ['true -> ok: 42']);
+    assert.equal(t.finish, 'answered', t.error);
+    assert.equal(t.numToolCalls, 1);
+    const out = renderAnswer(t, { color: false });
+    assert.deepEqual(sectionOrder(out), ['thinking', 'python', 'tool output', 'thinking', 'answer']);
+    assert.match(out, /── tool output · ok[^\n]*\nTool call success\nstdout: 42/);
+    assert.match(out, /⇒ 42/);
+    await assert.rejects(ask(backend, '   ', 1), /empty message/);
+  } finally {
+    await backend.close();
+  }
+});
+
+test('CLI: one-shot --prompt and piped interactive chat', { timeout: 60_000 }, () => {
+  const env = { ...process.env, NO_COLOR: '1' };
+  const one = spawnSync(
+    process.execPath,
+    ['bin/rstar2.js', 'chat', '--engine', 'fake:1', '--prompt', '6*7?'],
+    {
+      encoding: 'utf8',
+      env,
+    },
+  );
+  assert.equal(one.status, 0, one.stderr);
+  assert.deepEqual(sectionOrder(one.stdout), ['thinking', 'python', 'tool output', 'thinking', 'answer']);
+  assert.match(one.stdout, /⇒ 42/);
+  const many = spawnSync(process.execPath, ['bin/rstar2.js', 'chat', '--engine', 'fake:1'], {
+    encoding: 'utf8',
+    env,
+    input: 'first\n\nsecond\n/exit\nthird\n',
+  });
+  assert.equal(many.status, 0, many.stderr);
+  assert.equal(many.stdout.match(/── answer/g)?.length, 2); // blank line skipped, nothing after /exit
+  const bad = spawnSync(process.execPath, ['bin/rstar2.js', 'chat', '--prompt', 'x'], {
+    encoding: 'utf8',
+    env,
+  });
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /exactly one of --model DIR or --engine URL/);
+});
