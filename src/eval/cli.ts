@@ -1,11 +1,12 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
+import type { VerifyProfile } from '../reward/types.js';
 import { EVAL_MAX_TOKENS, openBackend } from './backend.js';
 import { loadProblems, resolveBench } from './bench.js';
 import { readEvalDir, rescoreEvalDir, reverifyEvalDir, runEval } from './run.js';
 import type { EvalReport } from './score.js';
-import { loadVerifier } from './verify.js';
+import { openVerifier } from './verify.js';
 
 const num =
   (name: string, lo: number, hi: number, int = false) =>
@@ -66,6 +67,7 @@ export function registerEvalCommands(program: Command): void {
       '--no-retry-errors',
       'on resume, keep samples that ended in an engine error instead of regenerating them',
     )
+    .option('--verify-profile <name>', 'answer checking: strict (the training reward) or lenient', 'strict')
     .option('--no-progress', 'no progress bar')
     .action(async (o) => {
       if (Boolean(o.bench) === Boolean(o.data))
@@ -88,6 +90,7 @@ export function registerEvalCommands(program: Command): void {
         maxTokens: o.maxTokens,
         concurrency: o.concurrency,
       });
+      const verifier = openVerifier(o.verifyProfile);
       const ac = new AbortController();
       const onSig = () => ac.abort();
       process.once('SIGINT', onSig);
@@ -106,10 +109,11 @@ export function registerEvalCommands(program: Command): void {
             seed: o.seed,
             engine: backend.name,
             limit: o.limit,
+            verifyProfile: o.verifyProfile,
           },
           problems,
           rollout: backend.rollout,
-          verify: await loadVerifier(),
+          verify: verifier.verify,
           retryErrors: o.retryErrors,
           progress: o.progress,
           signal: ac.signal,
@@ -119,6 +123,7 @@ export function registerEvalCommands(program: Command): void {
       } finally {
         process.off('SIGINT', onSig);
         await backend.close();
+        await verifier.close();
       }
     });
 
@@ -127,13 +132,20 @@ export function registerEvalCommands(program: Command): void {
     .description('recompute report.json/report.md of a saved eval directory without generating')
     .argument('<dir>', 'eval directory written by rstar2 eval')
     .option('--reverify', 'also re-check every saved answer with the current verifier')
-    .action(async (dir: string, o: { reverify?: boolean }) => {
+    .option('--verify-profile <name>', "with --reverify: strict or lenient (default: the eval's own)")
+    .action(async (dir: string, o: { reverify?: boolean; verifyProfile?: string }) => {
       const { config } = readEvalDir(dir);
       let problems = existsSync(config.dataFile) ? loadProblems(config.dataFile) : undefined;
       if (problems && config.limit) problems = problems.slice(0, config.limit);
-      const report = o.reverify
-        ? await reverifyEvalDir(dir, await loadVerifier(), problems)
-        : rescoreEvalDir(dir, problems);
+      let report: EvalReport;
+      if (o.reverify) {
+        const verifier = openVerifier((o.verifyProfile ?? config.verifyProfile ?? 'strict') as VerifyProfile);
+        try {
+          report = await reverifyEvalDir(dir, verifier.verify, problems);
+        } finally {
+          await verifier.close();
+        }
+      } else report = rescoreEvalDir(dir, problems);
       console.log(summary(report));
     });
 }

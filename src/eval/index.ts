@@ -20,4 +20,4 @@ export {
   renderMarkdown,
   scoreEval,
 } from './score.js';
-export { fallbackVerify, lastBoxed, loadVerifier, type VerifyFn } from './verify.js';
+export { fallbackVerify, lastBoxed, openVerifier, type Verifier, type VerifyFn } from './verify.js';

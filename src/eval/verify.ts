@@ -1,4 +1,6 @@
 import type { Trajectory } from '../agent/trajectory.js';
+import { VerifierPool } from '../reward/pool.js';
+import type { VerifyProfile } from '../reward/types.js';
 import { normaliseAnswer } from './score.js';
 
 export type VerifyFn = (
@@ -18,7 +20,7 @@ export function lastBoxed(text: string): string | null {
   return null;
 }
 
-// Used only when the reward subsystem's verifier is not importable: exact match after normalisation.
+// A dependency-free stand-in (tests, dry runs): exact match of the normalised last \\boxed{}.
 export const fallbackVerify: VerifyFn = async (pred, gold) => {
   const extracted = lastBoxed(pred);
   if (extracted === null) return { correct: false, extracted: null, matchedBy: null, reason: 'no \\boxed{}' };
@@ -26,28 +28,23 @@ export const fallbackVerify: VerifyFn = async (pred, gold) => {
   return { correct: ok, extracted, matchedBy: ok ? 'normalised-string' : null };
 };
 
-/** The reward subsystem's `verify` when it exists; the fallback (with a warning) otherwise. */
-export async function loadVerifier(warn: (m: string) => void = console.error): Promise<VerifyFn> {
-  try {
-    const spec = '../reward/index.js';
-    const mod = (await import(spec)) as { verify?: (p: string, g: string, ...rest: unknown[]) => unknown };
-    if (typeof mod.verify === 'function') {
-      const v = mod.verify;
-      return async (pred, gold) => {
-        const r = (await v(pred, gold)) as {
-          correct: boolean;
-          extracted: string | null;
-          matchedBy: string | null;
-          reason?: string;
-        };
-        return { correct: r.correct, extracted: r.extracted, matchedBy: r.matchedBy, reason: r.reason };
-      };
-    }
-  } catch {
-    // reward/ not built yet
-  }
-  warn('eval: reward verifier unavailable; scoring by normalised exact match of the last \\boxed{}');
-  return fallbackVerify;
+export interface Verifier {
+  verify: VerifyFn;
+  close(): Promise<void>;
+}
+
+/** The reward subsystem's verifier on its worker-thread pool (each check time-limited, never lost). */
+export function openVerifier(profile: VerifyProfile = 'strict'): Verifier {
+  if (!['strict', 'lenient'].includes(profile))
+    throw new Error(`verify profile must be strict or lenient (got '${profile}')`);
+  const pool = new VerifierPool({ defaults: { profile } });
+  return {
+    verify: async (pred, gold) => {
+      const r = await pool.verify({ pred, gold });
+      return { correct: r.correct, extracted: r.extracted, matchedBy: r.matchedBy, reason: r.reason };
+    },
+    close: () => pool.close(),
+  };
 }
 
 /** Fills gold/reward/correct/verify on a trajectory that the rollout left unscored. */

@@ -7,8 +7,8 @@ import { test } from 'node:test';
 import type { Trajectory } from '../../src/agent/trajectory.js';
 import { loadProblems } from '../../src/eval/bench.js';
 import { fakeTrajectory } from '../../src/eval/fake.js';
-import { type EvalConfig, perRequest, rescoreEvalDir, runEval } from '../../src/eval/run.js';
-import { fallbackVerify, lastBoxed } from '../../src/eval/verify.js';
+import { type EvalConfig, perRequest, rescoreEvalDir, reverifyEvalDir, runEval } from '../../src/eval/run.js';
+import { fallbackVerify, lastBoxed, openVerifier } from '../../src/eval/verify.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
 const problems = [
@@ -195,4 +195,30 @@ test('CLI: eval with the fake engine, then eval-rescore', { timeout: 60_000 }, (
   assert.match(c.stderr, /exactly one of --bench NAME or --data FILE/);
   const e = run('eval', '--engine', 'fake:1', '--data', data, '--k', '0');
   assert.match(e.stderr, /--k must be an integer/);
+});
+
+test('eval-rescore --reverify re-checks saved answers with the reward verifier', {
+  timeout: 60_000,
+}, async () => {
+  const out = dir();
+  const half = [{ id: 'h', problem: 'half?', answer: '0.5' }];
+  const r1 = await runEval({
+    outDir: out,
+    config: config(2),
+    problems: half,
+    rollout: perRequest(async (q) => ({ ...rolloutFn(q), text: 'so \\boxed{\\frac{1}{2}}' }), 1),
+    verify: fallbackVerify, // string match: 1/2 != 0.5
+    ...quiet,
+  });
+  assert.equal(r1.avgAtK, 0);
+  const v = openVerifier('strict');
+  try {
+    const r2 = await reverifyEvalDir(out, v.verify, half);
+    assert.equal(r2.avgAtK, 1);
+    assert.equal(r2.majAtK, 1);
+    const saved = readJsonl<Trajectory>(join(out, 'trajectories.jsonl'));
+    assert.ok(saved.every((t) => t.correct === true && t.verify?.matchedBy));
+  } finally {
+    await v.close();
+  }
 });
