@@ -511,7 +511,7 @@ export class Comparer {
     const floats = hasFloat(g) || hasFloat(p);
     if (eg && ep) {
       if (R.eq(eg, ep)) return eqv(R.isInt(eg) ? 'integer' : 'exact-rational');
-      if (floats && R.roundScaled(eg, this.o.floatRounding) === R.roundScaled(ep, this.o.floatRounding)) {
+      if (floats && this.floatsAgree(R.toNumber(eg), R.toNumber(ep), eg, ep)) {
         return eqv('float-rounding');
       }
       if (!this.lenient()) return neq('exact-rational');
@@ -519,10 +519,14 @@ export class Comparer {
     const vg = evalNum(g, new Map());
     const vp = evalNum(p, new Map());
     if (Number.isNaN(vg) || Number.isNaN(vp)) return unk('not-a-number');
-    if (!Number.isFinite(vg) || !Number.isFinite(vp)) return vg === vp ? eqv('infinity') : neq('infinity');
+    if (!Number.isFinite(vg) || !Number.isFinite(vp)) {
+      // Only a written \infty is infinite; an overflowing 2^{10^9} is merely too big to decide.
+      const real = hasConst(g, 'inf') && hasConst(p, 'inf');
+      if (!real) return unk('overflow');
+      return vg === vp ? eqv('infinity') : neq('infinity');
+    }
     if (floats) {
-      const s = 10 ** this.o.floatRounding;
-      if (Math.round(vg * s) === Math.round(vp * s)) return eqv('float-rounding');
+      if (this.floatsAgree(vg, vp)) return eqv('float-rounding');
     } else if (Math.abs(vg - vp) <= 1e-10 * Math.max(1, Math.abs(vg), Math.abs(vp))) {
       return eqv('numeric');
     }
@@ -539,6 +543,17 @@ export class Comparer {
       }
     }
     return neq(floats ? 'float-rounding' : 'numeric');
+  }
+
+  // Math-Verify rounds both sides to 6 decimals; that alone accepts .0000672 for .0000673, so the same
+  // number of significant digits must agree too (and 6 decimals stop 1234570 matching 1234567.89).
+  private floatsAgree(a: number, b: number, ea?: R.Rat, eb?: R.Rat): boolean {
+    const d = this.o.floatRounding;
+    const dec =
+      ea && eb
+        ? R.roundScaled(ea, d) === R.roundScaled(eb, d)
+        : Math.round(a * 10 ** d) === Math.round(b * 10 ** d);
+    return dec && Number(a.toPrecision(d)) === Number(b.toPrecision(d));
   }
 
   private lenient(): boolean {

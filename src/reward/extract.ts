@@ -64,9 +64,11 @@ export function findBoxes(s: string): Box[] {
 function joinBoxes(boxes: Box[], s: string): string {
   const parts = [boxes[boxes.length - 1]];
   for (let i = boxes.length - 2; i >= 0; i--) {
+    // Stricter than Math-Verify (<70 chars containing a separator): only separators may sit between
+    // joined boxes, so "\boxed{3}. After checking, it is \boxed{7}" stays 7.
     const gap = s.slice(boxes[i].end, parts[0].start);
-    const sep = /(,|;|\band\b|\bor\b)/.test(gap);
-    if (!(gap.length < 10 || (gap.length < 70 && sep))) break;
+    const rest = gap.replace(/\\text\{\s*(?:and|or)\s*\}|\\quad|\b(?:and|or)\b|[\s$,;]/gi, '');
+    if (rest !== '') break;
     if (parts.some((p) => p.content.trim() === boxes[i].content.trim())) break;
     parts.unshift(boxes[i]);
   }

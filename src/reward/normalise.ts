@@ -172,9 +172,16 @@ export const RULES: Rule[] = [
     // `204_5` is written in base 5; compared as its digits (the reference's PRIME grader drops the base).
     apply: (s) => s.replace(/(\b\d+)_\{?(\d+)\}?/g, '$1'),
   },
-  { name: 'mixed-number', apply: (s) => s.replace(/^(-?)(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}$/, '$1($2+$3/$4)') },
+  {
+    name: 'mixed-number',
+    // `1\frac{4}{5}` (also `1\frac45`) as a whole answer is 1 + 4/5, not 1 · 4/5.
+    apply: (s) =>
+      s.replace(/^(-?)(\d+)\s*\\frac(?:\{(\d+)\}|(\d))(?:\{(\d+)\}|(\d))$/, (_, sg, w, a1, a2, b1, b2) => {
+        return `${sg}(${w}+${a1 ?? a2}/${b1 ?? b2})`;
+      }),
+  },
   { name: 'mixed-number-plain', apply: (s) => s.replace(/^(-?)(\d+)\s+(\d+)\/(\d+)$/, '$1($2+$3/$4)') },
-  { name: 'trailing-punctuation', apply: (s) => s.replace(/[\s.,;:!?]+$/, '').replace(/^[\s:]+/, '') },
+  { name: 'trailing-punctuation', apply: (s) => s.replace(/[\s.,;:?]+$/, '').replace(/^[\s:]+/, '') },
   { name: 'whitespace', apply: (s) => s.replace(/\s+/g, ' ').trim() },
 ];
 

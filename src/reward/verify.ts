@@ -44,7 +44,7 @@ function parse(s: string): Node | string {
 }
 
 function squash(s: string): string {
-  return s.replace(/\s+/g, '').toLowerCase();
+  return s.replace(/\s+/g, '');
 }
 
 /** Compares a model response (or a bare answer with `extract: false`) against a gold answer. */
@@ -100,6 +100,16 @@ export function verify(pred: string, gold: string, opts: VerifyOptions = {}): Ve
     };
   }
 
+  const bp = numberBase(ex.answer);
+  const bg = numberBase(goldAns);
+  if (bp !== null && bg !== null && bp !== bg) {
+    return {
+      ...withEx,
+      correct: false,
+      status: 'not-equal',
+      reason: join(`number base ${bp} != ${bg}`, notes),
+    };
+  }
   const np = normalise(ex.answer);
   const ng = normalise(goldAns);
   const res = { ...withEx, normalised: np.text, goldNormalised: ng.text };
@@ -146,6 +156,12 @@ export function verify(pred: string, gold: string, opts: VerifyOptions = {}): Ve
     }
     return { ...res, correct: false, status: 'error', reason: join(`error: ${(e as Error).message}`, notes) };
   }
+}
+
+// The base-subscript rule drops `_b` from `204_5`; two answers that both state a base must state the same.
+function numberBase(s: string): string | null {
+  const m = /\d_\{?(\d+)\}?/.exec(s);
+  return m ? m[1] : null;
 }
 
 function join(reason: string, notes: string[]): string {

@@ -1,0 +1,54 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { extractAnswer, extractGold, findBoxes } from '../../src/reward/extract.js';
+
+const CASES: [string, string | null, string | null][] = [
+  // [response, expected answer, expected source]
+  ['so \\boxed{42}.', '42', 'boxed'],
+  ['\\boxed{\\frac{1}{2}} and later \\boxed{\\sqrt{2}}', '\\sqrt{2}', 'boxed'],
+  ['nested \\boxed{\\frac{a}{\\sqrt{b}}}', '\\frac{a}{\\sqrt{b}}', 'boxed'],
+  ['\\fbox{7}', '7', 'boxed'],
+  ['$\\boxed 5$', '5', 'boxed'],
+  ['roots \\boxed{3}, \\boxed{5} and \\boxed{7}', '3, 5, 7', 'boxed'],
+  ['try \\boxed{3}. Checking again it must be \\boxed{7}', '7', 'boxed'],
+  ['same \\boxed{7} again \\boxed{7}', '7', 'boxed'],
+  ['truncated \\boxed{12', '12', 'last-number'],
+  ['<answer>The total is 18</answer>', 'The total is 18', 'answer-tag'],
+  ['<answer>\nAnswer: 18\n</answer>', '18', 'answer-tag'],
+  ['<answer>$x=3$</answer> trailing', 'x=3', 'answer-tag'],
+  ['tool said 5 <answer>\\boxed{6}</answer>', '6', 'boxed'],
+  ['The final answer is $\\frac{3}{4}$. I hope it is correct.', '\\frac{3}{4}', 'final-answer-is'],
+  ['final answer: 12 apples. Then more words', '12 apples', 'final-answer-is'],
+  ['The answer is $(1,2)$ and that is it', '(1,2)', 'answer-colon'],
+  ['Answer: 204', '204', 'answer-colon'],
+  ['we find $x=3$ and then $y = 4$ so', 'y = 4', 'math-env'],
+  ['display \\[ \\frac{1}{3} \\] done', '\\frac{1}{3}', 'math-env'],
+  ['She earns $1,450,000 in total', '1,450,000', 'last-number'],
+  ['Total 1,234.5 m', '1,234.5', 'last-number'],
+  ['about 28% of them', '28%', 'last-number'],
+  ['decimal .5 left', '.5', 'last-number'],
+  ['no digits here', null, null],
+];
+
+for (const [text, answer, source] of CASES) {
+  test(`extract ${JSON.stringify(text).slice(0, 60)}`, () => {
+    const got = extractAnswer(text);
+    assert.equal(got?.answer ?? null, answer);
+    assert.equal(got?.source ?? null, source);
+  });
+}
+
+test('boxes are brace matched and escaped braces do not count', () => {
+  const b = findBoxes('\\boxed{\\{1,2\\}} and \\boxed{a{b}c}');
+  assert.deepEqual(
+    b.map((x) => x.content),
+    ['\\{1,2\\}', 'a{b}c'],
+  );
+});
+
+test('gold answers are taken whole unless boxed or wrapped in $', () => {
+  assert.equal(extractGold('1,450,000'), '1,450,000');
+  assert.equal(extractGold('$\\frac12$'), '\\frac12');
+  assert.equal(extractGold('\\boxed{5}'), '5');
+  assert.equal(extractGold(' x \\in [-2,7] '), 'x \\in [-2,7]');
+});

@@ -1,0 +1,117 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { test } from 'node:test';
+import { scoreTrajectoryText, verify } from '../../src/reward/index.js';
+
+interface Labelled {
+  gold: string;
+  pred?: string;
+  response?: string;
+  label: boolean;
+}
+
+const LABELLED: Labelled[] = readFileSync(new URL('./labelled.jsonl', import.meta.url), 'utf8')
+  .split('\n')
+  .filter((l) => l.trim() !== '')
+  .map((l) => JSON.parse(l));
+
+// Every labelled pair, strict profile: the set has both equal and not-equal pairs of every answer type
+// (integers, fractions, decimals, mixed numbers, percent, radicals, constants, units, text, symbolic,
+// complex, tuples, sets, intervals, unions, ±, matrices, equations, inequalities, bases, responses).
+for (const c of LABELLED) {
+  const input = c.pred ?? (c.response as string);
+  test(`${c.label ? 'equal' : 'not equal'}: gold ${JSON.stringify(c.gold)} vs ${JSON.stringify(input).slice(0, 70)}`, () => {
+    const r = c.pred !== undefined ? verify(c.pred, c.gold, { extract: false }) : verify(input, c.gold);
+    assert.equal(r.correct, c.label, r.reason);
+  });
+}
+
+test('results carry extracted, normalised, matched-by and a reason', () => {
+  const r = verify('Thus $\\boxed{\\dfrac{1}{2}}$.', '0.5');
+  assert.equal(r.correct, true);
+  assert.equal(r.extracted, '\\dfrac{1}{2}');
+  assert.equal(r.normalised, '\\frac{1}{2}');
+  assert.equal(r.matchedBy, 'exact-rational');
+  assert.equal(r.status, 'equal');
+  assert.equal(r.source, 'boxed');
+  assert.match(r.reason, /exact-rational/);
+  const w = verify('\\boxed{3}', '4');
+  assert.equal(w.correct, false);
+  assert.equal(w.matchedBy, null);
+  assert.match(w.reason, /3 != 4/);
+});
+
+test('lenient profile adds the PRIME leniencies, strict keeps them off', () => {
+  const pairs: [string, string][] = [
+    ['12\\pi', '37.7'], // 1e-4 relative tolerance
+    ['0.25', '25'], // ×100 percentage
+    ['\\pi', '3.14'], // π ≈ 3.14
+  ];
+  for (const [gold, pred] of pairs) {
+    assert.equal(verify(pred, gold, { extract: false }).correct, false, `strict ${gold} vs ${pred}`);
+    assert.equal(
+      verify(pred, gold, { extract: false, profile: 'lenient' }).correct,
+      true,
+      `lenient ${gold} vs ${pred}`,
+    );
+  }
+  assert.equal(verify('38', '12\\pi', { extract: false, profile: 'lenient' }).correct, false);
+});
+
+test('unknown is never equal: unparsable answers score 0 with a reason', () => {
+  const r = verify('\\boxed{\\foo{3}}', '3');
+  assert.equal(r.correct, false);
+  assert.equal(r.status, 'unknown');
+  assert.match(r.reason, /does not parse/);
+  const v = verify('\\boxed{\\sqrt{-x^2-1}}', '\\sqrt{-x^2-1}+0');
+  assert.equal(v.correct, false, v.reason);
+});
+
+test('no answer and overlong answers are reported, not crashed on', () => {
+  const none = verify('I do not know', '5');
+  assert.equal(none.correct, false);
+  assert.equal(none.status, 'no-answer');
+  const long = verify(`\\boxed{${'1+'.repeat(600)}1}`, '601');
+  assert.equal(long.correct, false);
+  assert.match(long.reason, /longer than 1000/);
+});
+
+test('long predictions keep their tail and say so', () => {
+  const text = `${'x'.repeat(300_000)} \\boxed{7}`;
+  const r = verify(text, '7');
+  assert.equal(r.correct, true);
+  assert.match(r.reason, /truncated to its last 200000 chars/);
+});
+
+test('time limit: an expired deadline yields timeout, not equal', () => {
+  const r = verify('\\boxed{(x+1)^2}', 'x^2+2x+1', { timeoutMs: -1 });
+  assert.equal(r.correct, false);
+  assert.equal(r.status, 'timeout');
+});
+
+test('huge powers and factorials do not hang', () => {
+  const r = verify('\\boxed{2^{1000000000}}', '2^{1000000000}+1');
+  assert.equal(r.correct, false);
+  const f = verify('\\boxed{100000!}', '100000!+1');
+  assert.equal(f.correct, false);
+});
+
+test('random points are seeded: the same inputs give the same verdict', () => {
+  const a = verify('\\boxed{\\frac{\\sin 2x}{2}}', '\\sin x \\cos x', { seed: 7 });
+  const b = verify('\\boxed{\\frac{\\sin 2x}{2}}', '\\sin x \\cos x', { seed: 7 });
+  assert.deepEqual(a, b);
+});
+
+test('bad options and inputs are clear errors', () => {
+  assert.throws(() => verify('1', '1', { profile: 'loose' as never }), /unknown verify profile "loose"/);
+  assert.throws(() => verify(1 as never, '1'), /must be strings/);
+});
+
+test('scoreTrajectoryText reads a whole multi-turn text', () => {
+  const text =
+    '<reason>Let me compute with code.</reason><tool_call>{"name":"python"}</tool_call>\n' +
+    'output: 1.5\n<reason>So it is 3/2.</reason><answer>The answer is \\boxed{\\frac{3}{2}}</answer>';
+  assert.equal(scoreTrajectoryText(text, '1.5').correct, true);
+  assert.equal(scoreTrajectoryText(text, '2').correct, false);
+  assert.equal(scoreTrajectoryText(text, '3/2', 'lenient').correct, true);
+});
