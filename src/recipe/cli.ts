@@ -1,3 +1,109 @@
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Command } from 'commander';
+import { loadRecipe, type Overrides, parseRecipe, type Recipe } from './config.js';
+import { FakeBackend } from './fake.js';
+import { plotRuns } from './plot.js';
+import { type PolicyBackend, Trainer } from './trainer.js';
 
-export function registerRecipeCommands(_program: Command): void {}
+interface TrainFlags {
+  recipe?: string;
+  out?: string;
+  roc?: string;
+  resume?: string;
+  printConfig?: boolean;
+  backend: string;
+  insecureNoSandbox?: boolean;
+}
+
+async function makeBackend(recipe: Recipe, flags: TrainFlags): Promise<PolicyBackend> {
+  if (flags.backend === 'fake') return new FakeBackend();
+  if (flags.backend !== 'embedded')
+    throw new Error(`unknown --backend ${flags.backend} (choose: embedded, fake)`);
+  const { EmbeddedBackend } = await import('./backend.js');
+  return EmbeddedBackend.create(recipe, { insecureSandbox: flags.insecureNoSandbox });
+}
+
+async function train(flags: TrainFlags): Promise<void> {
+  if (flags.roc !== undefined && flags.roc !== 'on' && flags.roc !== 'off') {
+    throw new Error(`--roc must be "on" or "off", got "${flags.roc}"`);
+  }
+  const overrides: Overrides = flags.roc ? { roc: flags.roc as 'on' | 'off' } : {};
+  let recipe: Recipe;
+  let runDir: string;
+  if (flags.resume) {
+    runDir = flags.resume;
+    const cfg = join(runDir, 'config.json');
+    if (!existsSync(cfg)) throw new Error(`--resume ${runDir}: no config.json there (not a run directory?)`);
+    recipe = parseRecipe(JSON.parse(readFileSync(cfg, 'utf8')), cfg);
+    if (flags.roc) throw new Error('--roc cannot change a run being resumed; its config.json decides');
+  } else {
+    if (!flags.recipe) throw new Error('give --recipe NAME|FILE (e.g. --recipe quickstart) or --resume RUN');
+    recipe = loadRecipe(flags.recipe, overrides);
+    const stamp = new Date().toISOString().replace(/[-:]/g, '').slice(0, 15);
+    runDir = flags.out ?? join('runs', `${recipe.name}-${flags.roc === 'off' ? 'grpo' : 'roc'}-${stamp}`);
+    if (existsSync(join(runDir, 'state.json'))) {
+      throw new Error(`${runDir} already holds a run (state.json); use --resume ${runDir} or another --out`);
+    }
+  }
+  if (flags.printConfig) {
+    process.stdout.write(JSON.stringify(recipe, null, 2) + '\n');
+    return;
+  }
+  const t0 = Date.now();
+  const backend = await makeBackend(recipe, flags);
+  const stop = () => {
+    void backend.close().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  try {
+    console.error(`run directory: ${runDir}`);
+    const { evals } = await new Trainer(recipe, runDir, backend).run(Boolean(flags.resume));
+    const first = evals[0];
+    const last = evals[evals.length - 1];
+    const mins = ((Date.now() - t0) / 60000).toFixed(1);
+    if (first && last) {
+      console.log(
+        `held-out accuracy: ${(first.accuracy * 100).toFixed(1)}% (${first.stage} step ${first.step}) -> ` +
+          `${(last.accuracy * 100).toFixed(1)}% (${last.stage} step ${last.step}); ${mins} min; run: ${runDir}`,
+      );
+    } else console.log(`done in ${mins} min; run: ${runDir}`);
+  } finally {
+    process.off('SIGINT', stop);
+    process.off('SIGTERM', stop);
+    await backend.close();
+  }
+}
+
+export function registerRecipeCommands(program: Command): void {
+  program
+    .command('train')
+    .description('Train with a recipe: SFT then GRPO-RoC stages, writing a run directory (docs/RUN_DIR.md)')
+    .option('--recipe <name|file>', 'recipe name in data/recipes/ (e.g. quickstart) or a YAML/JSON file')
+    .option('--out <dir>', 'run directory (default runs/<recipe>-<roc|grpo>-<time>)')
+    .option('--roc <on|off>', 'Resample-on-Correct on (GRPO-RoC) or off (plain GRPO) in every RL stage')
+    .option('--resume <run>', 'continue the run in this directory from its last checkpoint')
+    .option('--print-config', 'print the fully resolved recipe (with defaults) and exit')
+    .option(
+      '--backend <name>',
+      'embedded (torch worker + sandbox) or fake (a 3-parameter stand-in policy)',
+      'embedded',
+    )
+    .option('--insecure-no-sandbox', 'run tool code without bubblewrap isolation (development only)')
+    .action((flags: TrainFlags) => train(flags));
+
+  program
+    .command('train-plot')
+    .description(
+      'Plot reward, held-out accuracy and tool-error ratio among positives of one or more runs (SVG)',
+    )
+    .argument('<runs...>', 'run directories (label = directory name)')
+    .requiredOption('--out <file>', 'SVG file to write')
+    .action((runs: string[], o: { out: string }) => {
+      for (const r of runs)
+        if (!existsSync(join(r, 'metrics.jsonl'))) throw new Error(`${r}: no metrics.jsonl`);
+      writeFileSync(o.out, plotRuns(runs));
+      console.log(`wrote ${o.out}`);
+    });
+}

@@ -1,0 +1,28 @@
+export { EmbeddedBackend, type EmbeddedBackendOptions } from './backend.js';
+export {
+  loadRecipe,
+  parseRecipe,
+  type Recipe,
+  RecipeSchema,
+  type RlStageConfig,
+  type SftStageConfig,
+} from './config.js';
+export { FakeBackend } from './fake.js';
+export { plotRuns } from './plot.js';
+export { integerReward, type RewardFn } from './reward.js';
+export {
+  generateProblems,
+  type Problem,
+  type SftDemo,
+  sftDemos,
+  TASK_KINDS,
+  type TaskKind,
+} from './tasks.js';
+export {
+  type PolicyBackend,
+  type RolloutRequest,
+  type RunState,
+  readState,
+  type ScoredItem,
+  Trainer,
+} from './trainer.js';
