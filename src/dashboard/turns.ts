@@ -51,6 +51,16 @@ function codeOf(args: string): string {
   return args;
 }
 
+function codeFromBlock(block: string): string {
+  try {
+    const o = JSON.parse(block) as { arguments?: unknown };
+    const args = typeof o.arguments === 'string' ? o.arguments : JSON.stringify(o.arguments ?? {});
+    return codeOf(args);
+  } catch {
+    return block;
+  }
+}
+
 function cleanReasoning(s: string): string {
   return s
     .replace(/<tool_call>[\s\S]*?(<\/tool_call>|$)/g, '')
@@ -120,6 +130,11 @@ export function viewTrajectory(t: Trajectory & { kept?: boolean; advantage?: num
       const raw = i < segments.length - 1 ? generatedPart(segments[i]) : segments[i];
       v.raw += raw;
       v.reasoning += cleanReasoning(raw);
+      // a call event without its code (some producers record only the name): show the text's block
+      const blocks = [...raw.matchAll(/<tool_call>([\s\S]*?)<\/tool_call>/g)].map((b) => b[1].trim());
+      v.toolCalls.forEach((c, j) => {
+        if ((c.code.trim() === '' || c.code.trim() === '{}') && blocks[j]) c.code = codeFromBlock(blocks[j]);
+      });
     });
   } else {
     // events and text disagree (e.g. a different template): show the whole text under the first turn

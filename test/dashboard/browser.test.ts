@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -131,4 +132,38 @@ test('dashboard shows eval reports side by side', { skip, timeout: 60_000 }, asy
   await page.waitForSelector('#traj-detail .turn');
   await page.screenshot({ path: join(SHOTS, 'evals.png'), fullPage: true });
   assert.deepEqual(jsErrors(), []);
+});
+
+test('dashboard over a run written by `rstar2 train` (fake backend): stages, curves, tool calls', {
+  skip,
+  timeout: 120_000,
+}, async () => {
+  const root2 = mkdtempSync(join(tmpdir(), 'rstar2-dash-train-'));
+  const r = spawnSync(
+    process.execPath,
+    ['bin/rstar2.js', 'train', '--recipe', 'quickstart', '--backend', 'fake', '--out', join(root2, 'qs')],
+    { encoding: 'utf8', env: { ...process.env, RSTAR2_NO_PROGRESS: '1' } },
+  );
+  assert.equal(r.status, 0, r.stderr);
+  const d2 = await startDashboard({ root: root2, port: 0, pollMs: 500 });
+  try {
+    await page.goto(d2.url);
+    await page.waitForSelector('#charts [data-chart="reward"] polyline.series');
+    const stages = await page.$$eval('#stage-tabs button', (els) => els.map((e) => e.textContent ?? ''));
+    assert.ok(
+      stages.some((s) => s.startsWith('sft')) && stages.some((s) => s.startsWith('rl')),
+      stages.join(),
+    );
+    assert.ok((await page.locator('#roc tbody tr').count()) > 0);
+    await page.click('[data-filter="tool_error"]');
+    await page.waitForSelector('#traj-detail .block.result.err');
+    const code = await page.textContent('#traj-detail .block.code pre');
+    assert.ok(code && code !== '{}' && code.length > 3, `tool code shown: ${code}`);
+    await page.click('#stage-tabs button:first-child');
+    await page.waitForSelector('#charts [data-chart="loss"]');
+    await page.screenshot({ path: join(SHOTS, 'train-run.png'), fullPage: true });
+    assert.deepEqual(jsErrors(), []);
+  } finally {
+    await d2.close();
+  }
 });

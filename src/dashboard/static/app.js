@@ -11,6 +11,8 @@ const state = {
   filter: 'all',
   trajId: null,
   trajKey: '',
+  stage: null,
+  stagePinned: false,
 };
 
 const $ = (s) => document.querySelector(s);
@@ -52,6 +54,13 @@ function niceTicks(lo, hi, n = 4) {
   return ticks;
 }
 
+// Axis labels with just enough decimals to tell neighbouring ticks apart.
+function tickLabel(y, ticks) {
+  const step = Math.abs((ticks[1] ?? ticks[0] + 1) - ticks[0]) || 1;
+  if (Math.abs(y) >= 1e5 || (step < 1e-4 && y !== 0)) return y.toExponential(1);
+  return y.toFixed(Math.max(0, Math.min(4, -Math.floor(Math.log10(step)))));
+}
+
 // series: [{name, points: [[x, y, label]]}]; opts: {stacked, percent}
 function lineChart(id, title, series, opts = {}) {
   series = series.filter((s) => s.points.length > 0);
@@ -89,7 +98,7 @@ function lineChart(id, title, series, opts = {}) {
   for (const y of yt) g += `<line x1="${L}" x2="${W - R}" y1="${sy(y)}" y2="${sy(y)}"/>`;
   g += '</g><g class="axis">';
   for (const y of yt)
-    g += `<text x="${L - 5}" y="${sy(y) + 3}" text-anchor="end">${opts.percent ? `${Math.round(y * 100)}%` : fmt(y, 2)}</text>`;
+    g += `<text x="${L - 5}" y="${sy(y) + 3}" text-anchor="end">${opts.percent ? `${Math.round(y * 100)}%` : tickLabel(y, yt)}</text>`;
   for (const x of xt) g += `<text x="${sx(x)}" y="${H - 6}" text-anchor="middle">${fmt(x, 0)}</text>`;
   g += `<line x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/></g>`;
   let body = '';
@@ -161,6 +170,12 @@ document.addEventListener('click', (ev) => {
   }
   const li = ev.target.closest('li.entry');
   if (li) select({ kind: li.dataset.kind, name: li.dataset.name });
+  const sb = ev.target.closest('[data-stage]');
+  if (sb && state.data) {
+    state.stage = sb.dataset.stage;
+    state.stagePinned = true;
+    renderRun(state.data);
+  }
   const fb = ev.target.closest('[data-filter]');
   if (fb) {
     state.filter = fb.dataset.filter;
@@ -181,6 +196,7 @@ async function select(sel) {
   state.trajFile = null;
   state.trajId = null;
   state.filter = 'all';
+  state.stagePinned = false;
   if (sel.kind === 'eval') state.compare.add(sel.name);
   renderList();
   await refreshSelected();
@@ -192,30 +208,59 @@ function stat(label, value) {
   return `<div class="stat"><b>${esc(value)}</b><span>${esc(label)}</span></div>`;
 }
 
+// Contiguous runs of one stage (sft, rl, rl again…): each has its own step axis.
+function stageSegments(metrics) {
+  const segs = [];
+  const seen = {};
+  for (const row of metrics) {
+    const name = row.stage ?? 'train';
+    let seg = segs[segs.length - 1];
+    if (!seg || seg.name !== name) {
+      seen[name] = (seen[name] || 0) + 1;
+      seg = {
+        key: `${name}#${seen[name]}`,
+        name,
+        label: seen[name] > 1 ? `${name} (${seen[name]})` : name,
+        rows: [],
+      };
+      segs.push(seg);
+    }
+    seg.rows.push(row);
+  }
+  return segs;
+}
+
 function renderRun(d) {
-  const m = d.metrics;
+  const segs = stageSegments(d.metrics);
+  if (!state.stagePinned || !segs.some((g) => g.key === state.stage))
+    state.stage = segs[segs.length - 1]?.key ?? null;
+  const seg = segs.find((g) => g.key === state.stage);
+  const m = seg ? seg.rows : [];
+  $('#stage-tabs').innerHTML =
+    segs.length > 1
+      ? `Stage: ${segs.map((g) => `<button data-stage="${esc(g.key)}" class="${g.key === state.stage ? 'on' : ''}">${esc(g.label)} (${g.rows.length})</button>`).join('')}`
+      : '';
   const last = m[m.length - 1] || {};
-  const held = d.evals.map((e, i) => [i, e]);
-  const stepIndex = new Map();
-  m.forEach((x, i) => {
-    stepIndex.set(`${x.stage}:${x.step}`, i + 1);
-  });
-  const heldPts = held
-    .map(([i, e]) => [
-      stepIndex.get(`${e.stage}:${e.step}`) ?? i + 1,
+  const heldPts = d.evals
+    .filter((e) => seg && (e.stage ?? seg.name) === seg.name && typeof e.accuracy === 'number')
+    .map((e, i) => [
+      typeof e.step === 'number' ? e.step : i,
       e.accuracy,
       `${e.stage ?? ''} step ${e.step} (${e.split ?? 'eval'})`,
-    ])
-    .filter((p) => typeof p[1] === 'number');
+    ]);
   $('#run-title').innerHTML =
-    `${esc(d.name)} <span class="sub">${m.length} steps${d.state?.step != null ? ` · last checkpoint step ${esc(d.state.step)}` : ''}</span>`;
+    `${esc(d.name)} <span class="sub">${d.metrics.length} steps${d.state?.step != null ? ` · last checkpoint ${esc(d.state.stage ?? '')} step ${esc(d.state.step)}` : ''}</span>`;
+  const stats = [
+    ['reward (last)', last.reward_mean, fmt],
+    ['accuracy (last)', last.accuracy, pct],
+    ['tool-error ratio (pos)', last.tool_error_ratio_pos, pct],
+    ['response length', last.response_len_mean, (v) => fmt(v, 0)],
+    ['loss (last)', last.loss, fmt],
+    ['tokens/s', last.tokens_per_s, (v) => fmt(v, 0)],
+  ].filter(([, v]) => typeof v === 'number');
   $('#run-stats').innerHTML = [
     stat('stage / step', `${last.stage ?? '–'} / ${last.step ?? '–'}`),
-    stat('reward (last)', fmt(last.reward_mean)),
-    stat('accuracy (last)', pct(last.accuracy)),
-    stat('tool-error ratio (pos)', pct(last.tool_error_ratio_pos)),
-    stat('response length', fmt(last.response_len_mean, 0)),
-    stat('tokens/s', fmt(last.tokens_per_s, 0)),
+    ...stats.map(([label, v, f]) => stat(label, f(v))),
   ].join('');
   const charts = [
     lineChart('reward', 'Reward (mean)', [seriesOf(m, 'reward_mean', 'reward')]),
@@ -425,7 +470,7 @@ async function loadTrajList() {
     d.items
       .map(
         (t) =>
-          `<li data-traj="${esc(t.id)}" class="${t.id === state.trajId ? 'sel' : ''}">${verdict(t)}<span>${esc(t.id)}</span>${t.numToolErrors > 0 ? '<span class="badge warn">tool err</span>' : ''}${t.kept === false ? '<span class="badge muted">dropped</span>' : ''}<span class="meta">${t.responseTokens} tok · ${t.numToolCalls} calls</span></li>`,
+          `<li data-traj="${esc(t.id)}" class="${t.id === state.trajId ? 'sel' : ''}">${verdict(t)}<span class="tid" title="${esc(t.id)}">${esc(t.id)}</span>${t.numToolErrors > 0 ? '<span class="badge warn">tool err</span>' : ''}${t.kept === false ? '<span class="badge muted">dropped</span>' : ''}<span class="meta">${t.responseTokens} tok · ${t.numToolCalls} calls</span></li>`,
       )
       .join('') || '<div class="placeholder">none match</div>';
   if (!state.trajId || !d.items.some((t) => t.id === state.trajId)) state.trajId = d.items[0]?.id ?? null;
