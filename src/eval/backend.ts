@@ -14,7 +14,7 @@ import { perRequest, type RolloutFn } from './run.js';
 
 export interface BackendOptions {
   model?: string; // checkpoint directory: embedded torch engine (and its tokenizer.json)
-  engine?: string; // served engine (sglang+http://…, vllm+…, llamacpp+…, plain URL + backend) or fake:ACC
+  engine?: string; // served engine (sglang+http://…, vllm+…, llamacpp+…, plain URL + backend) or fake:ACC[:MS]
   backend?: string; // for a plain engine URL; default sglang
   tokenizer?: string; // tokenizer.json or its directory, for --engine (default: --model)
   template?: string; // chat template name or file; default rstar2
@@ -62,13 +62,19 @@ function observed(runner: CodeRunner, onTool: BackendOptions['onTool']): CodeRun
 export async function openBackend(o: BackendOptions): Promise<Backend> {
   if (Boolean(o.model) === Boolean(o.engine) && !o.engineInstance)
     throw new Error('give exactly one of --model DIR or --engine URL');
-  const fake = o.engine ? /^fake(?::(.*))?$/.exec(o.engine) : null;
+  // fake:ACC[:MS] — MS is a per-trajectory delay, so kill/resume can be exercised for real
+  const fake = o.engine ? /^fake(?::([^:]*))?(?::([^:]*))?$/.exec(o.engine) : null;
   if (fake) {
     const acc = fake[1] === undefined ? 0.5 : Number(fake[1]);
+    const ms = fake[2] === undefined ? 0 : Number(fake[2]);
     if (!(acc >= 0 && acc <= 1)) throw new Error(`--engine fake:ACC needs 0 <= ACC <= 1 (got '${fake[1]}')`);
+    if (!(ms >= 0)) throw new Error(`--engine fake:ACC:MS needs a delay MS >= 0 (got '${fake[2]}')`);
     return {
       name: `fake:${acc}`,
-      rollout: perRequest(async (r) => fakeTrajectory(r, acc), o.concurrency),
+      rollout: perRequest(async (r) => {
+        if (ms > 0) await new Promise((ok) => setTimeout(ok, ms));
+        return fakeTrajectory(r, acc);
+      }, o.concurrency),
       close: async () => {},
     };
   }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -195,6 +195,11 @@ test('CLI: eval with the fake engine, then eval-rescore', { timeout: 60_000 }, (
   assert.match(c.stderr, /exactly one of --bench NAME or --data FILE/);
   const e = run('eval', '--engine', 'fake:1', '--data', data, '--k', '0');
   assert.match(e.stderr, /--k must be an integer/);
+  const u = run('eval', '--engine', 'http://127.0.0.1:9', '--data', data, '--out', join(d, 'u'));
+  assert.notEqual(u.status, 0);
+  assert.match(u.stderr, /--engine URL needs --tokenizer PATH/);
+  const m = run('eval', '--data', data);
+  assert.match(m.stderr, /exactly one of --model DIR or --engine URL/);
 });
 
 test('eval-rescore --reverify re-checks saved answers with the reward verifier', {
@@ -221,4 +226,41 @@ test('eval-rescore --reverify re-checks saved answers with the reward verifier',
   } finally {
     await v.close();
   }
+});
+
+test('CLI: an eval killed with SIGKILL resumes where it stopped', { timeout: 60_000 }, async () => {
+  const d = dir();
+  const data = join(d, 'toy.jsonl');
+  writeFileSync(data, problems.map((p) => JSON.stringify(p)).join('\n'));
+  const out = join(d, 'ev');
+  const args = [
+    'bin/rstar2.js',
+    'eval',
+    '--engine',
+    'fake:1:150',
+    '--data',
+    data,
+    '--k',
+    '4',
+    '--concurrency',
+    '1',
+    '--out',
+    out,
+  ];
+  const env = { ...process.env, RSTAR2_NO_PROGRESS: '1' };
+  const child = spawn(process.execPath, args, { env, stdio: 'ignore' });
+  const trajPath = join(out, 'trajectories.jsonl');
+  // kill once a few samples are on disk (poll the file; no timing assertion)
+  while (!existsSync(trajPath) || readJsonl(trajPath).length < 3) await new Promise((r) => setTimeout(r, 50));
+  child.kill('SIGKILL');
+  await new Promise((r) => child.once('exit', r));
+  const before = readJsonl<Trajectory>(trajPath).length;
+  assert.ok(before >= 3 && before < 12, `killed after ${before} samples`);
+  const again = spawnSync(process.execPath, args, { encoding: 'utf8', env });
+  assert.equal(again.status, 0, again.stderr);
+  assert.match(again.stderr, new RegExp(`resuming .*: ${before}/12 samples already saved`));
+  const saved = readJsonl<Trajectory>(trajPath);
+  assert.equal(saved.length, 12);
+  assert.equal(new Set(saved.map((t) => t.id)).size, 12);
+  assert.match(again.stdout, /avg@4 100\.0%/);
 });
