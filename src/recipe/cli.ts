@@ -1,5 +1,6 @@
+import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { loadRecipe, type Overrides, parseRecipe, type Recipe } from './config.js';
 import { FakeBackend } from './fake.js';
@@ -76,6 +77,27 @@ async function train(flags: TrainFlags): Promise<void> {
   }
 }
 
+function renderPng(svg: string, png: string): void {
+  const chromium = process.env.CHROMIUM ?? '/usr/bin/chromium';
+  if (!existsSync(chromium))
+    throw new Error(`--png needs chromium at ${chromium} (set CHROMIUM to another path)`);
+  const size = /width="(\d+)" height="(\d+)"/.exec(readFileSync(svg, 'utf8'));
+  const r = spawnSync(
+    chromium,
+    [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      `--screenshot=${png}`,
+      `--window-size=${size?.[1] ?? 1080},${size?.[2] ?? 290}`,
+      `file://${svg}`,
+    ],
+    { encoding: 'utf8', timeout: 60_000 },
+  );
+  if (r.status !== 0 || !existsSync(png))
+    throw new Error(`chromium failed to render ${png}: ${r.stderr?.slice(-400)}`);
+}
+
 export function registerRecipeCommands(program: Command): void {
   program
     .command('train')
@@ -100,10 +122,15 @@ export function registerRecipeCommands(program: Command): void {
     )
     .argument('<runs...>', 'run directories (label = directory name)')
     .requiredOption('--out <file>', 'SVG file to write')
-    .action((runs: string[], o: { out: string }) => {
+    .option('--png <file>', 'also render a PNG with headless chromium (/usr/bin/chromium)')
+    .action((runs: string[], o: { out: string; png?: string }) => {
       for (const r of runs)
         if (!existsSync(join(r, 'metrics.jsonl'))) throw new Error(`${r}: no metrics.jsonl`);
       writeFileSync(o.out, plotRuns(runs));
       console.log(`wrote ${o.out}`);
+      if (o.png) {
+        renderPng(resolve(o.out), resolve(o.png));
+        console.log(`wrote ${o.png}`);
+      }
     });
 }
