@@ -56,9 +56,11 @@ export function plotRuns(runDirs: string[], labels = runDirs.map((d) => basename
     // RL steps numbered across stages, in file order
     const offset = new Map<string, number>();
     let base = 0;
-    for (const r of m)
-      if (!offset.has(r.stage))
-        offset.set(r.stage, base), (base += m.filter((x) => x.stage === r.stage).length);
+    for (const r of m) {
+      if (offset.has(r.stage)) continue;
+      offset.set(r.stage, base);
+      base += m.filter((x) => x.stage === r.stage).length;
+    }
     const xOf = (stage: string, step: number) => (offset.get(stage) ?? 0) + step;
     return {
       label: labels[i],

@@ -232,7 +232,7 @@ export function sftDemos(problems: Problem[], mix: DemoMix, seed: number): SftDe
 
 // A same-length number that is almost surely wrong: the model learns the answer format, not the answer.
 function guess(answer: string, rng: Rng): string {
-  const s = [...answer].map((c, i) =>
+  const s = [...answer].map((_, i) =>
     i === 0 && answer.length > 1 ? String(rng.int(1, 9)) : String(rng.int(0, 9)),
   );
   const g = s.join('');
