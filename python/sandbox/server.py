@@ -215,9 +215,8 @@ def child_main(slot, timeout_ms, mem_mb, fds):
     try:  # the parts of interpreter shutdown a snippet can observe
         if "threading" in sys.modules:
             sys.modules["threading"]._shutdown()
-        import atexit
-
-        atexit._run_exitfuncs()
+        if "atexit" in sys.modules:
+            sys.modules["atexit"]._run_exitfuncs()
     except BaseException:  # noqa: BLE001
         pass
     for f in (sys.stdout, sys.stderr):
@@ -409,10 +408,8 @@ def preload():
     """Import configured modules and pay one-time lazy initialisations (compile() builds the AST
     types on first use, about 1.5 ms) once, so forked children inherit them copy-on-write."""
     global STDIO
-    import atexit  # noqa: F401
-    import threading  # noqa: F401  (threading._shutdown runs at child exit)
-    import traceback
-
+    # threading and random are deliberately not imported here: their at-fork hooks run Python code
+    # in every child and cost ~0.5 ms of copy-on-write faults per call. A snippet imports them itself.
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # what a normal interpreter does
     os.environ.clear()
     os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", OPENBLAS_NUM_THREADS="1",
@@ -429,10 +426,16 @@ def preload():
             failed.append(f"{m}: {e!r}")
     with open(os.devnull, "w", encoding="utf-8") as f:
         exec(compile("import sys\nprint(sum(range(10)), file=f)", "<warmup>", "exec"), {"f": f})
+        saved, sys.stderr = sys.stderr, f
         try:
-            1 / 0
+            exec(compile("1 / 0", "<warmup>", "exec"), {})
         except ZeroDivisionError as e:
-            traceback.print_exception(e, file=f)
+            sys.excepthook(type(e), e, e.__traceback__)
+        finally:
+            sys.stderr = saved
+    heavy = sorted({"threading", "random"} & set(sys.modules))
+    if heavy:
+        log(f"preloads imported {heavy}; their at-fork hooks add per-call cost")
     landlock_prepare()
     gc.collect()
     gc.freeze()  # the collector would otherwise touch, and so copy, every inherited object

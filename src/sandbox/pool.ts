@@ -160,6 +160,7 @@ class Broker {
   readonly proc: ChildProcess;
   ready: Promise<Record<string, unknown>>;
   alive = true;
+  isReady = false;
   private buf: Buffer = Buffer.alloc(0);
   private stderrTail: string[] = [];
   private corked = false;
@@ -319,7 +320,7 @@ export class SandboxPool implements CodeRunner {
 
   /** pid of the sandbox's outer process (bwrap, or python with isolation none); for fault tests */
   get sandboxPid(): number | undefined {
-    return this.broker?.proc.pid;
+    return this.broker?.alive ? this.broker.proc.pid : undefined;
   }
 
   run(req: RunRequest): Promise<RunResult> {
@@ -361,12 +362,19 @@ export class SandboxPool implements CodeRunner {
   }
 
   private submit(req: RunRequest, resolve: (r: RunResult) => void): void {
-    if (this.closing) return resolve(emptyResult('internal_error', 'pool is closed'));
+    if (this.closing) {
+      resolve(emptyResult('internal_error', 'pool is closed'));
+      return;
+    }
     const bad = this.validate(req);
-    if (typeof bad === 'string') return resolve(emptyResult('invalid_input', bad));
+    if (typeof bad === 'string') {
+      resolve(emptyResult('invalid_input', bad));
+      return;
+    }
     const { timeoutMs, memoryMb, frame } = bad;
     if (this.queue.length >= this.options.maxQueue) {
-      return resolve(emptyResult('busy', `queue full (${this.options.maxQueue} calls waiting)`));
+      resolve(emptyResult('busy', `queue full (${this.options.maxQueue} calls waiting)`));
+      return;
     }
     const item: Item = {
       req,
@@ -384,9 +392,8 @@ export class SandboxPool implements CodeRunner {
       // answer at once when the calls ahead cannot plausibly finish in time, not after a hidden wait
       const predicted = Math.ceil(waitAhead / this.options.slots) * this.ewmaMs;
       if (predicted > qt) {
-        return resolve(
-          emptyResult('queue_timeout', `predicted wait ${Math.round(predicted)} ms exceeds ${qt} ms`),
-        );
+        resolve(emptyResult('queue_timeout', `predicted wait ${Math.round(predicted)} ms exceeds ${qt} ms`));
+        return;
       }
       item.queueTimer = setTimeout(() => {
         const i = this.queue.indexOf(item);
@@ -451,7 +458,7 @@ export class SandboxPool implements CodeRunner {
 
   private pump(): void {
     const b = this.broker;
-    if (!b?.alive || this.starting) {
+    if (!b?.alive || !b.isReady) {
       if (!this.closing && this.queue.length > 0) void this.ensureBroker().catch(() => {});
       return;
     }
@@ -473,6 +480,7 @@ export class SandboxPool implements CodeRunner {
     if (this.starting) return this.starting;
     this.starting = this.launch().finally(() => {
       this.starting = null;
+      this.pump();
     });
     return this.starting;
   }
@@ -512,6 +520,7 @@ export class SandboxPool implements CodeRunner {
     this.broker = broker;
     try {
       const ready = await broker.ready;
+      broker.isReady = true;
       this.failures = 0;
       const notes = [...plan.notes];
       if (ready.landlockReason) notes.push(`Landlock off: ${ready.landlockReason}`);
@@ -536,7 +545,6 @@ export class SandboxPool implements CodeRunner {
       }
       throw e;
     }
-    this.pump();
   }
 
   private onBrokerExit(broker: Broker, why: string): void {

@@ -1,0 +1,211 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { findBwrap } from '../../src/sandbox/isolation.js';
+import { SandboxPool } from '../../src/sandbox/pool.js';
+
+const skip = findBwrap() ? false : 'bubblewrap not installed';
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
+  let pool: SandboxPool;
+  before(async () => {
+    pool = await SandboxPool.start({ slots: 3, timeoutMs: 3000, maxOutputBytes: 1000, log: () => {} });
+  });
+  after(async () => {
+    await pool?.close();
+  });
+
+  test('runs code, reports exit codes, stderr tracebacks and stdin', async () => {
+    const [ok, exc, exit3, stdin, syntax] = await pool.runBatch([
+      { code: 'print(1+1)' },
+      { code: 'x = 1\nraise ValueError("boom")' },
+      { code: 'import sys\nprint("before")\nsys.exit(3)' },
+      { code: 'a, b = map(int, input().split())\nprint(a + b)', stdin: '3 4\n' },
+      { code: 'def f(:\n  pass' },
+    ]);
+    assert.equal(ok.status, 'ok');
+    assert.equal(ok.stdout, '2\n');
+    assert.equal(ok.exitCode, 0);
+    assert.ok(ok.peakMemoryKb > 0 && ok.cpuMs >= 0 && ok.wallMs > 0);
+    assert.equal(exc.status, 'error');
+    assert.equal(exc.exitCode, 1);
+    assert.match(exc.stderr, /File "<string>", line 2, in <module>\nValueError: boom/);
+    assert.equal(exit3.exitCode, 3);
+    assert.equal(exit3.stdout, 'before\n');
+    assert.equal(stdin.stdout, '7\n');
+    assert.match(syntax.stderr, /SyntaxError/);
+  });
+
+  test('every call starts from a fresh interpreter and an empty scratch dir', async () => {
+    await pool.runBatch(
+      Array.from({ length: 6 }, () => ({
+        code: 'import builtins, os\nbuiltins.leak = 1\nos.environ["LEAK"] = "1"\nopen("left.txt", "w").write("x")',
+      })),
+    );
+    const rs = await pool.runBatch(
+      Array.from({ length: 6 }, () => ({
+        code: 'import builtins, os\nprint(hasattr(builtins, "leak"), "LEAK" in os.environ, os.listdir("."))',
+      })),
+    );
+    for (const r of rs) assert.equal(r.stdout, 'False False []\n');
+  });
+
+  test('results come back in request order', async () => {
+    const rs = await pool.runBatch(
+      Array.from({ length: 20 }, (_, i) => ({
+        code: `import time\ntime.sleep(${(20 - i) % 4} / 100)\nprint(${i})`,
+      })),
+    );
+    assert.deepEqual(
+      rs.map((r) => r.stdout),
+      Array.from({ length: 20 }, (_, i) => `${i}\n`),
+    );
+  });
+
+  test('wall-clock timeout per request', async () => {
+    const r = await pool.run({ code: 'while True:\n    pass', timeoutMs: 300 });
+    assert.equal(r.status, 'timeout');
+    assert.equal(r.timedOut, true);
+    assert.equal(r.signal, 'SIGKILL');
+  });
+
+  test('output beyond the cap is flagged truncated', async () => {
+    const r = await pool.run({ code: 'print("z" * 5000)' });
+    assert.equal(r.status, 'ok');
+    assert.equal(r.truncated, true);
+    assert.equal(r.stdout.length, 1000);
+  });
+
+  test('files are written into scratch before the run', async () => {
+    const r = await pool.run({
+      code: 'print(open("data.txt").read())',
+      files: { 'data.txt': Buffer.from('hello file').toString('base64') },
+    });
+    assert.equal(r.stdout, 'hello file\n');
+  });
+
+  test('bad input gets invalid_input naming the problem', async () => {
+    const bad = await pool.runBatch([
+      { code: 42 as unknown as string },
+      { code: 'print(1)', timeoutMs: -5 },
+      { code: 'print(1)', files: { '../etc/x': '' } },
+      { code: 'print(1)', files: { 'a.txt': 'not base64!!' } },
+      { code: 'print(1)', session: 's1' },
+    ]);
+    for (const r of bad) assert.equal(r.status, 'invalid_input');
+    assert.match(bad[0].error ?? '', /code must be a string/);
+    assert.match(bad[1].error ?? '', /timeoutMs/);
+    assert.match(bad[2].error ?? '', /file name/);
+  });
+
+  test('memory limit per request reports oom', async () => {
+    const r = await pool.run({ code: 'x = bytearray(300 << 20)', memoryMb: 128 });
+    assert.equal(r.status, 'oom');
+  });
+});
+
+describe('SandboxPool faults and admission', { skip, timeout: 120_000 }, () => {
+  test('a killed sandbox is restarted and its in-flight calls are retried once', async () => {
+    const logs: string[] = [];
+    const pool = await SandboxPool.start({ slots: 2, log: (l) => logs.push(l) });
+    try {
+      const p = pool.run({ code: 'import time\ntime.sleep(0.5)\nprint("done")' });
+      await sleep(150);
+      process.kill(pool.sandboxPid as number, 'SIGKILL');
+      const r = await p;
+      assert.equal(r.status, 'ok');
+      assert.equal(r.stdout, 'done\n');
+      assert.equal(pool.stats().restarts, 1);
+      assert.equal(pool.stats().retried, 1);
+      const again = await pool.run({ code: 'print(5)' });
+      assert.equal(again.stdout, '5\n');
+    } finally {
+      await pool.close();
+    }
+  });
+
+  test('a call whose sandbox dies twice is reported internal_error, not lost', async () => {
+    const pool = await SandboxPool.start({ slots: 1, log: () => {} });
+    try {
+      const p = pool.run({ code: 'import time\ntime.sleep(2)' });
+      for (let kill = 0; kill < 2; kill++) {
+        // wait until the call is running in a ready sandbox, then kill that sandbox
+        while (pool.stats().inFlight === 0 || pool.sandboxPid === undefined) await sleep(20);
+        await sleep(200);
+        process.kill(pool.sandboxPid as number, 'SIGKILL');
+        while (pool.stats().inFlight > 0) await sleep(20);
+      }
+      const r = await p;
+      assert.equal(r.status, 'internal_error');
+      assert.match(r.error ?? '', /died/);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  test('a full queue answers busy and a hopeless wait answers queue_timeout at once', async () => {
+    const pool = await SandboxPool.start({ slots: 1, maxQueue: 2, log: () => {} });
+    try {
+      const slow = pool.run({ code: 'import time\ntime.sleep(1)' });
+      await sleep(100);
+      const queued = [pool.run({ code: 'print(1)' })];
+      // the slot is busy for ~1 s, so a 50 ms queue budget cannot be met: answered at its deadline
+      const qt = await pool.run({ code: 'print(4)', queueTimeoutMs: 50 });
+      assert.equal(qt.status, 'queue_timeout');
+      queued.push(pool.run({ code: 'print(2)' }));
+      const busy = await pool.run({ code: 'print(3)' });
+      assert.equal(busy.status, 'busy');
+      assert.equal(pool.stats().queued, 2);
+      assert.equal((await slow).status, 'ok');
+      for (const q of await Promise.all(queued)) assert.equal(q.status, 'ok');
+    } finally {
+      await pool.close();
+    }
+  });
+
+  test('close() answers queued calls instead of dropping them', async () => {
+    const pool = await SandboxPool.start({ slots: 1, log: () => {} });
+    const running = pool.run({ code: 'import time\ntime.sleep(0.3)\nprint("r")' });
+    const waiting = pool.run({ code: 'print("w")' });
+    await sleep(50);
+    await pool.close();
+    assert.equal((await running).stdout, 'r\n');
+    assert.equal((await waiting).status, 'internal_error');
+  });
+
+  test('preloaded modules are importable at no cost and numpy RNG differs per call', async () => {
+    const pool = await SandboxPool.start({ slots: 2, preload: ['numpy'], log: () => {} });
+    try {
+      const rs = await pool.runBatch(
+        Array.from({ length: 2 }, () => ({
+          code: 'import sys\nprint("numpy" in sys.modules)\nimport numpy as np\nprint(np.random.randint(1 << 30))',
+        })),
+      );
+      assert.equal(rs[0].status, 'ok', rs[0].stderr);
+      assert.match(rs[0].stdout, /^True\n/);
+      assert.notEqual(rs[0].stdout, rs[1].stdout);
+    } finally {
+      await pool.close();
+    }
+  });
+});
+
+describe('SandboxPool options', { timeout: 60_000 }, () => {
+  test('isolation none runs, with a loud warning', async () => {
+    const logs: string[] = [];
+    const pool = await SandboxPool.start({ isolation: 'none', slots: 1, log: (l) => logs.push(l) });
+    try {
+      const r = await pool.run({ code: 'print("plain")' });
+      assert.equal(r.stdout, 'plain\n');
+      assert.ok(logs.some((l) => /WARNING/.test(l) && /isolation none/.test(l)));
+    } finally {
+      await pool.close();
+    }
+  });
+
+  test('bad options are rejected with a clear message', async () => {
+    await assert.rejects(SandboxPool.start({ slots: 0 }), /slots must be a positive integer/);
+    await assert.rejects(SandboxPool.start({ isolation: 'docker' as 'none' }), /isolation must be/);
+    await assert.rejects(SandboxPool.start({ preload: ['os; rm'] }), /not a module name/);
+  });
+});
