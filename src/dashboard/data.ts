@@ -1,8 +1,8 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
-import type { Trajectory } from '../agent/trajectory.js';
-import { dedupe } from '../eval/run.js';
+import { dedupe, problemsFromSamples } from '../eval/run.js';
 import { scoreEval } from '../eval/score.js';
+import { type IndexEntry, TrajectoryIndex, type TrajSummary } from '../eval/trajfile.js';
 import { readJsonlTolerant } from '../util/jsonl.js';
 import { type TrajectoryView, viewTrajectory } from './turns.js';
 
@@ -120,10 +120,8 @@ export function evalData(e: DirEntry) {
   let report = readJson(join(e.dir, 'report.json'));
   if (!report && config?.k) {
     // an eval still running has no report yet: score what is on disk
-    const ts = dedupe(readCached<Trajectory>(join(e.dir, 'trajectories.jsonl')));
-    const problems = [
-      ...new Map(ts.map((t) => [t.promptId, { id: t.promptId, problem: '', answer: t.gold ?? '' }])).values(),
-    ];
+    const ts = dedupe(indexOf(join(e.dir, 'trajectories.jsonl')).map((x) => x.summary));
+    const problems = problemsFromSamples(ts);
     report = scoreEval({ bench: config.bench ?? e.name, k: config.k, problems, trajectories: ts });
   }
   return { kind: e.kind, name: e.name, config, report, trajectoryFiles: trajectoryFiles(e) };
@@ -132,16 +130,22 @@ export function evalData(e: DirEntry) {
 export type TrajFilter = 'all' | 'correct' | 'incorrect' | 'tool_error';
 export const FILTERS: TrajFilter[] = ['all', 'correct', 'incorrect', 'tool_error'];
 
-type Stored = Trajectory & { kept?: boolean; advantage?: number };
-const matches = (t: Stored, f: TrajFilter) =>
+const indexes = new Map<string, TrajectoryIndex>();
+function indexOf(path: string): IndexEntry[] {
+  let idx = indexes.get(path);
+  if (!idx) indexes.set(path, (idx = new TrajectoryIndex(path)));
+  return idx.refresh();
+}
+
+const matches = (t: TrajSummary, f: TrajFilter) =>
   f === 'all' ||
   (f === 'correct' && t.correct === true) ||
   (f === 'incorrect' && t.correct !== true) ||
   (f === 'tool_error' && t.numToolErrors > 0);
 
-function loadFile(e: DirEntry, file: string): Stored[] {
+function loadFile(e: DirEntry, file: string): IndexEntry[] {
   if (!trajectoryFiles(e).includes(file)) throw new NotFound(`no trajectory file '${file}' in ${e.name}`);
-  return readCached<Stored>(join(e.dir, file));
+  return indexOf(join(e.dir, file));
 }
 
 export class NotFound extends Error {}
@@ -153,7 +157,7 @@ export function listTrajectories(
   offset: number,
   limit: number,
 ) {
-  const all = loadFile(e, file);
+  const all = loadFile(e, file).map((x) => x.summary);
   const counts = Object.fromEntries(FILTERS.map((f) => [f, all.filter((t) => matches(t, f)).length]));
   const picked = all.filter((t) => matches(t, filter));
   return {
@@ -170,7 +174,7 @@ export function listTrajectories(
       finish: t.finish,
       numToolCalls: t.numToolCalls,
       numToolErrors: t.numToolErrors,
-      responseTokens: t.responseIds.length,
+      responseTokens: t.responseTokens,
       kept: t.kept,
       advantage: t.advantage,
       extracted: t.verify?.extracted ?? null,
@@ -179,7 +183,7 @@ export function listTrajectories(
 }
 
 export function getTrajectory(e: DirEntry, file: string, id: string): TrajectoryView {
-  const t = loadFile(e, file).find((x) => x.id === id);
-  if (!t) throw new NotFound(`no trajectory '${id}' in ${e.name}/${file}`);
-  return viewTrajectory(t);
+  const entry = loadFile(e, file).find((x) => x.summary.id === id);
+  if (!entry) throw new NotFound(`no trajectory '${id}' in ${e.name}/${file}`);
+  return viewTrajectory(indexes.get(join(e.dir, file))!.read(entry));
 }

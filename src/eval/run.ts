@@ -1,9 +1,10 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Trajectory } from '../agent/trajectory.js';
-import { appendJsonl, readJsonlTolerant } from '../util/jsonl.js';
+import { appendJsonl } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
 import { type BenchProblem, type EvalReport, renderMarkdown, scoreEval } from './score.js';
+import { eachTrajectory, TrajectoryIndex, type TrajSummary } from './trajfile.js';
 import { scoreTrajectory, type VerifyFn } from './verify.js';
 
 // An eval directory (docs/RUN_DIR.md) is append-only: every finished trajectory is appended to
@@ -96,7 +97,7 @@ function dropTornTail(path: string): void {
 
 export function readEvalDir(dir: string): {
   config: EvalConfig;
-  trajectories: Trajectory[];
+  samples: TrajSummary[];
   state: EvalState;
 } {
   const cfgPath = join(dir, 'config.json');
@@ -106,12 +107,13 @@ export function readEvalDir(dir: string): {
   const state: EvalState = existsSync(statePath)
     ? JSON.parse(readFileSync(statePath, 'utf8'))
     : { wallTimeS: 0, sessions: 0, updated: '' };
-  return { config, trajectories: readJsonlTolerant<Trajectory>(join(dir, 'trajectories.jsonl')), state };
+  const samples = new TrajectoryIndex(join(dir, 'trajectories.jsonl')).refresh().map((e) => e.summary);
+  return { config, samples, state };
 }
 
 /** Latest usable record per (problem, sample): a later non-error record replaces an errored one. */
-export function dedupe(trajectories: Trajectory[]): Trajectory[] {
-  const by = new Map<string, Trajectory>();
+export function dedupe<T extends Pick<Trajectory, 'promptId' | 'sample' | 'finish'>>(trajectories: T[]): T[] {
+  const by = new Map<string, T>();
   for (const t of trajectories) {
     const key = `${t.promptId}#${t.sample}`;
     const prev = by.get(key);
@@ -159,7 +161,7 @@ export async function runEval(o: RunEvalOptions): Promise<EvalReport> {
   writeAtomic(cfgPath, `${JSON.stringify(config, null, 2)}\n`);
   dropTornTail(trajPath);
 
-  const saved = dedupe(readJsonlTolerant<Trajectory>(trajPath));
+  const saved = dedupe(new TrajectoryIndex(trajPath).refresh().map((e) => e.summary));
   const done = new Set(
     saved
       .filter((t) => !(o.retryErrors !== false && t.finish === 'error'))
@@ -227,13 +229,13 @@ export async function runEval(o: RunEvalOptions): Promise<EvalReport> {
 
 /** Re-scores a saved eval without generating; `verify` re-checks answers (e.g. with a new verifier). */
 export function rescoreEvalDir(dir: string, problems?: BenchProblem[]): EvalReport {
-  const { config, trajectories, state } = readEvalDir(dir);
-  const probs = problems ?? problemsFromTrajectories(trajectories);
+  const { config, samples, state } = readEvalDir(dir);
+  const probs = problems ?? problemsFromSamples(samples);
   const report = scoreEval({
     bench: config.bench,
     k: config.k,
     problems: probs,
-    trajectories: dedupe(trajectories),
+    trajectories: dedupe(samples),
     wallTimeS: state.wallTimeS,
   });
   writeReport(
@@ -244,22 +246,25 @@ export function rescoreEvalDir(dir: string, problems?: BenchProblem[]): EvalRepo
   return report;
 }
 
+/** Re-checks every saved answer with `verify`, one record in memory at a time, then re-scores. */
 export async function reverifyEvalDir(
   dir: string,
   verify: VerifyFn,
   problems?: BenchProblem[],
 ): Promise<EvalReport> {
+  readEvalDir(dir); // validates the directory
   const trajPath = join(dir, 'trajectories.jsonl');
-  const { trajectories } = readEvalDir(dir);
-  const out: Trajectory[] = [];
-  for (const t of trajectories)
-    out.push(await scoreTrajectory({ ...t, correct: undefined }, t.gold ?? '', verify));
-  writeAtomic(trajPath, out.map((t) => JSON.stringify(t)).join('\n') + (out.length ? '\n' : ''));
+  const tmp = `${trajPath}.reverify`;
+  writeFileSync(tmp, '');
+  for (const t of eachTrajectory(trajPath)) {
+    appendJsonl(tmp, [await scoreTrajectory({ ...t, correct: undefined }, t.gold ?? '', verify)]);
+  }
+  renameSync(tmp, trajPath);
   return rescoreEvalDir(dir, problems);
 }
 
 // When the benchmark file is not at hand, the problem set is what the trajectories cover.
-function problemsFromTrajectories(ts: Trajectory[]): BenchProblem[] {
+export function problemsFromSamples(ts: Pick<TrajSummary, 'promptId' | 'gold'>[]): BenchProblem[] {
   const seen = new Map<string, BenchProblem>();
   for (const t of ts)
     if (!seen.has(t.promptId)) seen.set(t.promptId, { id: t.promptId, problem: '', answer: t.gold ?? '' });

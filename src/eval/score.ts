@@ -3,6 +3,16 @@ import type { Trajectory } from '../agent/trajectory.js';
 // Pure scoring over scored trajectories: no engine, no verifier. Re-scoring a saved eval is just
 // reading trajectories.jsonl and calling scoreEval again.
 
+/** What scoring reads from a trajectory; a summary without the id arrays carries the token counts. */
+export type ScoredSample = Pick<
+  Trajectory,
+  'promptId' | 'sample' | 'correct' | 'verify' | 'finish' | 'numToolCalls' | 'numToolErrors' | 'ms'
+> & { responseIds?: number[]; responseMask?: number[]; responseTokens?: number; generatedTokens?: number };
+
+export const responseTokens = (t: ScoredSample) => t.responseIds?.length ?? t.responseTokens ?? 0;
+export const generatedTokens = (t: ScoredSample) =>
+  t.responseMask ? t.responseMask.reduce((a, m) => a + m, 0) : (t.generatedTokens ?? 0);
+
 export interface BenchProblem {
   id: string;
   problem: string;
@@ -128,12 +138,12 @@ export function scoreEval(opts: {
   bench: string;
   k: number;
   problems: BenchProblem[];
-  trajectories: Trajectory[];
+  trajectories: ScoredSample[];
   wallTimeS?: number;
 }): EvalReport {
   const { k } = opts;
   if (!Number.isInteger(k) || k < 1) throw new Error(`scoreEval: k must be a positive integer (got ${k})`);
-  const byProblem = new Map<string, Trajectory[]>();
+  const byProblem = new Map<string, ScoredSample[]>();
   for (const p of opts.problems) byProblem.set(p.id, []);
   for (const t of opts.trajectories) {
     const list = byProblem.get(t.promptId);
@@ -143,7 +153,7 @@ export function scoreEval(opts: {
   const ks = kLadder(k);
   const rows: ProblemRow[] = [];
   const passSums: Record<string, number[]> = Object.fromEntries(ks.map((j) => [String(j), []]));
-  const all: Trajectory[] = [];
+  const all: ScoredSample[] = [];
   const finishes: Record<string, number> = {};
   let complete = true;
   for (const p of opts.problems) {
@@ -164,7 +174,7 @@ export function scoreEval(opts: {
       majority: maj.answer,
       majorityVotes: maj.votes,
       majorityCorrect: maj.correct,
-      meanResponseTokens: mean(ts.map((t) => t.responseIds.length)),
+      meanResponseTokens: mean(ts.map(responseTokens)),
       meanToolCalls: mean(ts.map((t) => t.numToolCalls)),
       toolErrors: ts.reduce((a, t) => a + t.numToolErrors, 0),
       errors: ts.filter((t) => t.finish === 'error').length,
@@ -181,8 +191,8 @@ export function scoreEval(opts: {
     avgAtK: mean(rows.map((r) => r.passAt1)),
     passAtK: Object.fromEntries(ks.map((j) => [String(j), mean(passSums[String(j)])])),
     majAtK: mean(rows.map((r) => (r.majorityCorrect ? 1 : 0))),
-    meanResponseTokens: mean(all.map((t) => t.responseIds.length)),
-    meanGeneratedTokens: mean(all.map((t) => t.responseMask.reduce((a, m) => a + m, 0))),
+    meanResponseTokens: mean(all.map(responseTokens)),
+    meanGeneratedTokens: mean(all.map(generatedTokens)),
     toolCallsPerAnswer: mean(all.map((t) => t.numToolCalls)),
     toolErrorRate: calls === 0 ? 0 : toolErrs / calls,
     finishes,
