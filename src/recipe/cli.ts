@@ -1,11 +1,11 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { loadRecipe, type Overrides, parseRecipe, type Recipe } from './config.js';
 import { FakeBackend } from './fake.js';
 import { plotRuns } from './plot.js';
-import { type PolicyBackend, Trainer } from './trainer.js';
+import { forkRun, type PolicyBackend, Trainer } from './trainer.js';
 
 interface TrainFlags {
   recipe?: string;
@@ -13,6 +13,7 @@ interface TrainFlags {
   roc?: string;
   resume?: string;
   printConfig?: boolean;
+  fork?: string;
   backend: string;
   insecureNoSandbox?: boolean;
 }
@@ -39,12 +40,29 @@ async function train(flags: TrainFlags): Promise<void> {
     recipe = parseRecipe(JSON.parse(readFileSync(cfg, 'utf8')), cfg);
     if (flags.roc) throw new Error('--roc cannot change a run being resumed; its config.json decides');
   } else {
-    if (!flags.recipe) throw new Error('give --recipe NAME|FILE (e.g. --recipe quickstart) or --resume RUN');
-    recipe = loadRecipe(flags.recipe, overrides);
+    let forkSrc: string | undefined;
+    if (flags.fork) {
+      forkSrc = dirname(flags.fork).replace(/\/checkpoints$/, '');
+      const cfg = join(forkSrc, 'config.json');
+      if (!flags.recipe && !existsSync(cfg))
+        throw new Error(`--fork ${flags.fork}: no config.json in ${forkSrc}`);
+      recipe = flags.recipe
+        ? loadRecipe(flags.recipe, overrides)
+        : parseRecipe(JSON.parse(readFileSync(cfg, 'utf8')), cfg, overrides);
+    } else {
+      if (!flags.recipe)
+        throw new Error('give --recipe NAME|FILE (e.g. --recipe quickstart) or --resume RUN');
+      recipe = loadRecipe(flags.recipe, overrides);
+    }
     const stamp = new Date().toISOString().replace(/[-:]/g, '').slice(0, 15);
     runDir = flags.out ?? join('runs', `${recipe.name}-${flags.roc === 'off' ? 'grpo' : 'roc'}-${stamp}`);
     if (existsSync(join(runDir, 'state.json'))) {
       throw new Error(`${runDir} already holds a run (state.json); use --resume ${runDir} or another --out`);
+    }
+    if (forkSrc && !flags.printConfig) {
+      if (!flags.out) throw new Error('--fork needs --out DIR for the new run');
+      forkRun(forkSrc, basename(flags.fork!), runDir, recipe);
+      flags.resume = runDir;
     }
   }
   if (flags.printConfig) {
@@ -106,6 +124,10 @@ export function registerRecipeCommands(program: Command): void {
     .option('--out <dir>', 'run directory (default runs/<recipe>-<roc|grpo>-<time>)')
     .option('--roc <on|off>', 'Resample-on-Correct on (GRPO-RoC) or off (plain GRPO) in every RL stage')
     .option('--resume <run>', 'continue the run in this directory from its last checkpoint')
+    .option(
+      '--fork <run/checkpoint>',
+      "start a new run (--out) from another run's checkpoint, e.g. runs/a/sft-step-000150",
+    )
     .option('--print-config', 'print the fully resolved recipe (with defaults) and exit')
     .option(
       '--backend <name>',

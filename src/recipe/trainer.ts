@@ -1,4 +1,13 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import type { Trajectory } from '../agent/trajectory.js';
 import { type PenaltyOptions, selectAndScore } from '../rl/index.js';
@@ -73,6 +82,39 @@ function writeAtomic(path: string, data: string): void {
 export function readState(runDir: string): RunState | null {
   const p = join(runDir, 'state.json');
   return existsSync(p) ? (JSON.parse(readFileSync(p, 'utf8')) as RunState) : null;
+}
+
+/**
+ * Starts a new run directory from a checkpoint of another run (e.g. an ablation branching after SFT): copies
+ * the checkpoint, writes the new config and a state.json pointing at it, so `run(true)` continues from there.
+ * The source run's records up to the checkpoint are copied too, so the new run's files are complete.
+ */
+export function forkRun(srcDir: string, checkpoint: string, dstDir: string, recipe: Recipe): RunState {
+  const m = /^(.+)-step-(\d+)$/.exec(checkpoint);
+  const src = join(srcDir, 'checkpoints', checkpoint);
+  if (!m || !existsSync(src)) throw new Error(`--fork: no checkpoint ${checkpoint} in ${srcDir}/checkpoints`);
+  const stageIndex = recipe.stages.findIndex((s) => s.name === m[1]);
+  if (stageIndex < 0) throw new Error(`--fork: checkpoint stage "${m[1]}" is not a stage of the recipe`);
+  if (existsSync(join(dstDir, 'state.json'))) throw new Error(`--fork: ${dstDir} already holds a run`);
+  mkdirSync(join(dstDir, 'checkpoints'), { recursive: true });
+  mkdirSync(join(dstDir, 'trajectories'), { recursive: true });
+  cpSync(src, join(dstDir, 'checkpoints', checkpoint), { recursive: true });
+  for (const f of ['metrics.jsonl', 'evals.jsonl']) {
+    if (existsSync(join(srcDir, f))) cpSync(join(srcDir, f), join(dstDir, f));
+  }
+  for (const f of readdirSync(join(srcDir, 'trajectories'))) {
+    cpSync(join(srcDir, 'trajectories', f), join(dstDir, 'trajectories', f));
+  }
+  writeFileSync(join(dstDir, 'config.json'), JSON.stringify(recipe, null, 2) + '\n');
+  const state: RunState = {
+    stageIndex,
+    stage: m[1],
+    step: Number(m[2]),
+    checkpoint: join('checkpoints', checkpoint),
+    time: new Date().toISOString(),
+  };
+  writeAtomic(join(dstDir, 'state.json'), JSON.stringify(state, null, 2) + '\n');
+  return state;
 }
 
 export class Trainer {

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { parseRecipe } from '../../src/recipe/config.js';
 import { FakeBackend } from '../../src/recipe/fake.js';
-import { readState, Trainer } from '../../src/recipe/trainer.js';
+import { forkRun, readState, Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
 process.env.RSTAR2_NO_PROGRESS = '1';
@@ -160,4 +160,26 @@ test('RoC lowers the tool-error ratio among positives versus plain GRPO (fake po
   const on = await run('on');
   const off = await run('off');
   assert.ok(on < off, `RoC on ${on} vs off ${off}`);
+});
+
+test('forkRun branches a new run from a checkpoint (ablation after SFT) with records up to it', async () => {
+  const src = mkdtempSync(join(tmpdir(), 'rstar2-src-'));
+  await new Trainer(recipe(), src, new FakeBackend(), quiet).run();
+  const dst = join(mkdtempSync(join(tmpdir(), 'rstar2-fork-')), 'off');
+  const off = recipe('off');
+  const st = forkRun(src, 'sft-step-000004', dst, off);
+  assert.deepEqual([st.stage, st.step], ['sft', 4]);
+  assert.throws(() => forkRun(src, 'sft-step-000004', dst, off), /already holds a run/);
+  assert.throws(() => forkRun(src, 'sft-step-000003', `${dst}2`, off), /no checkpoint sft-step-000003/);
+  await new Trainer(off, dst, new FakeBackend(), quiet).run(true);
+  const m = readJsonl<Record<string, any>>(join(dst, 'metrics.jsonl'));
+  assert.deepEqual(
+    m.map((r) => `${r.stage}:${r.step}`),
+    [...[1, 2, 3, 4].map((s) => `sft:${s}`), ...[1, 2, 3, 4, 5, 6, 7, 8].map((s) => `rl:${s}`)],
+  );
+  assert.ok(m.filter((r) => r.stage === 'rl').every((r) => r.roc.before === 32));
+  assert.equal(
+    JSON.parse(readFileSync(join(dst, 'config.json'), 'utf8')).stages[1].roc.doDownSampling,
+    false,
+  );
 });
