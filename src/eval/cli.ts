@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
 import type { VerifyProfile } from '../reward/types.js';
 import { EVAL_MAX_TOKENS, openBackend } from './backend.js';
-import { loadProblems, resolveBench } from './bench.js';
+import { listBenchmarks, loadProblems, resolveBench } from './bench.js';
 import { readEvalDir, rescoreEvalDir, reverifyEvalDir, runEval } from './run.js';
 import type { EvalReport } from './score.js';
 import { openVerifier } from './verify.js';
@@ -69,7 +69,12 @@ export function registerEvalCommands(program: Command): void {
     )
     .option('--verify-profile <name>', 'answer checking: strict (the training reward) or lenient', 'strict')
     .option('--no-progress', 'no progress bar')
+    .option('--list-benchmarks', 'print the named benchmarks found and exit')
     .action(async (o) => {
+      if (o.listBenchmarks) {
+        for (const b of listBenchmarks()) console.log(`${b}\t${resolveBench(b)}`);
+        return;
+      }
       if (Boolean(o.bench) === Boolean(o.data))
         throw new Error('give exactly one of --bench NAME or --data FILE');
       const dataFile = resolve(o.data ?? resolveBench(o.bench));

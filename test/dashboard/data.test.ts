@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { scanDirs } from '../../src/dashboard/data.js';
+import { evalData, scanDirs } from '../../src/dashboard/data.js';
 import { startDashboard } from '../../src/dashboard/server.js';
 import { viewTrajectory } from '../../src/dashboard/turns.js';
 import { fakeTrajectory } from '../../src/eval/fake.js';
@@ -84,4 +84,18 @@ test('dashboard API finds runs and evals and refuses unknown names and filters',
   } finally {
     await d.close();
   }
+});
+
+test('an eval still running (no report.json yet) is scored from its trajectories', {
+  timeout: 30_000,
+}, async () => {
+  const root = mkdtempSync(join(tmpdir(), 'rstar2-dash-live-'));
+  const ev = join(root, 'e');
+  await makeEval(ev, 1, 'fake:1');
+  rmSync(join(ev, 'report.json'));
+  const entry = scanDirs(root)[0];
+  assert.equal(entry.kind, 'eval');
+  const d = evalData(entry) as { report: { samples: number; avgAtK: number; complete: boolean } };
+  assert.equal(d.report.samples, 20);
+  assert.equal(d.report.avgAtK, 1);
 });
