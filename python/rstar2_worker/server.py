@@ -58,4 +58,13 @@ def handle(policy, h, a):
         if kind not in ("grpo", "sft"):
             raise ValueError(f"loss must be 'grpo' or 'sft', got {kind!r}")
         return policy.train_step(kind, seqs, masks, olds, advs, h.get("opts") or {}), None
+    if op == "bare_bench":  # bench/worker.ts baseline, not part of the client API
+        from .bare_bench import BareBench
+
+        policy._need_model()
+        if getattr(policy, "bare", None) is None or policy.bare.model is not policy.model:
+            policy.bare = BareBench(policy.model)
+        if h["kind"] == "generate":
+            return {"tokS": policy.bare.generate(int(h["batch"]), int(h["prompt"]), int(h["new"]))}, None
+        return {"tokS": policy.bare.train(int(h["batch"]), int(h["len"]))}, None
     raise ValueError(f"unknown op {op!r}")

@@ -137,11 +137,15 @@ export class PolicyWorker {
   private closed = false;
   private dead: string | null = null;
   restarts = 0;
+  /** See WorkerStartOptions.callTimeoutMs; may be changed between calls. */
+  callTimeoutMs: number;
   info: { version: number; torch: string; world: number } | null = null;
 
   private constructor(
     private readonly opts: Required<Pick<WorkerStartOptions, 'threads' | 'ranks'>> & WorkerStartOptions,
-  ) {}
+  ) {
+    this.callTimeoutMs = opts.callTimeoutMs ?? 0;
+  }
 
   static async start(opts: WorkerStartOptions = {}): Promise<PolicyWorker> {
     const ranks = opts.ranks ?? 1;
@@ -252,8 +256,23 @@ export class PolicyWorker {
   ): Promise<Frame> {
     const id = this.nextId++;
     const targets = to === 'all' ? this.ranks : this.ranks.slice(0, 1);
-    const frames = await Promise.all(targets.map((r) => r.call(id, { ...header, op }, arrays)));
-    return frames[0];
+    const all = Promise.all(targets.map((r) => r.call(id, { ...header, op }, arrays)));
+    const limit = this.callTimeoutMs;
+    if (!(limit > 0)) return (await all)[0];
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, rej) => {
+      timer = setTimeout(() => {
+        this.dead = `policy worker call '${op}' did not answer within ${limit} ms; killed it`;
+        for (const r of this.ranks) if (!r.exited) r.child.kill('SIGKILL');
+        rej(new Error(`${this.dead} (it restarts on the next call)`));
+      }, limit);
+    });
+    all.catch(() => {});
+    try {
+      return (await Promise.race([all, timeout]))[0];
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async init(config: ModelConfig, seed = 0): Promise<ModelInfo> {
@@ -312,6 +331,18 @@ export class PolicyWorker {
     return this.enqueue(async () => {
       const f = await this.send('train_step', { loss: batch.loss, opts }, arrays, 'all');
       return f.header.result as TrainStats;
+    });
+  }
+
+  /** Bench hook: runs the bare PyTorch baseline loop inside the worker (bench/worker.ts). */
+  async bareBench(
+    spec:
+      | { kind: 'generate'; batch: number; prompt: number; new: number }
+      | { kind: 'train'; batch: number; len: number },
+  ): Promise<number> {
+    return this.enqueue(async () => {
+      const f = await this.send('bare_bench', spec, {}, 'rank0');
+      return (f.header.result as { tokS: number }).tokS;
     });
   }
 

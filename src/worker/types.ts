@@ -27,6 +27,9 @@ export interface WorkerStartOptions {
   threads?: number; // torch intra-op threads per rank (default 2)
   ranks?: number; // torch.distributed ranks on the gloo backend (default 1)
   env?: Record<string, string>;
+  // Kill and report a call that has not answered after this long (0 = no limit). A hung worker (e.g. a stuck
+  // collective) then rejects the call instead of hanging the caller; the next call restarts it.
+  callTimeoutMs?: number;
 }
 
 export interface ModelInfo {

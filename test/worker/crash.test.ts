@@ -66,3 +66,24 @@ test('missing torch and a protocol version mismatch fail start() with a clear me
   );
   await assert.rejects(PolicyWorker.start({ python: '/nonexistent/python3' }), /not found/);
 });
+
+test('a call that does not answer within callTimeoutMs is rejected, the worker killed and restarted', {
+  timeout: 120_000,
+}, async () => {
+  const w = await PolicyWorker.start({ threads: 1 });
+  try {
+    await w.init(TEST_CONFIG, 9);
+    const pid = w.pids[0];
+    w.callTimeoutMs = 300;
+    await assert.rejects(
+      w.generate([[1]], sampling({ maxNewTokens: 20000 })),
+      /call 'generate' did not answer within 300 ms/,
+    );
+    w.callTimeoutMs = 0;
+    const r = await w.logprobs([[1, 2]]);
+    assert.equal(r[0].logprobs.length, 2);
+    assert.notEqual(w.pids[0], pid);
+  } finally {
+    await w.close();
+  }
+});
