@@ -356,8 +356,10 @@ export class Comparer {
       return neq('relation-vs-value');
     }
     if (p.t === 'rel') {
-      const rhs =
-        assignedValue(p) ?? (p.ops.every((o) => o === '=') && p.parts.length >= 3 ? p.parts.at(-1) : null);
+      // `x = v`, a chain `x = a = v`, or a worked computation `2+\frac53+1 = \frac{14}{3}` (no variables
+      // on the left): the last right-hand side is the answer.
+      const computed = p.ops.every((o) => o === '=') && freeVars(p.parts[0]).size === 0;
+      const rhs = assignedValue(p) ?? (computed || p.parts.length >= 3 ? p.parts.at(-1) : null);
       if (rhs) return this.node(g, rhs);
       return neq('value-vs-relation');
     }

@@ -78,10 +78,20 @@ function joinBoxes(boxes: Box[], s: string): string {
 const NUMBER_RE =
   /(?<![\w.])[-−]?(?:[$€£¥₹]\s?)?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:\s*(?:%|\\%|percent))?/g;
 
+// A decimal comma (`2,74`, `1000,99`, `0,111`): a comma that cannot be a thousands separator.
+const DECIMAL_COMMA_RE =
+  /(?<![\w.,])[-−]?(?:[$€£¥₹]\s?)?(?:0,\d+|\d+,\d{1,2}|\d{4,},\d+|\d+,\d{4,})(?![\d,])/g;
+
 function lastNumber(s: string): string | null {
-  let last: string | null = null;
-  for (const m of s.matchAll(NUMBER_RE)) last = m[0];
-  return last?.replace(/[$€£¥₹]\s?/, '') ?? null;
+  // The match that ends last wins; on a tie the longer one (`1000,99` over its tail `99`).
+  let last: { at: number; end: number; text: string } | null = null;
+  const consider = (at: number, text: string) => {
+    const end = at + text.length;
+    if (!last || end > last.end || (end === last.end && at < last.at)) last = { at, end, text };
+  };
+  for (const m of s.matchAll(NUMBER_RE)) consider(m.index, m[0]);
+  for (const m of s.matchAll(DECIMAL_COMMA_RE)) consider(m.index, m[0].replace(',', '.'));
+  return (last as { text: string } | null)?.text.replace(/[$€£¥₹]\s?/, '') ?? null;
 }
 
 // Math environments, rightmost wins; `$$…$$` and `\[…\]` may span lines, inline ones may not.
@@ -92,14 +102,16 @@ const ENV_RES = [
   /(?<!\$)\$([^$\n]+?)\$(?!\$)/g,
 ];
 
-function lastMathEnv(s: string): string | null {
+function lastMathEnv(text: string): string | null {
+  // An escaped dollar (`\$5`) is money, not a delimiter: hide it while matching.
+  const s = text.replace(/\\\$/g, '\u0000');
   let best: { at: number; content: string } | null = null;
   for (const re of ENV_RES) {
     for (const m of s.matchAll(re)) {
       if (!best || m.index > best.at) best = { at: m.index, content: m[1] };
     }
   }
-  return best ? best.content.trim() : null;
+  return best ? best.content.replace(/\u0000/g, '\\$').trim() : null;
 }
 
 function cleanTail(s: string): string {

@@ -165,7 +165,7 @@ export const RULES: Rule[] = [
   {
     name: 'thousands-separators',
     // Only a whole number with well-formed groups: `(1,234)` stays a tuple.
-    apply: (s) => (/^\s*-?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*%?\s*$/.test(s) ? s.replace(/,/g, '') : s),
+    apply: (s) => (/^\s*-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?\s*%?\s*$/.test(s) ? s.replace(/,/g, '') : s),
   },
   {
     name: 'base-subscript',

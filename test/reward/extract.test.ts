@@ -27,6 +27,9 @@ const CASES: [string, string | null, string | null][] = [
   ['Total 1,234.5 m', '1,234.5', 'last-number'],
   ['about 28% of them', '28%', 'last-number'],
   ['decimal .5 left', '.5', 'last-number'],
+  ['Soucis : 2,74 $ a..', '2.74', 'last-number'],
+  ['it is 1000,99', '1000.99', 'last-number'],
+  ['costs \\$5 then $x = 3$', 'x = 3', 'math-env'],
   ['no digits here', null, null],
 ];
 
