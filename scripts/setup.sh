@@ -3,7 +3,7 @@
 # PyTorch, Redis, Chromium for the dashboard test) and the npm dependencies. Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pkgs=(bubblewrap python3-seccomp redis-server python3-torch libopenblas0-pthread python3-numpy python3-sympy chromium)
+pkgs=(bubblewrap python3-seccomp redis-server python3-torch libopenblas0-pthread python3-numpy python3-sympy python3-jinja2 chromium)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
