@@ -140,6 +140,15 @@ export const RULES: Rule[] = [
       ),
   },
   { name: 'unit-words', apply: (s) => s.replace(UNIT_TAIL, '').replace(UNIT_TAIL, '') },
+  {
+    name: 'trailing-words',
+    // `5 apples`, `12.5 square feet`: words of 3+ letters after a plain number are a unit too.
+    apply: (s) => {
+      const m = /^(-?[\d.,/]+%?)\s+([A-Za-z]{3,}(?:\s+[A-Za-z]{3,})*)$/.exec(s.trim());
+      if (!m || /^(?:sqrt|sin|cos|tan|sec|csc|cot|log|exp|and)\b/i.test(m[2])) return s;
+      return m[1];
+    },
+  },
   { name: 'choice-letter', apply: (s) => s.replace(/^\s*\(([A-E])\)\s*$/, '$1') },
   {
     name: 'relations',

@@ -470,7 +470,7 @@ export function show(n: Node): string {
     case 'neg':
       return `-(${show(n.a)})`;
     case 'mul':
-      return n.a.map(show).join('*');
+      return n.a.map((x) => (x.t === 'add' ? `(${show(x)})` : show(x))).join('*');
     case 'div':
       return `(${show(n.a)})/(${show(n.b)})`;
     case 'pow':

@@ -38,7 +38,8 @@ function parse(s: string): Node | string {
   try {
     return parseAnswer(s);
   } catch (e) {
-    if (e instanceof ParseError) return e.message;
+    // A RangeError from absurd nesting is as much "does not parse" as a syntax error.
+    if (e instanceof ParseError || e instanceof RangeError) return e.message;
     throw e;
   }
 }

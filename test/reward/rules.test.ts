@@ -51,6 +51,12 @@ const CASES: Record<string, [string, string][]> = {
     ['3 hours', '3'],
     ['x+y', 'x+y'],
   ],
+  'trailing-words': [
+    ['5 apples', '5'],
+    ['12.5 square feet', '12.5'],
+    ['2 sqrt', '2 sqrt'],
+    ['x apples', 'x apples'],
+  ],
   'choice-letter': [['(B)', 'B']],
   relations: [
     ['x\\leq 3', 'x<= 3'],

@@ -96,6 +96,16 @@ test('huge powers and factorials do not hang', () => {
   assert.equal(f.correct, false);
 });
 
+test('absurd nesting is unparsable, not a crash', () => {
+  const r = verify(`\\boxed{${'('.repeat(490)}1${')'.repeat(490)}}`, '2');
+  assert.equal(r.correct, false);
+  const deep = verify('{'.repeat(5000) + '1' + '}'.repeat(5000), '1', {
+    extract: false,
+    maxAnswerChars: 20000,
+  });
+  assert.equal(typeof deep.correct, 'boolean');
+});
+
 test('random points are seeded: the same inputs give the same verdict', () => {
   const a = verify('\\boxed{\\frac{\\sin 2x}{2}}', '\\sin x \\cos x', { seed: 7 });
   const b = verify('\\boxed{\\frac{\\sin 2x}{2}}', '\\sin x \\cos x', { seed: 7 });
