@@ -27,8 +27,10 @@ export interface RedisOptions {
 }
 
 export interface RedisRunnerOptions extends RedisOptions {
-  /** Longest wait for a worker's result before answering queue_timeout (no worker, Redis lost). */
+  /** Longest wait for a worker's result before answering queue_timeout (no worker at all). */
   maxWaitMs?: number;
+  /** Redis unreachable this long: every waiting item is answered internal_error. */
+  redisDownFailMs?: number;
 }
 
 interface Resolved extends Required<Omit<RedisOptions, 'log'>> {
@@ -81,6 +83,23 @@ redis.call('DEL', KEYS[1])
 return {requeued, failed}
 `;
 
+/** ioredis reconnects by itself; log its errors (at most one line per 5 s) instead of crashing. */
+function connectRedis(url: string, o: Resolved, role: string): Redis {
+  const r = new Redis(url, { lazyConnect: true });
+  watchErrors(r, o, role);
+  return r;
+}
+
+function watchErrors(r: Redis, o: Resolved, role: string): Redis {
+  let last = 0;
+  r.on('error', (e: Error) => {
+    if (Date.now() - last < 5000) return;
+    last = Date.now();
+    o.log({ level: 'warn', msg: 'redis connection error', role, error: e.message });
+  });
+  return r;
+}
+
 /** Finds processing lists of dead workers and requeues/reports their items. */
 async function reapDead(redis: Redis, o: Resolved): Promise<void> {
   const k = keys(o.prefix);
@@ -108,10 +127,16 @@ async function reapDead(redis: Redis, o: Resolved): Promise<void> {
 
 /** The front door's CodeRunner: enqueue on Redis, await each item's result. */
 export class RedisRunner implements CodeRunner {
-  private readonly o: Resolved & { maxWaitMs: number };
+  private readonly o: Resolved & { maxWaitMs: number; redisDownFailMs: number };
   private readonly k: ReturnType<typeof keys>;
   readonly id = `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
-  private readonly pending = new Map<string, { resolve: (r: RunResult) => void; timer: NodeJS.Timeout }>();
+  private readonly pending = new Map<
+    string,
+    { resolve: (r: RunResult) => void; timer: NodeJS.Timeout; payload: string }
+  >();
+  private runId = '';
+  private downSince = 0;
+  private readonly downCheck: NodeJS.Timeout;
   private nextId = 0;
   private closed = false;
   private readonly replyLoop: Promise<void>;
@@ -122,8 +147,36 @@ export class RedisRunner implements CodeRunner {
     private readonly blk: Redis,
     opts: RedisRunnerOptions,
   ) {
-    this.o = { ...resolve(opts), maxWaitMs: opts.maxWaitMs ?? 3_600_000 };
+    this.o = {
+      ...resolve(opts),
+      maxWaitMs: opts.maxWaitMs ?? 3_600_000,
+      redisDownFailMs: opts.redisDownFailMs ?? 15_000,
+    };
     this.k = keys(this.o.prefix);
+    // A Redis restart (new run_id) loses the queue: resubmit what we still wait for. A long outage
+    // fails the waiting items rather than leaving callers hanging.
+    cmd.on('close', () => {
+      if (!this.closed && !this.downSince) this.downSince = Date.now();
+    });
+    cmd.on('ready', () => {
+      if (!this.downSince || this.closed) return;
+      this.downSince = 0;
+      this.afterReconnect().catch((e: Error) =>
+        this.o.log({ level: 'warn', msg: 'resubmit after reconnect failed', error: e.message }),
+      );
+    });
+    this.downCheck = setInterval(() => {
+      if (!this.downSince || Date.now() - this.downSince < this.o.redisDownFailMs) return;
+      for (const id of [...this.pending.keys()])
+        this.settle(
+          id,
+          failedResult(
+            'internal_error',
+            `redis unreachable for ${Date.now() - this.downSince} ms; result lost`,
+          ),
+        );
+    }, 250);
+    this.downCheck.unref();
     this.replyLoop = this.readReplies();
     this.reaper = setInterval(() => {
       reapDead(this.cmd, this.o).catch((e: Error) =>
@@ -134,22 +187,40 @@ export class RedisRunner implements CodeRunner {
   }
 
   static async connect(url: string, opts: RedisRunnerOptions = {}): Promise<RedisRunner> {
-    const cmd = new Redis(url, { lazyConnect: true });
+    const o = resolve(opts);
+    const cmd = connectRedis(url, o, 'front door');
     await cmd.connect();
-    await cmd.ping();
-    return new RedisRunner(cmd, cmd.duplicate(), opts);
+    const runner = new RedisRunner(cmd, watchErrors(cmd.duplicate(), o, 'front door replies'), opts);
+    runner.runId = await runner.serverRunId();
+    return runner;
+  }
+
+  private async serverRunId(): Promise<string> {
+    const info = await this.cmd.info('server');
+    return /run_id:(\w+)/.exec(info)?.[1] ?? '';
+  }
+
+  private async afterReconnect(): Promise<void> {
+    const runId = await this.serverRunId();
+    if (runId === this.runId) return;
+    this.runId = runId;
+    const payloads = [...this.pending.values()].map((p) => p.payload);
+    this.o.log({ level: 'warn', msg: 'redis restarted; resubmitting waiting items', items: payloads.length });
+    if (payloads.length) await this.cmd.lpush(this.k.queue, ...payloads);
   }
 
   run(req: RunRequest): Promise<RunResult> {
     return this.runBatch([req]).then((r) => r[0]);
   }
 
-  async runBatch(reqs: RunRequest[]): Promise<RunResult[]> {
-    if (reqs.length === 0) return [];
-    if (this.closed) return reqs.map(() => failedResult('internal_error', 'redis front door is closed'));
+  runBatch(reqs: RunRequest[]): Promise<RunResult[]> {
+    if (reqs.length === 0) return Promise.resolve([]);
+    if (this.closed)
+      return Promise.resolve(reqs.map(() => failedResult('internal_error', 'redis front door is closed')));
     const ids = reqs.map(() => `${this.nextId++}`);
+    const payloads = reqs.map((r, i) => `0\t${this.id}\t${ids[i]}\t${JSON.stringify(r)}`);
     const results = ids.map(
-      (id) =>
+      (id, i) =>
         new Promise<RunResult>((resolveItem) => {
           const timer = setTimeout(() => {
             this.pending.delete(id);
@@ -158,16 +229,14 @@ export class RedisRunner implements CodeRunner {
             );
           }, this.o.maxWaitMs);
           timer.unref();
-          this.pending.set(id, { resolve: resolveItem, timer });
+          this.pending.set(id, { resolve: resolveItem, timer, payload: payloads[i] });
         }),
     );
-    const payloads = reqs.map((r, i) => `0\t${this.id}\t${ids[i]}\t${JSON.stringify(r)}`);
-    try {
-      await this.cmd.lpush(this.k.queue, ...payloads);
-    } catch (e) {
+    // Not awaited: an item answered meanwhile (timeout, outage) must not wait for the push to settle.
+    this.cmd.lpush(this.k.queue, ...payloads).catch((e: Error) => {
       for (const id of ids)
-        this.settle(id, failedResult('internal_error', `cannot enqueue on redis: ${(e as Error).message}`));
-    }
+        this.settle(id, failedResult('internal_error', `cannot enqueue on redis: ${e.message}`));
+    });
     return Promise.all(results);
   }
 
@@ -214,11 +283,13 @@ export class RedisRunner implements CodeRunner {
   async close(): Promise<void> {
     this.closed = true;
     clearInterval(this.reaper);
+    clearInterval(this.downCheck);
     for (const id of [...this.pending.keys()])
       this.settle(id, failedResult('internal_error', 'redis front door closed before a result arrived'));
     this.blk.disconnect();
-    await this.replyLoop;
-    await this.cmd.quit().catch(() => {});
+    // A blocked BRPOP on a dead connection may never reject; do not wait on it for long.
+    await Promise.race([this.replyLoop, new Promise((r) => setTimeout(r, 1000).unref())]);
+    this.cmd.disconnect();
   }
 }
 
@@ -251,7 +322,8 @@ export class RedisWorker {
   }
 
   static async start(url: string, runner: CodeRunner, opts: RedisWorkerOptions = {}): Promise<RedisWorker> {
-    const cmd = new Redis(url, { lazyConnect: true });
+    const o = resolve(opts);
+    const cmd = connectRedis(url, o, 'worker');
     await cmd.connect();
     const w = new RedisWorker(cmd, runner, opts);
     await w.beat();
@@ -266,7 +338,7 @@ export class RedisWorker {
       );
     }, w.o.reapEveryMs);
     for (let i = 0; i < w.o.concurrency; i++) {
-      const blk = cmd.duplicate();
+      const blk = watchErrors(cmd.duplicate(), w.o, 'worker pop');
       w.blocking.push(blk);
       w.loops.push(w.loop(blk));
     }
@@ -298,42 +370,64 @@ export class RedisWorker {
         continue;
       }
       const [, , reply, id] = m;
-      let result: RunResult;
+      this.busy++;
       try {
-        result = await this.runner.run(JSON.parse(raw.slice(m[0].length)) as RunRequest);
-      } catch (e) {
-        result = failedResult(
-          'internal_error',
-          `worker ${this.id} failed to run the item: ${(e as Error).message}`,
-        );
-      }
-      if (this.stopped && this.abandoned) return;
-      const replyKey = this.k.reply(reply);
-      try {
-        await this.cmd
-          .multi()
-          .lpush(replyKey, JSON.stringify({ id, result }))
-          .pexpire(replyKey, 3_600_000)
-          .lrem(proc, 1, raw)
-          .exec();
-        this.completed++;
-      } catch (e) {
-        // Left in the processing list: the reaper requeues it once this worker is gone.
-        this.o.log({ level: 'error', msg: 'could not publish result', id, error: (e as Error).message });
+        await this.runAndPublish(raw, proc, m[0].length, reply, id);
+      } finally {
+        this.busy--;
       }
     }
   }
 
+  private async runAndPublish(
+    raw: string,
+    proc: string,
+    head: number,
+    reply: string,
+    id: string,
+  ): Promise<void> {
+    let result: RunResult;
+    try {
+      result = await this.runner.run(JSON.parse(raw.slice(head)) as RunRequest);
+    } catch (e) {
+      result = failedResult(
+        'internal_error',
+        `worker ${this.id} failed to run the item: ${(e as Error).message}`,
+      );
+    }
+    if (this.abandoned) return;
+    const replyKey = this.k.reply(reply);
+    try {
+      await this.cmd
+        .multi()
+        .lpush(replyKey, JSON.stringify({ id, result }))
+        .pexpire(replyKey, 3_600_000)
+        .lrem(proc, 1, raw)
+        .exec();
+      this.completed++;
+    } catch (e) {
+      // Left in the processing list: the reaper requeues it once this worker is gone.
+      this.o.log({ level: 'error', msg: 'could not publish result', id, error: (e as Error).message });
+    }
+  }
+
   private abandoned = false;
+  private busy = 0;
 
   /** Finishes the items in hand, then stops taking work and deregisters. */
   async stop(): Promise<void> {
     this.stopped = true;
-    await Promise.all(this.loops);
+    // Items in hand finish and publish; idle loops sit in BLMOVE (1 s) and may hang on a dead link.
+    while (this.busy > 0) await new Promise((r) => setTimeout(r, 50));
+    await Promise.race([Promise.all(this.loops), new Promise((r) => setTimeout(r, 1500).unref())]);
     this.shutdownTimers();
-    await this.cmd.del(this.k.alive(this.id)).catch(() => {});
+    // Deregister so the front door's num_workers drops at once (bounded wait if Redis is gone).
+    await Promise.race([
+      this.cmd.del(this.k.alive(this.id)).catch(() => {}),
+      new Promise((r) => setTimeout(r, 1000)),
+    ]);
     for (const b of this.blocking) b.disconnect();
-    await this.cmd.quit().catch(() => {});
+    this.cmd.disconnect();
   }
 
   /** Test hook: behave like a killed host — no heartbeat, no results, items left in processing. */

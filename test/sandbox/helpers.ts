@@ -76,17 +76,21 @@ export function okResult(req: RunRequest): RunResult {
 }
 
 /** A private redis-server on a free 127.0.0.1 port; null when the binary is absent. */
-export async function startRedis(): Promise<{ url: string; port: number; stop: () => Promise<void> } | null> {
+export async function startRedis(
+  fixedPort?: number,
+): Promise<{ url: string; port: number; stop: () => Promise<void> } | null> {
   const { existsSync } = await import('node:fs');
   const bin = '/usr/bin/redis-server';
   if (!existsSync(bin)) return null;
   const { createServer } = await import('node:net');
-  const port = await new Promise<number>((resolve) => {
-    const srv = createServer().listen(0, '127.0.0.1', () => {
-      const p = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(p));
-    });
-  });
+  const port =
+    fixedPort ??
+    (await new Promise<number>((resolve) => {
+      const srv = createServer().listen(0, '127.0.0.1', () => {
+        const p = (srv.address() as { port: number }).port;
+        srv.close(() => resolve(p));
+      });
+    }));
   const proc = spawn(
     bin,
     ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],

@@ -114,3 +114,41 @@ test('closing the front door answers pending items', { skip, timeout: 30_000 }, 
   assert.equal(r.status, 'internal_error');
   assert.match(r.error ?? '', /closed/);
 });
+
+test('redis restarts mid-item: waiting items are resubmitted and finish', {
+  skip,
+  timeout: 60_000,
+}, async () => {
+  const own = await startRedis();
+  assert.ok(own);
+  const p = prefix();
+  const front = await RedisRunner.connect(own.url, { ...fast, prefix: p });
+  const pending = front.run({ code: 'after-restart' });
+  await new Promise((r) => setTimeout(r, 100)); // enqueued, no worker yet
+  await own.stop();
+  const again = await startRedis(own.port);
+  assert.ok(again);
+  const w = await RedisWorker.start(again.url, new FakeRunner(), { ...fast, prefix: p, concurrency: 1 });
+  const r = await pending;
+  assert.equal(r.status, 'ok');
+  assert.equal(r.stdout, 'ran:after-restart\n');
+  await w.stop();
+  await front.close();
+  await again.stop();
+});
+
+test('redis gone for good: waiting items are answered, not left hanging', {
+  skip,
+  timeout: 60_000,
+}, async () => {
+  const own = await startRedis();
+  assert.ok(own);
+  const front = await RedisRunner.connect(own.url, { ...fast, prefix: prefix(), redisDownFailMs: 500 });
+  const pending = front.run({ code: 'x' });
+  await new Promise((r) => setTimeout(r, 100));
+  await own.stop();
+  const r = await pending;
+  assert.equal(r.status, 'internal_error');
+  assert.match(r.error ?? '', /redis unreachable/);
+  await front.close();
+});
