@@ -63,6 +63,11 @@ test('greedy, top-k 1 and stop token ids', { timeout: 60_000 }, async () => {
     greedy.map((r) => r.outputIds),
     topk1.map((r) => r.outputIds),
   );
+  const topP = await w.generate(prompts, sampling({ topP: 1e-6, seed: 4 }));
+  assert.deepEqual(
+    greedy.map((r) => r.outputIds),
+    topP.map((r) => r.outputIds),
+  );
   // stop at the third greedy token of row 0: it is emitted, included, and the row finishes with 'stop'
   const stopId = greedy[0].outputIds[2];
   const stopped = await w.generate(prompts, sampling({ temperature: 0, stopTokenIds: [stopId] }));
@@ -138,6 +143,16 @@ test('SFT loss is the token-mean NLL over mask=1 tokens; entropy is reported ove
   assert.ok(Math.abs(stats.loss - nll / n) < 1e-5, `${stats.loss} vs ${nll / n}`);
   assert.ok(Math.abs(stats.entropy - ent / n) < 1e-5);
   assert.equal(stats.clipFrac, 0);
+  // verl aggregation: each micro-batch's token-mean weighted by its share of sequences
+  const perSeq = seqs.map((_, i) => {
+    const ts = masks[i].flatMap((m, t) => (m ? [-scored[i].logprobs[t]] : []));
+    return ts.reduce((a, b) => a + b, 0) / ts.length;
+  });
+  const verl = await w.trainStep(
+    { loss: 'sft', sequences: seqs.map((ids, i) => ({ ids, mask: masks[i] })) },
+    { lr: 0, microBatchTokens: 4, lossAgg: 'verl' },
+  );
+  assert.ok(Math.abs(verl.loss - (perSeq[0] + perSeq[1]) / 2) < 1e-5, `${verl.loss}`);
 });
 
 test('training lowers the SFT loss; warmup scales the learning rate', { timeout: 60_000 }, async () => {
