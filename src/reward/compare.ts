@@ -550,12 +550,7 @@ export class Comparer {
   // Math-Verify rounds both sides to 6 decimals; that alone accepts .0000672 for .0000673, so the same
   // number of significant digits must agree too (and 6 decimals stop 1234570 matching 1234567.89).
   private floatsAgree(a: number, b: number, ea?: R.Rat, eb?: R.Rat): boolean {
-    const d = this.o.floatRounding;
-    const dec =
-      ea && eb
-        ? R.roundScaled(ea, d) === R.roundScaled(eb, d)
-        : Math.round(a * 10 ** d) === Math.round(b * 10 ** d);
-    return dec && Number(a.toPrecision(d)) === Number(b.toPrecision(d));
+    return floatsAgree(a, b, this.o.floatRounding, ea, eb);
   }
 
   private lenient(): boolean {
@@ -573,6 +568,15 @@ export class Comparer {
     }
     return valid >= Math.min(4, this.o.points) ? eqv('random-points') : unk('random-points-too-few-valid');
   }
+}
+
+/** Equal at `d` decimals and at `d` significant digits (exactly, when both rationals are given). */
+export function floatsAgree(a: number, b: number, d: number, ea?: R.Rat, eb?: R.Rat): boolean {
+  const dec =
+    ea && eb
+      ? R.roundScaled(ea, d) === R.roundScaled(eb, d)
+      : Math.round(a * 10 ** d) === Math.round(b * 10 ** d);
+  return dec && Number(a.toPrecision(d)) === Number(b.toPrecision(d));
 }
 
 function isCollection(n: Node): boolean {

@@ -134,10 +134,7 @@ export const RULES: Rule[] = [
   {
     name: 'text-unwrap',
     apply: (s) =>
-      s.replace(
-        /\\(?:text|textbf|textit|textrm|mbox|mathrm|mathbf|mathit|operatorname)\s*\{([^{}]*)\}/g,
-        '$1',
-      ),
+      s.replace(/\\(?:text|textbf|textit|textrm|mbox|mathrm|mathbf|mathit)\s*\{([^{}]*)\}/g, '$1'),
   },
   { name: 'unit-words', apply: (s) => s.replace(UNIT_TAIL, '').replace(UNIT_TAIL, '') },
   {

@@ -398,7 +398,6 @@ class Parser {
       case 'mbox':
       case 'mathrm':
       case 'textbf':
-      case 'operatorname':
         return this.arg();
     }
     if (GREEK.has(name)) return this.subscripted(name);

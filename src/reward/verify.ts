@@ -1,4 +1,5 @@
-import { type CompareOptions, Comparer, Timeout } from './compare.js';
+import { casValue } from './cas.js';
+import { type CompareOptions, Comparer, evalNum, floatsAgree, freeVars, Timeout } from './compare.js';
 import { extractAnswer, extractGold } from './extract.js';
 import { normalise } from './normalise.js';
 import { type Node, ParseError, parseAnswer } from './parse.js';
@@ -13,6 +14,8 @@ export const DEFAULTS = {
 };
 
 /** The named profiles. `strict` is the default reward; `lenient` adds the reference PRIME grader's leniencies. */
+const DEFAULT_FLOAT_ROUNDING = 6;
+
 export const PROFILES: Record<VerifyProfile, Omit<CompareOptions, 'seed' | 'deadline'>> = {
   strict: {
     floatRounding: 6,
@@ -134,6 +137,19 @@ export function verify(pred: string, gold: string, opts: VerifyOptions = {}): Ve
   const p = parse(np.text);
   if (typeof g === 'string' || typeof p === 'string') {
     const which = typeof g === 'string' ? `gold does not parse (${g})` : `answer does not parse (${p})`;
+    const byCas = casCompare(ng.text, g, np.text, p, PROFILES[profile].relTol);
+    if (byCas === true) {
+      return {
+        ...res,
+        correct: true,
+        status: 'equal',
+        matchedBy: 'cas-numeric',
+        reason: join('equal by cas-numeric', notes),
+      };
+    }
+    if (byCas === false) {
+      return { ...res, correct: false, status: 'not-equal', reason: join('not-equal (cas-numeric)', notes) };
+    }
     return { ...res, correct: false, status: 'unknown', reason: join(which, notes) };
   }
   const cmp = new Comparer({
@@ -157,6 +173,33 @@ export function verify(pred: string, gold: string, opts: VerifyOptions = {}): Ve
     }
     return { ...res, correct: false, status: 'error', reason: join(`error: ${(e as Error).message}`, notes) };
   }
+}
+
+// Our value of a parsed, variable-free scalar, else the CAS's value of the text.
+function scalarValue(text: string, parsed: Node | string): number | null {
+  if (typeof parsed !== 'string') {
+    if (!['num', 'neg', 'add', 'mul', 'div', 'pow', 'fn', 'const', 'pct'].includes(parsed.t)) return null;
+    if (freeVars(parsed).size > 0) return null;
+    const v = evalNum(parsed, new Map());
+    return Number.isFinite(v) ? v : null;
+  }
+  return casValue(text);
+}
+
+// Numbers only, with the same float rule as the main path; null = cannot say.
+function casCompare(
+  gt: string,
+  g: Node | string,
+  pt: string,
+  p: Node | string,
+  relTol: number,
+): boolean | null {
+  const a = scalarValue(gt, g);
+  const b = scalarValue(pt, p);
+  if (a === null || b === null) return null;
+  if (/\d\.\d|\.\d/.test(gt) || /\d\.\d|\.\d/.test(pt)) return floatsAgree(a, b, DEFAULT_FLOAT_ROUNDING);
+  const tol = Math.max(relTol, 1e-10);
+  return Math.abs(a - b) <= tol * Math.max(1, Math.abs(a), Math.abs(b));
 }
 
 // The base-subscript rule drops `_b` from `204_5`; two answers that both state a base must state the same.

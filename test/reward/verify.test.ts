@@ -106,6 +106,18 @@ test('absurd nesting is unparsable, not a crash', () => {
   assert.equal(typeof deep.correct, 'boolean');
 });
 
+test('CAS second opinion for values our parser does not read', () => {
+  const eq = (p: string, g: string) => verify(p, g, { extract: false });
+  assert.equal(eq('\\sum_{k=1}^{10} k', '55').matchedBy, 'cas-numeric');
+  assert.equal(eq('\\sum_{k=1}^{10} k', '56').correct, false);
+  assert.equal(eq('\\operatorname{lcm}(4,6)', '12').correct, true);
+  assert.equal(eq('\\prod_{k=1}^{4} k', '4!').correct, true);
+  // unbound symbols: CE would substitute a value; we refuse
+  assert.equal(eq('\\sum_{k=1}^{n} k', '55').correct, false);
+  assert.equal(eq('\\int_0^1 x\\,dx', '\\frac12').correct, false);
+  assert.equal(eq('\\foo{3}', '\\bar{3}').correct, false);
+});
+
 test('random points are seeded: the same inputs give the same verdict', () => {
   const a = verify('\\boxed{\\frac{\\sin 2x}{2}}', '\\sin x \\cos x', { seed: 7 });
   const b = verify('\\boxed{\\frac{\\sin 2x}{2}}', '\\sin x \\cos x', { seed: 7 });
