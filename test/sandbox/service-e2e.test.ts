@@ -83,6 +83,14 @@ test('redis deployment: CLI front door + worker hosts, killed worker requeued, u
   const probe = [
     'import os, socket',
     "print('env', sorted(k for k, v in os.environ.items() if 'redis' in (k + v).lower()))",
+    'import glob',
+    'seen = []',
+    "for f in glob.glob('/proc/*/cmdline') + glob.glob('/proc/*/environ'):",
+    '    try:',
+    "        if b'redis' in open(f, 'rb').read().lower(): seen.append(f)",
+    '    except OSError:',
+    '        pass',
+    "print('procs', seen)",
     'try:',
     '    s = socket.create_connection(("127.0.0.1", PORT), timeout=1)',
     '    s.sendall(b"PING\\r\\n")',
@@ -104,7 +112,7 @@ test('redis deployment: CLI front door + worker hosts, killed worker requeued, u
   });
   const body = (await res.json()) as { results: Array<{ stdout: string; reason: string; success: boolean }> };
   assert.equal(body.results[0].success, true, JSON.stringify(body.results[0]));
-  assert.match(body.results[0].stdout, /^env \[\]\nblocked /);
+  assert.match(body.results[0].stdout, /^env \[\]\nprocs \[\]\nblocked /);
   assert.doesNotMatch(body.results[0].stdout, /REACHED/);
   assert.equal(body.results[1].stdout, '42\n');
 
