@@ -48,8 +48,14 @@ export function findBoxes(s: string): Box[] {
     if (s[at] === '{') {
       const g = braceGroup(s, at);
       if (!g) continue; // unbalanced: a truncated answer is no answer
-      out.push({ start: m.index, end: g.end, content: g.content });
       re.lastIndex = g.end;
+      if (g.content.trim() === '') continue; // an empty box is a template, not an answer
+      const nested = findBoxes(g.content); // `\boxed{\boxed{5}}`
+      out.push({
+        start: m.index,
+        end: g.end,
+        content: nested.length ? (nested.at(-1) as Box).content : g.content,
+      });
     } else if (m[0].startsWith('\\boxed') && /\s/.test(m[0].slice(6, 7))) {
       // `\boxed 5`: up to the next `$` or whitespace (Qwen's rule)
       const rest = /^[^\s$]+/.exec(s.slice(at));

@@ -156,6 +156,7 @@ class Parser {
     if (this.atCloser(closers)) return { t: 'list', items };
     items.push(this.rel());
     while (this.accept(',') || this.accept(';')) {
+      while (this.accept(',') || this.accept(';')); // `3, 5,, 7` after "and" → ","
       if (this.atCloser(closers)) break; // trailing comma
       items.push(this.rel());
     }

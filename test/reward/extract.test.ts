@@ -8,6 +8,8 @@ const CASES: [string, string | null, string | null][] = [
   ['\\boxed{\\frac{1}{2}} and later \\boxed{\\sqrt{2}}', '\\sqrt{2}', 'boxed'],
   ['nested \\boxed{\\frac{a}{\\sqrt{b}}}', '\\frac{a}{\\sqrt{b}}', 'boxed'],
   ['\\fbox{7}', '7', 'boxed'],
+  ['\\boxed{\\boxed{8}}', '8', 'boxed'],
+  ['\\boxed{5} is it; the format was \\boxed{}', '5', 'boxed'],
   ['$\\boxed 5$', '5', 'boxed'],
   ['roots \\boxed{3}, \\boxed{5} and \\boxed{7}', '3, 5, 7', 'boxed'],
   ['try \\boxed{3}. Checking again it must be \\boxed{7}', '7', 'boxed'],
