@@ -175,6 +175,22 @@ export function registerAgentCommands(program: Command): void {
         closers.push(() => runner.close());
 
         writeFileSync(f.out, '');
+        // Ctrl-C / SIGTERM: in-flight trajectories end as finish 'error' records and are still
+        // written; a second signal exits at once.
+        const ac = new AbortController();
+        const onSignal = () => {
+          if (ac.signal.aborted) process.exit(130);
+          console.error(
+            'rollout: stopping, writing in-flight trajectories as errors (signal again to quit now)',
+          );
+          ac.abort();
+        };
+        process.on('SIGINT', onSignal);
+        process.on('SIGTERM', onSignal);
+        closers.push(async () => {
+          process.off('SIGINT', onSignal);
+          process.off('SIGTERM', onSignal);
+        });
         const total = problems.length * n;
         const bar = new Progress('rollout', total);
         const finishes: Record<string, number> = {};
@@ -194,6 +210,7 @@ export function registerAgentCommands(program: Command): void {
           maxResponseTokens: config.maxResponseTokens,
           maxParallelCalls: config.maxParallelCalls,
           turnBoundary: config.turnBoundary,
+          signal: ac.signal,
         };
         for await (const t of streamRollouts(opts)) {
           appendJsonl(f.out, [t]);
@@ -216,8 +233,10 @@ export function registerAgentCommands(program: Command): void {
             meanResponseTokens: Math.round(tokens / Math.max(1, total)),
             seconds: Number(secs.toFixed(2)),
             out: f.out,
+            ...(ac.signal.aborted ? { interrupted: true } : {}),
           }),
         );
+        if (ac.signal.aborted) process.exitCode = 130;
       } finally {
         for (const c of closers.reverse()) await c().catch(() => {});
       }

@@ -319,3 +319,24 @@ test('bad input is reported on the trajectory', async () => {
     }
   }, /needs `scheduler` or `engines`/);
 });
+
+test('aborting a rollout still yields a record for every trajectory (running and still queued)', async () => {
+  const slow = new FakeEngine(() => ({ outputIds: encode('never<|im_end|>'), delayMs: 5000 }), {
+    capacityTokens: 3000,
+  });
+  const ac = new AbortController();
+  setTimeout(() => ac.abort(), 100);
+  const ts = await runRollouts({
+    engines: [slow],
+    schedulerOptions: { pollMs: 0 },
+    template,
+    runner: new FakeRunner(),
+    problems: Array.from({ length: 4 }, (_, i) => ({ id: `p${i}`, question: 'q' })),
+    maxResponseTokens: 1000, // ~1.03k budget: 2 run, 2 wait for KV
+    signal: ac.signal,
+  });
+  assert.equal(ts.length, 4);
+  for (const t of ts) assert.equal(t.finish, 'error');
+  assert.equal(ts.filter((t) => /aborted by caller/.test(t.error ?? '')).length, 2);
+  assert.equal(ts.filter((t) => /aborted while waiting for KV/.test(t.error ?? '')).length, 2);
+});
