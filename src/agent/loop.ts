@@ -275,7 +275,14 @@ export async function* streamRollouts(opts: RolloutOptions): AsyncGenerator<Traj
   const done: Trajectory[] = [];
   let wake: (() => void) | undefined;
   let finished = 0;
-  for (const p of opts.problems) {
+  for (const problem of opts.problems) {
+    // the n samples of a problem share one tokenised prompt; a failure is reported per trajectory
+    let p = problem;
+    if (!p.promptIds && n > 1) {
+      try {
+        p = { ...p, promptIds: opts.template.promptIds(p.question ?? '') };
+      } catch {}
+    }
     for (let s = 0; s < n; s++) {
       void runTrajectory(p, s, scheduler, agentOpts, opts.signal).then((t) => {
         done.push(t);
