@@ -126,8 +126,8 @@ export async function runTrajectory(
   if (problem.gold !== undefined) traj.gold = problem.gold;
   const ev = (e: TurnEvent) => traj.events.push(e);
   const push = (ids: number[], mask: 0 | 1, lps?: number[]) => {
-    traj.responseIds.push(...ids);
     for (let i = 0; i < ids.length; i++) {
+      traj.responseIds.push(ids[i]);
       traj.responseMask.push(mask);
       traj.responseLogprobs.push(lps ? lps[i] : 0);
     }
@@ -135,7 +135,13 @@ export async function runTrajectory(
   const end = (finish: TrajectoryFinish, error?: string): Trajectory => {
     traj.finish = finish;
     if (error !== undefined) traj.error = error;
-    traj.text = template.decode(traj.responseIds);
+    try {
+      traj.text = template.decode(traj.responseIds);
+    } catch (e) {
+      // ids the tokenizer cannot decode (a mismatched engine): keep the record, say why
+      traj.finish = 'error';
+      traj.error = `${error ? `${error}; ` : ''}cannot decode response: ${(e as Error).message}`;
+    }
     traj.ms = Date.now() - t0;
     return traj;
   };
@@ -284,10 +290,12 @@ export async function* streamRollouts(opts: RolloutOptions): AsyncGenerator<Traj
       } catch {}
     }
     for (let s = 0; s < n; s++) {
-      void runTrajectory(p, s, scheduler, agentOpts, opts.signal).then((t) => {
-        done.push(t);
-        wake?.();
-      });
+      void runTrajectory(p, s, scheduler, agentOpts, opts.signal)
+        .catch((e: Error) => errorRecord(p, s, `agent loop failed: ${e.message}`))
+        .then((t) => {
+          done.push(t);
+          wake?.();
+        });
     }
   }
   try {
@@ -304,6 +312,26 @@ export async function* streamRollouts(opts: RolloutOptions): AsyncGenerator<Traj
   } finally {
     if (own) await scheduler.close();
   }
+}
+
+function errorRecord(p: RolloutProblem, sample: number, error: string): Trajectory {
+  return {
+    id: `${p.id}#${sample}`,
+    promptId: p.id,
+    sample,
+    promptIds: p.promptIds ?? [],
+    responseIds: [],
+    responseMask: [],
+    responseLogprobs: [],
+    events: [],
+    finish: 'error',
+    error,
+    text: '',
+    numToolCalls: 0,
+    numToolErrors: 0,
+    ms: 0,
+    ...(p.gold === undefined ? {} : { gold: p.gold }),
+  };
 }
 
 /** All trajectories, in problem order then sample order. */

@@ -340,3 +340,28 @@ test('aborting a rollout still yields a record for every trajectory (running and
   assert.equal(ts.filter((t) => /aborted by caller/.test(t.error ?? '')).length, 2);
   assert.equal(ts.filter((t) => /aborted while waiting for KV/.test(t.error ?? '')).length, 2);
 });
+
+test('ids the tokenizer cannot decode still produce an error record', async () => {
+  const e = new FakeEngine(() => ({ outputIds: [999_999, IM_END] }));
+  const strict = {
+    ...template,
+    decode: (ids: number[]) => {
+      if (ids.some((i) => i > 100_000)) throw new RangeError('token id 999999 is not in the vocabulary');
+      return decode(ids);
+    },
+  };
+  const ts = await runRollouts({
+    engines: [e],
+    schedulerOptions: { pollMs: 0 },
+    template: strict,
+    runner: new FakeRunner(),
+    problems: [{ id: 'x', question: 'q' }],
+    n: 2,
+  });
+  assert.equal(ts.length, 2);
+  for (const t of ts) {
+    assert.equal(t.finish, 'error');
+    assert.match(t.error ?? '', /cannot decode response: token id 999999/);
+    assert.deepEqual(t.responseIds, [999_999, IM_END]);
+  }
+});
