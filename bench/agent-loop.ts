@@ -4,7 +4,7 @@
 // (b) with the embedded sandbox pool (bubblewrap), where Python start-up is the bound.
 //
 // Run: flock /tmp/bench.lock npx tsx bench/agent-loop.ts [--trajectories 512] [--pool-trajectories 64] [--no-pool]
-import { runRollouts } from '../src/agent/loop.js';
+import { type AgentTemplate, runRollouts } from '../src/agent/loop.js';
 import { agentTemplate } from '../src/agent/template.js';
 import { FakeEngine } from '../src/engines/fake.js';
 import { Scheduler } from '../src/engines/scheduler.js';
@@ -28,6 +28,19 @@ const CALL = tok.encode(
 const lps = CALL.map(() => -0.1);
 const engine = new FakeEngine(() => ({ outputIds: CALL, logprobs: lps }), { capacityTokens: 1 << 30 });
 
+// The same ids through a trivial template (one id per char, no Jinja/HF tokenizer): isolates the
+// loop's own cost from tokenizer + template rendering.
+const IM_END = tok.imEnd;
+const PIECE = Array.from({ length: tok.vocabSize }, (_, i) => tok.decode([i])); // char tokenizer: 1 id = 1 char
+const charIds = (s: string) => Array.from(s, (c) => 1000 + c.charCodeAt(0));
+const trivial: AgentTemplate = {
+  promptIds: (q) => charIds(`user: ${q}\nassistant: <reason>`),
+  toolTurnIds: (texts) =>
+    charIds(`user: <tool_response>${texts.join('')}</tool_response>\nassistant: <reason>`),
+  decode: (ids) => ids.map((i) => (i >= 1000 ? String.fromCharCode(i - 1000) : PIECE[i])).join(''),
+  stopTokenIds: [IM_END],
+};
+
 const instant: CodeRunner = {
   run: async (r: RunRequest) => (await instant.runBatch([r]))[0],
   runBatch: async (reqs: RunRequest[]): Promise<RunResult[]> =>
@@ -47,11 +60,11 @@ const instant: CodeRunner = {
   close: async () => {},
 };
 
-async function measure(label: string, runner: CodeRunner, n: number): Promise<number> {
+async function measure(label: string, runner: CodeRunner, n: number, tpl = template): Promise<number> {
   const scheduler = await Scheduler.create([engine], { pollMs: 0 });
   const problems = Array.from({ length: n }, (_, i) => ({ id: `q${i}`, question: `What is 6*7? (#${i})` }));
   const t0 = performance.now();
-  const ts = await runRollouts({ scheduler, template, runner, problems, n: 1, maxResponseTokens: 8192 });
+  const ts = await runRollouts({ scheduler, template: tpl, runner, problems, n: 1, maxResponseTokens: 8192 });
   const secs = (performance.now() - t0) / 1000;
   await scheduler.close();
   const turns = ts.reduce((a, t) => a + t.events.filter((e) => e.kind === 'generation').length, 0);
@@ -69,7 +82,13 @@ await measure('warm-up', instant, 32);
 const rates: number[] = [];
 for (let i = 0; i < 3; i++) rates.push(await measure('instant sandbox', instant, N));
 rates.sort((a, b) => a - b);
-console.log(`controller median: ${rates[1].toFixed(0)} turns/s (target ≥ 2000)`);
+console.log(
+  `controller median (rstar2 template + HF tokenizer): ${rates[1].toFixed(0)} turns/s (target ≥ 2000)`,
+);
+const loopOnly: number[] = [];
+for (let i = 0; i < 3; i++) loopOnly.push(await measure('trivial template', instant, N, trivial));
+loopOnly.sort((a, b) => a - b);
+console.log(`loop-only median: ${loopOnly[1].toFixed(0)} turns/s`);
 if (!process.argv.includes('--no-pool')) {
   const pool = await SandboxPool.start();
   try {
