@@ -3,7 +3,7 @@
 // Reports assistant turns per second (a) with an instant fake sandbox — the controller alone — and
 // (b) with the embedded sandbox pool (bubblewrap), where Python start-up is the bound.
 //
-// Run: flock /tmp/bench.lock npx tsx bench/agent-loop.ts [--trajectories 512] [--pool-trajectories 64] [--no-pool]
+// Run: flock /tmp/bench.lock npx tsx bench/agent-loop.ts [--trajectories 512] [--n 8] [--pool-trajectories 64] [--no-pool]
 import { type AgentTemplate, runRollouts } from '../src/agent/loop.js';
 import { agentTemplate } from '../src/agent/template.js';
 import { FakeEngine } from '../src/engines/fake.js';
@@ -18,6 +18,7 @@ const arg = (name: string, def: number) => {
 };
 const N = arg('trajectories', 512);
 const N_POOL = arg('pool-trajectories', 64);
+const SAMPLES = arg('n', 8); // samples per problem, as in RL (the prompt is tokenised once per problem)
 
 const tok = tokenizerFromFiles(buildCharTokenizer());
 const template = agentTemplate(tok);
@@ -62,9 +63,13 @@ const instant: CodeRunner = {
 
 async function measure(label: string, runner: CodeRunner, n: number, tpl = template): Promise<number> {
   const scheduler = await Scheduler.create([engine], { pollMs: 0 });
-  const problems = Array.from({ length: n }, (_, i) => ({ id: `q${i}`, question: `What is 6*7? (#${i})` }));
+  const k = Math.min(SAMPLES, n);
+  const problems = Array.from({ length: Math.ceil(n / k) }, (_, i) => ({
+    id: `q${i}`,
+    question: `What is 6*7? (#${i})`,
+  }));
   const t0 = performance.now();
-  const ts = await runRollouts({ scheduler, template: tpl, runner, problems, n: 1, maxResponseTokens: 8192 });
+  const ts = await runRollouts({ scheduler, template: tpl, runner, problems, n: k, maxResponseTokens: 8192 });
   const secs = (performance.now() - t0) / 1000;
   await scheduler.close();
   const turns = ts.reduce((a, t) => a + t.events.filter((e) => e.kind === 'generation').length, 0);
@@ -72,7 +77,7 @@ async function measure(label: string, runner: CodeRunner, n: number, tpl = templ
   const errors = ts.reduce((a, t) => a + t.numToolErrors, 0);
   const rate = turns / secs;
   console.log(
-    `${label.padEnd(22)} trajectories ${n}  turns ${turns}  tool calls ${calls} (errors ${errors})  ` +
+    `${label.padEnd(22)} trajectories ${ts.length} (n=${k})  turns ${turns}  tool calls ${calls} (errors ${errors})  ` +
       `${secs.toFixed(2)} s  ${rate.toFixed(0)} turns/s`,
   );
   return rate;
