@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
+import { remoteEngine } from '../../src/engines/factory.js';
 import { LlamaCppEngine } from '../../src/engines/llamacpp.js';
 import { SGLangEngine } from '../../src/engines/sglang.js';
 import { DEFAULT_SAMPLING, type Engine, type SamplingParams } from '../../src/engines/types.js';
@@ -286,4 +287,13 @@ test('weight-update hooks call the documented endpoints', async () => {
 test('bad engine URLs are rejected with a clear message', () => {
   assert.throws(() => new SGLangEngine('localhost:30000'), /invalid engine URL 'localhost:30000'/);
   assert.throws(() => new VllmEngine('not a url'), /invalid engine URL/);
+});
+
+test('remoteEngine picks the backend from the spec prefix or the default', () => {
+  assert.ok(remoteEngine('http://127.0.0.1:30000') instanceof SGLangEngine);
+  assert.ok(remoteEngine('vllm+http://127.0.0.1:8000') instanceof VllmEngine);
+  assert.ok(remoteEngine('llamacpp+http://127.0.0.1:8080') instanceof LlamaCppEngine);
+  assert.ok(remoteEngine('http://127.0.0.1:8000', { backend: 'vllm' }) instanceof VllmEngine);
+  assert.equal(remoteEngine('sglang+http://h:1/').name, 'sglang:http://h:1');
+  assert.throws(() => remoteEngine('tgi+http://h:1'), /unknown engine backend 'tgi'/);
 });
