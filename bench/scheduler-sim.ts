@@ -37,7 +37,7 @@ const RATIO_INIT = 0.7; // SGLang init_new_token_ratio
 const RATIO_MIN = 0.1;
 const RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600; // per decode step
 const CHUNK = 1024; // kv-incremental: reservation grows in steps of this many tokens
-const HEADROOM = 2048; // kv-incremental: admit a new trajectory only if this much credit stays free
+const HEADROOM = CHUNK; // kv-incremental: admit a new trajectory only if this much credit stays free (as live)
 
 interface Turn {
   gen: number;

@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import { EmbeddedEngine } from '../engines/embedded.js';
 import { BACKENDS, type Backend, remoteEngine } from '../engines/factory.js';
 import { FakeEngine } from '../engines/fake.js';
-import { POLICIES, type Policy, Scheduler } from '../engines/scheduler.js';
+import { POLICIES, type Policy, type Reservation, Scheduler } from '../engines/scheduler.js';
 import type { Engine } from '../engines/types.js';
 import { SandboxClient } from '../sandbox/client.js';
 import { SandboxPool } from '../sandbox/pool.js';
@@ -34,6 +34,8 @@ interface RolloutFlags {
   sandbox: string;
   policy: string;
   budgetCoef: string;
+  reservation: string;
+  chunkTokens: string;
   capacity?: string;
   maxTurns: string;
   maxResponseTokens: string;
@@ -88,6 +90,12 @@ export function registerAgentCommands(program: Command): void {
     .option('--sandbox <where>', "'embedded' (local bubblewrap pool) or a sandbox service URL", 'embedded')
     .option('--policy <name>', `engine routing: ${POLICIES.join(', ')}`, 'kv-budget')
     .option('--budget-coef <x>', 'KV credit = capacity / coef (>1 is more conservative)', '1')
+    .option(
+      '--reservation <mode>',
+      "kv-budget reservation: 'worst-case' (rStar2) or 'incremental' (chunked)",
+      'worst-case',
+    )
+    .option('--chunk-tokens <k>', 'incremental reservation: tokens per engine call and growth step', '1024')
     .option('--capacity <tokens>', 'KV capacity per engine, overriding what the engine reports')
     .option('--max-turns <k>', 'assistant turns per trajectory', '5')
     .option('--max-response-tokens <k>', 'response budget, tool tokens included', '8192')
@@ -108,6 +116,9 @@ export function registerAgentCommands(program: Command): void {
       if (!['reference', 'rerender'].includes(f.turnBoundary)) {
         throw new Error("--turn-boundary must be 'reference' or 'rerender'");
       }
+      if (!['worst-case', 'incremental'].includes(f.reservation)) {
+        throw new Error("--reservation must be 'worst-case' or 'incremental'");
+      }
       if (!BACKENDS.includes(f.backend as Backend))
         throw new Error(`--backend must be one of ${BACKENDS.join(', ')}`);
       const n = num('n', f.n, true);
@@ -123,6 +134,8 @@ export function registerAgentCommands(program: Command): void {
         sandbox: f.sandbox,
         policy,
         budgetCoef: num('budget-coef', f.budgetCoef),
+        reservation: f.reservation as Reservation,
+        chunkTokens: num('chunk-tokens', f.chunkTokens, true),
         capacity: f.capacity === undefined ? null : num('capacity', f.capacity, true),
         maxTurns: num('max-turns', f.maxTurns, true),
         maxResponseTokens: num('max-response-tokens', f.maxResponseTokens, true),
@@ -167,7 +180,12 @@ export function registerAgentCommands(program: Command): void {
             );
           }
         }
-        const scheduler = await Scheduler.create(engines, { policy, budgetCoef: config.budgetCoef });
+        const scheduler = await Scheduler.create(engines, {
+          policy,
+          budgetCoef: config.budgetCoef,
+          reservation: config.reservation,
+          chunkTokens: config.chunkTokens,
+        });
         closers.push(() => scheduler.close());
         let runner: CodeRunner;
         if (f.sandbox === 'embedded') runner = await SandboxPool.start();

@@ -155,7 +155,7 @@ export async function runTrajectory(
 
   let lease: Awaited<ReturnType<Scheduler['acquire']>>;
   try {
-    lease = await scheduler.acquire(traj.promptIds.length + budget, signal);
+    lease = await scheduler.acquire(traj.promptIds.length + budget, signal, traj.promptIds.length);
   } catch (e) {
     return end('error', (e as Error).message);
   }
@@ -171,9 +171,13 @@ export async function runTrajectory(
       for (;;) {
         const remaining = budget - traj.responseIds.length;
         if (signal?.aborted) return end('error', 'rollout aborted by caller');
+        // incremental reservation: generate in chunks, each covered by the lease before it runs
+        const maxNew = lease.chunk ? Math.min(remaining, lease.chunk) : remaining;
+        const ctx = traj.promptIds.length + traj.responseIds.length;
+        await lease.ensure(ctx + maxNew, signal);
         out = await lease.generate(
           [...traj.promptIds, ...traj.responseIds],
-          { ...base, stopTokenIds, maxNewTokens: remaining },
+          { ...base, stopTokenIds, maxNewTokens: maxNew },
           signal,
         );
         if (out.finishReason === 'error' || out.logprobs.length !== out.outputIds.length) {
@@ -191,6 +195,8 @@ export async function runTrajectory(
             return end('error', `${lease.engine.name}: generation aborted ${resumes} times`);
           if (traj.responseIds.length < budget) continue;
         }
+        // a chunk ended, not the turn: keep generating the same turn
+        if (out.finishReason === 'length' && maxNew < remaining && out.outputIds.length >= maxNew) continue;
         break;
       }
       const genEnd = traj.responseIds.length;

@@ -5,7 +5,7 @@ import { type AgentOptions, runRollouts, runTrajectory, streamRollouts } from '.
 import type { Trajectory } from '../../src/agent/trajectory.js';
 import { FakeEngine, type FakeReply } from '../../src/engines/fake.js';
 import { Scheduler } from '../../src/engines/scheduler.js';
-import { CALL, decode, encode, FakeRunner, IM_END, template } from './helpers.js';
+import { CALL, decode, encode, FakeRunner, GEN_PROMPT, IM_END, template } from './helpers.js';
 
 /** An engine that plays `script[k]` where k = tool responses seen so far in the input. */
 function scripted(script: (string | ((k: number) => FakeReply))[], name = 'fake', capacityTokens = 1 << 20) {
@@ -364,4 +364,68 @@ test('ids the tokenizer cannot decode still produce an error record', async () =
     assert.match(t.error ?? '', /cannot decode response: token id 999999/);
     assert.deepEqual(t.responseIds, [999_999, IM_END]);
   }
+});
+
+/** A model that continues its scripted turn from wherever the input left off (chunk-friendly). */
+function continuing(script: string[], capacityTokens: number, delayMs = 0) {
+  return new FakeEngine(
+    (ids) => {
+      const text = decode(ids);
+      const k = text.split('<tool_response>').length - 1;
+      const turn = script[Math.min(k, script.length - 1)];
+      const already = text.split(GEN_PROMPT).at(-1) ?? '';
+      return { outputIds: encode(turn.slice(already.length)), delayMs };
+    },
+    { capacityTokens },
+  );
+}
+
+test("reservation 'incremental': chunked turns give the same trajectory, reservations grow and are released", async () => {
+  const long = `${'x'.repeat(300)}${CALL}<|im_end|>`;
+  const script = [long, `${'y'.repeat(250)}\\boxed{2}<|im_end|>`];
+  const ref = await one(continuing(script, 1 << 20));
+  const e = continuing(script, 1 << 20);
+  const s = await Scheduler.create([e], { pollMs: 0, reservation: 'incremental', chunkTokens: 64 });
+  const t = await runTrajectory({ id: 'p1', question: 'What is 1+1?' }, 0, s, {
+    template,
+    runner: new FakeRunner(),
+  });
+  assert.equal(t.finish, 'answered');
+  assert.deepEqual(t.responseIds, ref.t.responseIds);
+  assert.deepEqual(t.responseMask, ref.t.responseMask);
+  assert.equal(t.events.filter((x) => x.kind === 'generation').length, 2);
+  assert.ok(e.calls >= Math.ceil(encode(long).length / 64) + 4, `${e.calls} chunked calls`);
+  const prompt = template.promptIds('What is 1+1?').length;
+  assert.ok(
+    s.ledger.peakReserved[0] < prompt + t.responseIds.length + 2 * 64 + 1,
+    'grew in chunks, not worst case',
+  );
+  assert.equal(s.ledger.reserved[0], 0);
+  await s.close();
+});
+
+test("reservation 'incremental' admits more trajectories than worst-case and never over-reserves; preempts on deadlock", async () => {
+  const script = [`${'z'.repeat(200)}${CALL}<|im_end|>`, `${'w'.repeat(200)}done<|im_end|>`];
+  const prompt = template.promptIds('q').length;
+  const cap = 4 * (prompt + 700); // worst-case budget 1000 → 2 at a time; actual use ~700
+  const run = async (reservation: 'worst-case' | 'incremental') => {
+    const e = continuing(script, cap, 2);
+    const s = await Scheduler.create([e], { pollMs: 0, reservation, chunkTokens: 100 });
+    const ts = await runRollouts({
+      scheduler: s,
+      template,
+      runner: new FakeRunner(),
+      problems: Array.from({ length: 8 }, (_, i) => ({ id: `p${i}`, question: 'q' })),
+      maxResponseTokens: 1000,
+    });
+    for (const t of ts) assert.equal(t.finish, 'answered', t.error);
+    assert.ok(s.ledger.peakReserved[0] <= cap);
+    assert.equal(s.ledger.reserved[0], 0);
+    await s.close();
+    return { maxActive: e.maxActive, preemptions: s.preemptions };
+  };
+  const wc = await run('worst-case');
+  const inc = await run('incremental');
+  assert.ok(wc.maxActive <= 4);
+  assert.ok(inc.maxActive > wc.maxActive, `incremental ran ${inc.maxActive} at once vs ${wc.maxActive}`);
 });

@@ -172,3 +172,45 @@ test('EmbeddedEngine merges concurrent requests into batched worker calls and cl
     assert.match(r.error ?? '', /embedded worker failed: CUDA OOM/);
   }
 });
+
+test('incremental reservation: growth before admission, deadlock broken by giving back the newest reservation', async () => {
+  const s = await Scheduler.create([echo('a', 1000)], {
+    pollMs: 0,
+    reservation: 'incremental',
+    chunkTokens: 100,
+  });
+  const ls = [];
+  for (let i = 0; i < 4; i++) ls.push(await s.acquire(600, undefined, 100));
+  assert.deepEqual(s.ledger.reserved, [800]);
+  assert.equal(ls[0].chunk, 100);
+  let fifthIn = false;
+  const fifth = s.acquire(600, undefined, 100).then((l) => {
+    fifthIn = true;
+    return l;
+  });
+  const grown = [false, false, false, false];
+  const ensures = ls.map((l, i) =>
+    l.ensure(600).then(() => {
+      grown[i] = true;
+    }),
+  );
+  await tick();
+  assert.ok(s.preemptions >= 1, 'all four waited to grow: one gave its reservation back');
+  assert.deepEqual(grown, [true, false, false, false]);
+  assert.ok(s.ledger.reserved[0] <= 1000);
+  ls[0].release();
+  await tick();
+  assert.equal(grown[1], true);
+  assert.equal(fifthIn, false, 'new trajectories wait while admitted ones need to grow');
+  ls[1].release();
+  await ensures[2];
+  ls[2].release();
+  await ensures[3];
+  ls[3].release();
+  (await fifth).release();
+  assert.equal(fifthIn, true);
+  assert.deepEqual(s.ledger.reserved, [0]);
+  for (const p of s.ledger.peakReserved) assert.ok(p <= 1000);
+  await assert.rejects(ls[0].ensure(700), /exceeds the trajectory budget 600/);
+  await s.close();
+});
