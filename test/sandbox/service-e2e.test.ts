@@ -130,3 +130,36 @@ test('redis deployment: CLI front door + worker hosts, killed worker requeued, u
   assert.equal(out.results[0].success, true, JSON.stringify(out.results[0]));
   assert.equal(out.results[0].stdout, 'done\n');
 });
+
+test('CLI: embedded serve answers and stops cleanly on SIGTERM; run prints a result', {
+  timeout: 60_000,
+}, async () => {
+  const port = 20_000 + Math.floor(Math.random() * 20_000);
+  const srv = cli(['serve', '--port', String(port), '--workers', '2', '--quiet']);
+  const url = `http://127.0.0.1:${port}`;
+  await waitFor(async () => (await fetch(`${url}/ping`)).ok, 30_000, 'serve');
+  const r = (await (
+    await fetch(`${url}/run`, {
+      method: 'POST',
+      body: JSON.stringify({ type: 'python', solution: 'print(2**10)' }),
+    })
+  ).json()) as { stdout: string; reason: string };
+  assert.deepEqual([r.stdout, r.reason], ['1024\n', '']);
+  const exited = new Promise((res) => srv.on('exit', (code) => res(code)));
+  srv.kill('SIGTERM');
+  assert.equal(await exited, 0);
+
+  const { writeFileSync, mkdtempSync } = await import('node:fs');
+  const { join } = await import('node:path');
+  const { tmpdir } = await import('node:os');
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-run-'));
+  writeFileSync(join(dir, 'a.py'), 'n = int(input())\nn * 3\n');
+  writeFileSync(join(dir, 'in.txt'), '14\n');
+  const run = cli(['run', join(dir, 'a.py'), '--stdin', join(dir, 'in.txt'), '--tool']);
+  let out = '';
+  run.stdout?.removeAllListeners('data');
+  run.stdout?.on('data', (d) => (out += d));
+  const code = await new Promise((res) => run.on('exit', res));
+  assert.equal(code, 0);
+  assert.match(out, /^Tool call success\nstdout: 42\n/);
+});
