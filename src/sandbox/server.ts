@@ -211,6 +211,7 @@ export class SandboxServer {
   private readonly o: Required<Omit<SandboxServerOptions, 'numWorkers' | 'log' | 'memoryMb' | 'codeJudge'>> &
     SandboxServerOptions;
   private readonly log: (rec: Record<string, unknown>) => void;
+  private responding = 0;
 
   constructor(opts: SandboxServerOptions) {
     this.o = {
@@ -256,10 +257,16 @@ export class SandboxServer {
     return { port, url: `http://${this.o.host}:${port}` };
   }
 
-  async close(): Promise<void> {
+  /** Stops accepting, answers queued items, lets running ones finish (up to graceMs), then closes. */
+  async close(graceMs = 10_000): Promise<void> {
+    const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
     this.scheduler.close();
+    this.http.closeIdleConnections?.();
+    const t0 = Date.now();
+    while ((this.scheduler.inFlight > 0 || this.responding > 0) && Date.now() - t0 < graceMs)
+      await new Promise((r) => setTimeout(r, 20));
     this.http.closeAllConnections?.();
-    await new Promise<void>((resolve) => this.http.close(() => resolve()));
+    await closed;
   }
 
   private send(
@@ -307,6 +314,8 @@ export class SandboxServer {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const t0 = Date.now();
+    this.responding++;
+    res.on('close', () => this.responding--);
     const url = (req.url ?? '/').split('?')[0];
     const client = String(req.headers['x-rstar2-client'] ?? req.socket.remoteAddress ?? 'unknown');
     let status = 200;

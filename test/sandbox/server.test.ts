@@ -264,3 +264,22 @@ test('runner exceptions become per-item internal_error', async () => {
   assert.equal(r.body.results[1].status, 'ok');
   void failedResult;
 });
+
+test('close lets running items finish and answers them', { timeout: 20_000 }, async () => {
+  const runner = new FakeRunner(async (req) => {
+    await new Promise((r) => setTimeout(r, 300));
+    return okResult(req);
+  });
+  const s = new SandboxServer({ runner, port: 0, log: () => {}, concurrency: 1 });
+  const { url } = await s.listen();
+  const post = (code: string) =>
+    fetch(`${url}/v1/run`, { method: 'POST', body: JSON.stringify({ code }) }).then(
+      (r) => r.json() as Promise<RunResult>,
+    );
+  const running = post('slow');
+  const queued = post('queued');
+  await new Promise((r) => setTimeout(r, 100));
+  await s.close();
+  assert.equal((await running).status, 'ok');
+  assert.equal((await queued).status, 'internal_error');
+});
