@@ -84,11 +84,13 @@ export function registerSandboxCommands(program: Command): void {
     let runner: CodeRunner;
     let concurrency: number;
     let numWorkers: (() => Promise<number>) | undefined;
+    let backlog: (() => Promise<number>) | undefined;
     if (o.redis) {
       const front = await RedisRunner.connect(String(o.redis));
       runner = front;
       concurrency = int('max-in-flight', o.maxInFlight as string, 4096);
       numWorkers = () => front.numWorkers();
+      backlog = () => front.queueDepth();
       if (o.workers) {
         // A front door may also host a worker on its own machine.
         const pool = await startPool(o, 1);
@@ -114,6 +116,7 @@ export function registerSandboxCommands(program: Command): void {
       timeoutMs: int('timeout-ms', o.timeoutMs, 4000),
       ...(o.memoryMb ? { memoryMb: int('memory-mb', o.memoryMb, 1024) } : {}),
       ...(numWorkers ? { numWorkers } : {}),
+      ...(backlog ? { backlog } : {}),
       logRequests: !o.quiet,
     });
     await server.listen();

@@ -40,6 +40,8 @@ export interface SandboxServerOptions {
   codeJudge?: CodeJudgeOptions;
   /** num_workers for GET /status; default: concurrency. */
   numWorkers?: () => number | Promise<number>;
+  /** Items waiting beyond this server (e.g. on Redis), added to /status `queue`. */
+  backlog?: () => number | Promise<number>;
   /** Structured log sink; default JSON lines on stderr. */
   log?: (rec: Record<string, unknown>) => void;
   logRequests?: boolean;
@@ -200,6 +202,13 @@ class HttpError extends Error {
   }
 }
 
+function bounded(v: number | Promise<number>, fallback: number, ms = 2000): Promise<number> {
+  return Promise.race([
+    Promise.resolve(v).catch(() => fallback),
+    new Promise<number>((r) => setTimeout(() => r(fallback), ms).unref()),
+  ]);
+}
+
 function describeZod(e: z.ZodError): string {
   return e.issues.map((i) => `${i.path.length ? i.path.join('.') : '(body)'}: ${i.message}`).join('; ');
 }
@@ -208,7 +217,9 @@ export class SandboxServer {
   readonly scheduler: FairScheduler;
   readonly metrics: ServiceMetrics;
   private readonly http: Server;
-  private readonly o: Required<Omit<SandboxServerOptions, 'numWorkers' | 'log' | 'memoryMb' | 'codeJudge'>> &
+  private readonly o: Required<
+    Omit<SandboxServerOptions, 'numWorkers' | 'backlog' | 'log' | 'memoryMb' | 'codeJudge'>
+  > &
     SandboxServerOptions;
   private readonly log: (rec: Record<string, unknown>) => void;
   private responding = 0;
@@ -325,9 +336,11 @@ export class SandboxServer {
         this.metrics.request(url);
         if (url === '/ping') return this.send(res, 200, 'pong');
         if (url === '/status') {
-          const numWorkers = this.o.numWorkers ? await this.o.numWorkers() : this.o.concurrency;
+          // Remote counts (Redis) must not hang the health check when the backend is down: -1 = unknown.
+          const numWorkers = this.o.numWorkers ? await bounded(this.o.numWorkers(), -1) : this.o.concurrency;
+          const backlog = this.o.backlog ? Math.max(0, await bounded(this.o.backlog(), 0)) : 0;
           return this.send(res, 200, {
-            queue: this.scheduler.depth,
+            queue: this.scheduler.depth + backlog,
             num_workers: numWorkers,
             in_flight: this.scheduler.inFlight,
           });
