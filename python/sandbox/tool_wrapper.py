@@ -9,6 +9,26 @@ import os as _rstar2_os
 import sys as _rstar2_sys
 
 
+def _rstar2_site_builtins():
+    # The sandbox starts Python with -S (no site module), which leaves out exit()/quit(); the
+    # reference runs with site, and models do call exit(), so restore them.
+    import builtins
+
+    class _Quitter:
+        def __init__(self, name):
+            self.name = name
+
+        def __repr__(self):
+            return f'Use {self.name}() or Ctrl-D (i.e. EOF) to exit'
+
+        def __call__(self, code=None):
+            raise SystemExit(code)
+
+    for name in ('exit', 'quit'):
+        if not hasattr(builtins, name):
+            setattr(builtins, name, _Quitter(name))
+
+
 def _rstar2_report(exc, lineno, lines):
     text = exc.msg if isinstance(exc, SyntaxError) else str(exc)
     src = lines[lineno - 1].strip() if lineno and 0 < lineno <= len(lines) else ''
@@ -23,6 +43,7 @@ def _rstar2_report(exc, lineno, lines):
 
 
 def _rstar2_cell(b64):
+    _rstar2_site_builtins()
     src = _rstar2_b64.b64decode(b64).decode('utf-8', 'replace')
     lines = src.splitlines()
     name = '<cell>'

@@ -106,3 +106,11 @@ test('per-stream 1000-char cut before the 256 budget', () => {
   assert.equal(r.fullText, `Tool call success\nstdout: ${'x'.repeat(1000)}\nexecution time: 0.01s`);
   assert.equal(toolResultFromRun(res).text.length, 256 + '...(truncated)...'.length);
 });
+
+test('exit() works even when the interpreter starts without site', async () => {
+  const r = await executePythonTool({ code: 'print(1)\nexit(0)\nprint(2)', input: '' }, runner);
+  assert.match(r.text, /^Tool call success\nstdout: 1\n\nexecution time/);
+  const r2 = await executePythonTool({ code: 'print(1)\nquit(3)', input: '' }, runner);
+  assert.equal(r2.error, true);
+  assert.equal(r2.result.exitCode, 3);
+});
