@@ -45,6 +45,12 @@ SHM = CFG.get("shmDir", "/dev/shm")
 SETUP_FAILED = b"[rstar2-sandbox] setup failed: "
 
 libc = ctypes.CDLL(None, use_errno=True)
+# bound once with fixed argument types: each child calls them, and every Python-level step in a
+# child costs copy-on-write page faults
+_prctl = libc.prctl
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_ll_restrict = libc.syscall
+PID_NS = bool(CFG.get("pidNamespace", False))
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 REASON_NONE, REASON_TIMEOUT, REASON_OUTPUT = 0, 1, 2
 ZRES = struct.Struct("<IiiBIIII")  # rid, exit code (-1), signal (0), reason, wall us, cpu us, rss kb, leftovers
@@ -143,13 +149,14 @@ def child_main(slot, timeout_ms, mem_mb, fds):
         os.dup2(err_w, 2)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        # no_new_privs and empty supplementary groups are inherited from the zygote
         rs = LL_RULESETS.get(slot)
-        if rs is not None and libc.syscall(LL_RESTRICT, rs, 0) != 0:
+        if rs is not None and _ll_restrict(LL_RESTRICT, rs, 0) != 0:
             raise OSError(ctypes.get_errno(), "landlock_restrict_self")
         os.closerange(3, 1 << 20)  # broker socket, rulesets, other calls' pipes
         os.setsid()
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if not PID_NS:  # inside a PID namespace the whole tree dies with its init anyway
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         cpu = -(-timeout_ms // 1000) + 1
         R = resource
         R.setrlimit(R.RLIMIT_CPU, (cpu, cpu + 1))
@@ -164,10 +171,9 @@ def child_main(slot, timeout_ms, mem_mb, fds):
         os.chdir(home)
         uid = slot_uid(slot)
         if uid:
-            os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)  # drops every capability
-            libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+            _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # keep /proc/self readable by the snippet
         code_len, files_len = struct.unpack("<II", read_exact(0, 8))
         code = read_exact(0, code_len)
         if files_len:
@@ -449,6 +455,9 @@ def zygote_main(sock):
     os.dup2(devnull, 1)  # never touch the Node protocol pipes
     os.close(devnull)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # children inherit it (bwrap sets it too)
+    if UID_BASE:
+        os.setgroups([])  # once here instead of in every child
     for s in range(SLOTS):
         d = slot_dir(s)
         os.makedirs(d, exist_ok=True)

@@ -197,6 +197,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
   }
   const serverConfig = {
     scratch: '/scratch',
+    pidNamespace: true,
     uidBase,
     readPaths: READ_PATHS,
     shmDir: '/dev/shm',
