@@ -11,7 +11,9 @@ Processes:
 
 Node -> broker frame (little endian): u32 len | u32 id | u32 timeout_ms | u32 mem_mb | payload
   payload is copied verbatim into the child's stdin pipe: u32 code_len | u32 files_len | code |
-  files (JSON {name: base64}) | stdin. The broker never parses it.
+  files (JSON {"files": {name: base64}, "fetch": [name]}) | stdin. The broker never parses it.
+  Bit 31 of mem_mb (FLAG_FETCH) asks for a result pipe on the child's fd 3, which carries the
+  fetched files as JSON {name: base64} after the snippet ends.
 Broker -> Node frame: u32 len | u32 id | u32 hdr_len | hdr JSON | stdout bytes | stderr bytes.
   id 0 is a control frame (ready / log).
 """
@@ -37,6 +39,8 @@ SLOTS = int(CFG["slots"])
 UID_BASE = int(CFG.get("uidBase", 0))
 SCRATCH = CFG["scratch"]
 MAX_OUT = int(CFG.get("maxOutputBytes", 1 << 20))
+MAX_FETCH = int(CFG.get("maxFetchBytes", 16 << 20))
+FLAG_FETCH = 1 << 31
 KILL_OUT = int(CFG.get("killOutputBytes", 16 << 20))
 NPROC = int(CFG.get("nproc", 32))
 FSIZE = int(CFG.get("fileSizeMb", 16)) << 20
@@ -143,17 +147,18 @@ def read_exact(fd, n):
 def child_main(slot, timeout_ms, mem_mb, fds):
     """Runs in the forked child; never returns."""
     try:
-        in_r, out_w, err_w = fds
-        os.dup2(in_r, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
+        os.dup2(fds[0], 0)
+        os.dup2(fds[1], 1)
+        os.dup2(fds[2], 2)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         # no_new_privs and empty supplementary groups are inherited from the zygote
         rs = LL_RULESETS.get(slot)
         if rs is not None and _ll_restrict(LL_RESTRICT, rs, 0) != 0:
             raise OSError(ctypes.get_errno(), "landlock_restrict_self")
-        os.closerange(3, 1 << 20)  # broker socket, rulesets, other calls' pipes
+        if len(fds) > 3:  # after Landlock: fd 3 may have been a ruleset
+            os.dup2(fds[3], 3)  # result pipe for fetched files
+        os.closerange(len(fds) if len(fds) > 3 else 3, 1 << 20)  # broker socket, rulesets, other calls' pipes
         os.setsid()
         if not PID_NS:  # inside a PID namespace the whole tree dies with its init anyway
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -176,12 +181,15 @@ def child_main(slot, timeout_ms, mem_mb, fds):
             _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # keep /proc/self readable by the snippet
         code_len, files_len = struct.unpack("<II", read_exact(0, 8))
         code = read_exact(0, code_len)
+        fetch = ()
         if files_len:
-            for name, b64 in json.loads(read_exact(0, files_len)).items():
-                import base64
+            import base64
 
+            spec = json.loads(read_exact(0, files_len))
+            for name, b64 in spec.get("files", {}).items():
                 with open(name, "wb") as f:  # names were validated by Node; Landlock confines writes
                     f.write(base64.b64decode(b64))
+            fetch = spec.get("fetch", ())
         os.environ["HOME"] = os.environ["TMPDIR"] = home
         sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = STDIO
         sys.argv = ["-c"]
@@ -230,7 +238,31 @@ def child_main(slot, timeout_ms, mem_mb, fds):
             f.flush()
         except BaseException:  # noqa: BLE001
             rc = rc or 120
+    if fetch:
+        send_fetched(fetch)
     os._exit(rc & 0xFF)
+
+
+def send_fetched(names):
+    import base64
+
+    out, total = {}, 0
+    for name in names:
+        try:
+            with open(name, "rb") as f:
+                data = f.read(MAX_FETCH - total + 1)
+        except OSError:
+            continue  # a missing file is simply absent from the result
+        if total + len(data) > MAX_FETCH:
+            break
+        total += len(data)
+        out[name] = base64.b64encode(data).decode()
+    try:
+        view = memoryview(json.dumps(out).encode())
+        while view:
+            view = view[os.write(3, view):]
+    except OSError:
+        pass
 
 
 # --------------------------------------------------------------------------------------- zygote --
@@ -474,11 +506,12 @@ def zygote_main(sock):
 
 # --------------------------------------------------------------------------------------- broker --
 class Call:
-    __slots__ = ("id", "slot", "rid", "out", "err", "nout", "nerr", "open", "result", "killed", "held")
+    __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held")
 
     def __init__(self, cid, slot, rid):
         self.id, self.slot, self.rid = cid, slot, rid
         self.out, self.err = bytearray(), bytearray()
+        self.res = None
         self.nout = self.nerr = 0
         self.open = 2
         self.result = None
@@ -553,7 +586,7 @@ class Broker:
             (n,) = struct.unpack_from("<I", buf, pos)
             if len(buf) - pos < 4 + n:
                 break
-            cid, timeout_ms, mem_mb = struct.unpack_from("<III", buf, pos + 4)
+            cid, timeout_ms, mem_mb = struct.unpack_from("<III", buf, pos + 4)  # mem_mb carries FLAG_FETCH
             self.waiting.append((cid, timeout_ms, mem_mb, bytes(buf[pos + 16:pos + 4 + n])))
             pos += 4 + n
         if pos:
@@ -570,10 +603,18 @@ class Broker:
             err_r, err_w = os.pipe()
             call = Call(cid, slot, rid)
             self.calls[rid] = call
-            socket.send_fds(self.z, [b"R" + ZRUN.pack(rid, timeout_ms, mem_mb, slot)], [in_r, out_w, err_w])
-            os.close(in_r)
-            os.close(out_w)
-            os.close(err_w)
+            child_fds = [in_r, out_w, err_w]
+            if mem_mb & FLAG_FETCH:
+                res_r, res_w = os.pipe()
+                child_fds.append(res_w)
+                call.res = bytearray()
+                call.open = 3
+                os.set_blocking(res_r, False)
+                self.sel.register(res_r, selectors.EVENT_READ, ("res", call))
+            mem_mb &= ~FLAG_FETCH
+            socket.send_fds(self.z, [b"R" + ZRUN.pack(rid, timeout_ms, mem_mb, slot)], child_fds)
+            for fd in child_fds:
+                os.close(fd)
             os.set_blocking(in_w, False)
             self.write_stdin(in_w, memoryview(payload))
             os.set_blocking(out_r, False)
@@ -598,6 +639,10 @@ class Broker:
         except BlockingIOError:
             return "again"
         if b:
+            if which == "res":
+                if len(call.res) <= MAX_FETCH * 2:  # base64 + JSON of at most MAX_FETCH bytes
+                    call.res += b
+                return "data"
             if which == "out":
                 if len(call.out) < MAX_OUT:
                     call.out += b[:MAX_OUT - len(call.out)]
@@ -662,7 +707,11 @@ class Broker:
                "e": len(call.err)}
         if call.held:
             hdr["h"] = 1
-        self.send(call.id, hdr, bytes(call.out), bytes(call.err))
+        res = b""
+        if call.res is not None:
+            res = bytes(call.res)
+            hdr["f"] = len(res)
+        self.send(call.id, hdr, bytes(call.out), bytes(call.err) + res)
         self.dispatch()
 
     def loop(self):

@@ -169,7 +169,13 @@ class Broker {
     command: string,
     args: string[],
     extraFds: number[],
-    private onResult: (id: number, hdr: Record<string, number>, out: string, err: string) => void,
+    private onResult: (
+      id: number,
+      hdr: Record<string, number>,
+      out: string,
+      err: string,
+      fetched?: string,
+    ) => void,
     onExit: (why: string) => void,
     log: (l: string) => void,
     startTimeoutMs: number,
@@ -259,7 +265,9 @@ class Broker {
         // toString('utf8') replaces invalid sequences with U+FFFD: binary output never breaks a result
         const out = buf.toString('utf8', a, a + hdr.o);
         const err = buf.toString('utf8', a + hdr.o, a + hdr.o + hdr.e);
-        this.onResult(id, hdr, out, err);
+        const f0 = a + hdr.o + hdr.e;
+        const fetched = hdr.f === undefined ? undefined : buf.toString('utf8', f0, f0 + hdr.f);
+        this.onResult(id, hdr, out, err, fetched);
       }
       pos += 4 + n;
     }
@@ -422,8 +430,13 @@ export class SandboxPool implements CodeRunner {
       return `memoryMb must be a non-negative integer, got ${req.memoryMb}`;
     }
     if (req.session !== undefined) return 'stateful sessions are not supported by this pool';
-    if (req.fetchFiles !== undefined && req.fetchFiles.length > 0)
-      return 'fetchFiles is not supported by this pool';
+    const fetch = req.fetchFiles ?? [];
+    if (!Array.isArray(fetch)) return 'fetchFiles must be an array of file names';
+    for (const name of fetch) {
+      if (typeof name !== 'string' || !FILE_NAME.test(name)) {
+        return `fetchFiles name not allowed (plain names only): ${JSON.stringify(name)}`;
+      }
+    }
     const codeLen = Buffer.byteLength(req.code, 'utf8');
     if (codeLen > o.maxCodeBytes) return `code is ${codeLen} bytes, over the ${o.maxCodeBytes}-byte limit`;
     const stdin = req.stdin ?? '';
@@ -431,15 +444,15 @@ export class SandboxPool implements CodeRunner {
     if (stdinLen > o.maxStdinBytes)
       return `stdin is ${stdinLen} bytes, over the ${o.maxStdinBytes}-byte limit`;
     let files = '';
-    if (req.files !== undefined) {
-      if (req.files === null || typeof req.files !== 'object')
+    if (req.files !== undefined || fetch.length > 0) {
+      if (req.files !== undefined && (req.files === null || typeof req.files !== 'object'))
         return 'files must be an object of name -> base64';
-      for (const [name, b64] of Object.entries(req.files)) {
+      for (const [name, b64] of Object.entries(req.files ?? {})) {
         if (!FILE_NAME.test(name)) return `file name not allowed (plain names only): ${JSON.stringify(name)}`;
         if (typeof b64 !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(b64))
           return `file ${name} is not base64`;
       }
-      files = JSON.stringify(req.files);
+      files = JSON.stringify({ files: req.files ?? {}, fetch });
       if (files.length > o.maxFilesBytes) return `files total ${files.length} bytes, over ${o.maxFilesBytes}`;
     }
     const filesLen = Buffer.byteLength(files);
@@ -447,7 +460,8 @@ export class SandboxPool implements CodeRunner {
     frame.writeUInt32LE(frame.length - 4, 0);
     // id written at send time
     frame.writeUInt32LE(Math.ceil(timeoutMs), 8);
-    frame.writeUInt32LE(memoryMb, 12);
+    // bit 31 asks the broker for a result pipe that carries the fetched files back
+    frame.writeUInt32LE((memoryMb | (fetch.length > 0 ? 0x80000000 : 0)) >>> 0, 12);
     frame.writeUInt32LE(codeLen, 16);
     frame.writeUInt32LE(filesLen, 20);
     frame.write(req.code, 24, 'utf8');
@@ -498,6 +512,7 @@ export class SandboxPool implements CodeRunner {
       config: {
         slots: o.slots,
         maxOutputBytes: o.maxOutputBytes,
+        maxFetchBytes: o.maxFilesBytes,
         killOutputBytes: o.killOutputBytes,
         nproc: o.nproc,
         fileSizeMb: o.fileSizeMb,
@@ -509,7 +524,7 @@ export class SandboxPool implements CodeRunner {
       plan.command,
       plan.args,
       plan.extraFds,
-      (id, hdr, out, err) => this.onResult(id, hdr, out, err),
+      (id, hdr, out, err, fetched) => this.onResult(id, hdr, out, err, fetched),
       (why) => {
         plan.cleanup();
         this.onBrokerExit(broker, why);
@@ -579,7 +594,13 @@ export class SandboxPool implements CodeRunner {
     }
   }
 
-  private onResult(id: number, h: Record<string, number>, stdout: string, stderr: string): void {
+  private onResult(
+    id: number,
+    h: Record<string, number>,
+    stdout: string,
+    stderr: string,
+    fetched?: string,
+  ): void {
     const item = this.inflight.get(id);
     if (!item) return;
     this.inflight.delete(id);
@@ -616,6 +637,14 @@ export class SandboxPool implements CodeRunner {
     };
     if (error !== undefined) r.error = error;
     if (h.h) r.error = 'a leftover process held the output pipes open; output may be incomplete';
+    if (fetched !== undefined) {
+      try {
+        r.files = JSON.parse(fetched) as Record<string, string>;
+      } catch {
+        r.files = {};
+        r.error = 'fetched files were unreadable (the snippet wrote to fd 3?)';
+      }
+    }
     item.resolve(r);
     this.pump();
   }

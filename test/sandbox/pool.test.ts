@@ -84,6 +84,18 @@ describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
     assert.equal(r.stdout, 'hello file\n');
   });
 
+  test('fetchFiles returns scratch files written by the snippet; missing ones are absent', async () => {
+    const r = await pool.run({
+      code: 'open("out.bin", "wb").write(bytes([0, 255, 10]))\nprint("wrote")',
+      fetchFiles: ['out.bin', 'missing.txt'],
+    });
+    assert.equal(r.status, 'ok', r.stderr);
+    assert.equal(r.stdout, 'wrote\n');
+    assert.deepEqual(r.files, { 'out.bin': Buffer.from([0, 255, 10]).toString('base64') });
+    const bad = await pool.run({ code: 'print(1)', fetchFiles: ['../x'] });
+    assert.equal(bad.status, 'invalid_input');
+  });
+
   test('bad input gets invalid_input naming the problem', async () => {
     const bad = await pool.runBatch([
       { code: 42 as unknown as string },
