@@ -194,13 +194,20 @@ class Broker {
       this.kill();
     }, startTimeoutMs);
     let readySeen = false;
-    this.proc.stdout?.on('data', (chunk: Buffer) =>
-      this.onData(chunk, (info) => {
-        readySeen = true;
-        clearTimeout(startTimer);
-        readyResolve(info);
-      }),
-    );
+    this.proc.stdout?.on('data', (chunk: Buffer) => {
+      if (!this.alive) return;
+      try {
+        this.onData(chunk, (info) => {
+          readySeen = true;
+          clearTimeout(startTimer);
+          readyResolve(info);
+        });
+      } catch (e) {
+        // a corrupt frame means the broker cannot be trusted: restart it (in-flight calls are retried)
+        log(`sandbox protocol error: ${(e as Error).message}`);
+        this.kill();
+      }
+    });
     this.proc.stderr?.setEncoding('utf8');
     this.proc.stderr?.on('data', (s: string) => {
       for (const line of s.split('\n')) {
@@ -223,7 +230,8 @@ class Broker {
       onExit(msg);
     };
     this.proc.on('error', (e) => exit(`sandbox process error: ${e.message}`));
-    this.proc.on('exit', (code, sig) => exit(`sandbox exited (code ${code}, signal ${sig})`));
+    // 'close', not 'exit': results still in the pipe are read before in-flight calls are retried
+    this.proc.on('close', (code, sig) => exit(`sandbox exited (code ${code}, signal ${sig})`));
   }
 
   send(frame: Buffer): void {
