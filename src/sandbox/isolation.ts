@@ -85,10 +85,18 @@ function rootLinks(): string[] {
   return out;
 }
 
+let launches = 0;
+/** A uid range per sandbox launch, so pools on one host never share slot uids: RLIMIT_NPROC counts
+ * per uid system-wide, and with isolation none the kill(-1) sweep would reach another pool's uid. */
+function defaultUidBase(): number {
+  launches++;
+  return 100_000 + ((process.pid * 131 + launches) % 50_000) * 1000;
+}
+
 export function planLaunch(inp: LaunchInput): LaunchPlan {
   const notes: string[] = [];
   const root = isRoot();
-  const uidBase = root ? (inp.uidBase ?? 20000) : 0;
+  const uidBase = root ? (inp.uidBase ?? defaultUidBase()) : 0;
   if (!root)
     notes.push('not running as root: no per-slot uids, so leftover processes are swept by session only');
   const serverArgs = (script: string, cfg: Record<string, unknown>) => [
