@@ -1,21 +1,30 @@
 // Rollout scheduling simulation: 4 engines × 512 trajectories, comparing a static equal split,
 // least-requests routing and rStar2's KV-budget admission. Virtual time, deterministic (seeded).
+// Every modelling assumption is printed in the output header and listed in docs/DECISIONS.md.
 //
-// Model (figures from docs/reference notes; see the constants): each engine has a KV capacity in
-// tokens and a decode step whose time grows with the KV it reads; prefill (new prompts, tool turns,
-// recomputation after eviction) costs time at a fixed rate. Trajectories have a long-tailed total
-// length capped by the 8K response budget, 1-5 assistant turns, and tool calls with the
-// sandbox's ~0.3 s mean latency (long tail up to the 4 s timeout). Engines behave like SGLang:
-// admit while KV fits, evict cached prefixes of tool-waiting trajectories, then retract running
-// requests when decode growth overflows — both force recomputation and count as over-subscription.
+// Engine model (SGLang-like): a KV pool of C tokens; a waiting queue admitted FCFS with SGLang's
+// new_token_ratio estimate (0.7 → 0.098 over 600 steps, reset on retraction) of running requests'
+// remaining max_new_tokens clipped at 4096 (SGLang srt/environ.py defaults); admission may evict tool-waiting prefixes from the radix cache (LRU); a
+// decode step that overflows evicts cached prefixes, then retracts the newest running requests to
+// the waiting queue (KV freed, re-prefilled later). Every eviction/retraction is counted as
+// over-subscription and its re-prefill as recomputed tokens. Decode step time is a roofline:
+// max(weights + running-batch KV read, batch × per-token FLOPs), plus any prefill in that step.
+// Cached (tool-waiting) prefixes are not read by decode. Tool latency: lognormal, mean ≈ 0.3 s
+// (the paper's figure, notes rollout-anchors §4.1), capped at the 4 s sandbox timeout.
 //
-// Policies: 'static' = equal split up front, each trajectory runs its turns asynchronously;
-// 'static-sync' = equal split with lock-step turns per engine (each turn's tools run as one batch);
-// 'least-requests' = fewest active trajectories, at most LR_CAP_PER_ENGINE each; 'kv-budget' =
-// rStar2's worst-case reservation (prompt + response budget) via the real KvLedger; 'kv-incremental'
-// = reservation grown in CHUNK steps (sim-only experiment, preempts when growth deadlocks).
+// Policies: 'static' = verl's split: trajectory i goes to engine i mod N up front and every engine
+// runs all its trajectories concurrently (each its own async task), its own queue deciding admission;
+// 'static-sync' = the same split with lock-step turns per engine (the paper's "tool calls synchronise
+// trajectories" baseline, not the released verl loop); 'least-requests' = fewest active
+// trajectories, at most LR_CAP_PER_ENGINE each (a slime-style controller semaphore; the cap is an
+// assumption); 'kv-budget' = rStar2's worst-case reservation (prompt + response budget) via the real
+// KvLedger; 'kv-incremental' = reservation grown in CHUNK steps (sim-only, preempts when growth
+// deadlocks); 'kv-expected' = sticky placement on the engine with most free KV where each placed
+// trajectory is charged max(live context, prompt + E[final length | length so far]), E learned
+// from the previous RL step's batch (seed + 1); engine retraction is the backstop, reported.
 //
-// Run: flock /tmp/bench.lock npx tsx bench/scheduler-sim.ts [--seed N] [--trajectories 512] [--engines 4]
+// Run: flock /tmp/bench.lock npx tsx bench/scheduler-sim.ts [--seed N] [--trajectories 512]
+//        [--engines 4] [--capacity TOKENS (default: sweep 64K/128K/256K)] [--median 2000] [--sigma 0.75]
 import { KvLedger } from '../src/engines/scheduler.js';
 import { Rng } from '../src/util/rng.js';
 
@@ -26,15 +35,33 @@ const arg = (name: string, def: number) => {
 const SEED = arg('seed', 1);
 const N_TRAJ = arg('trajectories', 512);
 const N_ENG = arg('engines', 4);
-const CAPACITY = arg('capacity', 131_072); // KV tokens per engine (≈ a 14B model's cache on one 80 GB GPU)
-const BUDGET = 8192; // max response tokens (stage-1 recipe)
-const MAX_TURNS = 5;
-const STEP_BASE_MS = 10; // weight read per decode step
-const STEP_KV_MS = 8; // extra per step when the whole KV capacity is read
-const PREFILL_TOK_PER_S = 16_000;
+// KV capacities to sweep (tokens per engine). Qwen3-14B (the paper's base model, notes §5.3): 40 layers ×
+// 8 KV heads × 128 dims × K,V × bf16 = 160 KiB per token; an 80 GB GPU at the reference's
+// gpu_memory_utilization 0.8 minus 29.6 GB of weights leaves ≈ 190K tokens. 64K/128K/256K bracket it.
+const CAPACITIES = process.argv.includes('--capacity')
+  ? [arg('capacity', 131_072)]
+  : [65_536, 131_072, 262_144];
+const BUDGET = 8192; // max response tokens incl. tool tokens (stage-1 recipe, notes §5.1)
+const MAX_TURNS = 5; // max_assistant_turns (notes §5.2)
+// Response length (all turns, tool tokens included): lognormal, capped at the budget. The notes give no
+// length distribution; median 2000 / sigma 0.75 is an assumption (≈2.5% truncated at 8K). The
+// reference's scheduler docstring targets the regime where the average approaches the maximum:
+// try --median 5000 for it.
+const LEN_MEDIAN = arg('median', 2000);
+const LEN_SIGMA = arg('sigma', 0.75);
+// Decode step (roofline): memory time = weights read once + the KV of the *running* batch read once;
+// compute time = batch × 2·14.8e9 FLOP at ≈ 470 TFLOP/s effective (H100 bf16 989 peak, ~48% MFU).
+// Step = max(memory, compute). Hardware figures are assumptions (H100 SXM 3.35 TB/s, ~80% achieved),
+// not from the notes. Tool-waiting (cached) prefixes are not read by decode.
+const STEP_BASE_MS = 10; // 29.6 GB of weights / ~2.7 TB/s ≈ 11 ms
+const KV_MS_PER_TOKEN = 61e-6; // 160 KiB / 2.7 TB/s ≈ 61 ns per running-context token
+const PREFILL_TOK_PER_S = 16_000; // compute-bound: 470e12 / 29.6e9 FLOP per token
+const DECODE_MS_PER_SEQ = 1000 / PREFILL_TOK_PER_S; // same FLOPs per token as prefill
 const LR_CAP_PER_ENGINE = 32; // least-requests: concurrent trajectories per engine the controller allows
 const RATIO_INIT = 0.7; // SGLang init_new_token_ratio
-const RATIO_MIN = 0.1;
+const RATIO_MIN = RATIO_INIT * 0.14; // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR (sglang srt/environ.py)
+const CLIP_ESTIMATE = 4096; // SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION: per-request cap in the admission estimate
+const remainingEstimate = (t: Traj) => Math.min(CLIP_ESTIMATE, BUDGET - (t.ctx - t.prompt));
 const RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600; // per decode step
 const CHUNK = 1024; // kv-incremental: reservation grows in steps of this many tokens
 const HEADROOM = CHUNK; // kv-incremental: admit a new trajectory only if this much credit stays free (as live)
@@ -68,7 +95,10 @@ function makeTrajectories(seed: number): Traj[] {
     const nTurns = r < 0.2 ? 1 : r < 0.5 ? 2 : r < 0.75 ? 3 : r < 0.9 ? 4 : 5;
     const toolTokens = Array.from({ length: nTurns - 1 }, () => rng.int(40, 120));
     const toolSum = toolTokens.reduce((a, b) => a + b, 0);
-    const total = Math.max(nTurns * 20, Math.min(BUDGET - toolSum, Math.round(lognormal(rng, 2000, 0.75))));
+    const total = Math.max(
+      nTurns * 20,
+      Math.min(BUDGET - toolSum, Math.round(lognormal(rng, LEN_MEDIAN, LEN_SIGMA))),
+    );
     const w = Array.from({ length: nTurns }, () => 0.2 + rng.next());
     const ws = w.reduce((a, b) => a + b, 0);
     const turns = w.map((x, i) => ({
@@ -80,7 +110,7 @@ function makeTrajectories(seed: number): Traj[] {
   });
 }
 
-type Policy = 'static-sync' | 'static' | 'least-requests' | 'kv-budget' | 'kv-incremental';
+type Policy = 'static-sync' | 'static' | 'least-requests' | 'kv-budget' | 'kv-incremental' | 'kv-expected';
 
 class Heap<T> {
   private a: [number, number, T][] = [];
@@ -133,9 +163,29 @@ interface EngineState {
   evictions: number;
   recomputed: number;
   peakUsed: number;
+  steps: number;
+  batchSum: number;
+  queueSum: number;
 }
 
-function simulate(policy: Policy, trajs: Traj[]) {
+/** kv-expected: E[final response length | already ≥ g], from the previous RL step's batch. */
+function conditionalMean(prev: number[]): (g: number) => number {
+  const sorted = [...prev].sort((a, b) => a - b);
+  const suffix = new Array<number>(sorted.length + 1).fill(0);
+  for (let k = sorted.length - 1; k >= 0; k--) suffix[k] = suffix[k + 1] + sorted[k];
+  return (g) => {
+    let lo = 0;
+    let hi = sorted.length;
+    while (lo < hi) {
+      const m = (lo + hi) >> 1;
+      if (sorted[m] < g) lo = m + 1;
+      else hi = m;
+    }
+    return lo === sorted.length ? BUDGET : Math.min(BUDGET, Math.max(g, suffix[lo] / (sorted.length - lo)));
+  };
+}
+
+function simulate(policy: Policy, trajs: Traj[], CAPACITY: number, expected: (g: number) => number) {
   const ev = new Heap<() => void>();
   const engines: EngineState[] = Array.from({ length: N_ENG }, () => ({
     running: [],
@@ -150,7 +200,19 @@ function simulate(policy: Policy, trajs: Traj[]) {
     evictions: 0,
     recomputed: 0,
     peakUsed: 0,
+    steps: 0,
+    batchSum: 0,
+    queueSum: 0,
   }));
+  // kv-expected: trajectories placed on each engine; each is charged max(live context, prompt +
+  // E[final length | length so far]) — live usage plus expected growth, tool-waiting prefixes included
+  const members: Set<Traj>[] = engines.map(() => new Set());
+  const charge = (t: Traj) => Math.max(t.ctx, t.prompt + expected(t.ctx - t.prompt));
+  const expFree = (k: number) => {
+    let c = 0;
+    for (const t of members[k]) c += charge(t);
+    return CAPACITY - c;
+  };
   const ledger = new KvLedger(
     engines.map(() => CAPACITY),
     1,
@@ -198,7 +260,15 @@ function simulate(policy: Policy, trajs: Traj[]) {
         const inflight = ledger.active.reduce((a, b) => a + b, 0);
         i = inflight < LR_CAP_PER_ENGINE * N_ENG ? ledger.choose('least-requests', budget) : null;
       } else if (policy === 'kv-budget') i = ledger.choose('kv-budget', budget);
-      else {
+      else if (policy === 'kv-expected') {
+        i = null;
+        let best = Number.NEGATIVE_INFINITY;
+        for (let k = 0; k < N_ENG; k++) {
+          const f = expFree(k);
+          if (f > best) [best, i] = [f, k];
+        }
+        if (best < charge(t)) i = null; // FIFO: the head waits for a finish
+      } else {
         // growth of admitted trajectories goes first: no new work on an engine with paused ones
         i = null;
         for (let k = 0; k < N_ENG; k++) {
@@ -214,6 +284,9 @@ function simulate(policy: Policy, trajs: Traj[]) {
       if (policy === 'kv-incremental') {
         ledger.take(i, t.prompt + CHUNK);
         res.set(t, t.prompt + CHUNK);
+      } else if (policy === 'kv-expected') {
+        ledger.take(i, 0);
+        members[i].add(t);
       } else ledger.take(i, budget);
       queueHead++;
       t.engine = i;
@@ -222,7 +295,10 @@ function simulate(policy: Policy, trajs: Traj[]) {
   };
 
   const finish = (t: Traj) => {
-    ledger.give(t.engine, policy === 'kv-incremental' ? (res.get(t) as number) : t.prompt + BUDGET);
+    const held =
+      policy === 'kv-incremental' ? (res.get(t) as number) : policy === 'kv-expected' ? 0 : t.prompt + BUDGET;
+    ledger.give(t.engine, held);
+    members[t.engine].delete(t);
     done++;
     if (policy === 'kv-incremental') for (let k = 0; k < N_ENG; k++) if (!engines[k].stepping) step(k);
     admitController();
@@ -269,10 +345,10 @@ function simulate(policy: Policy, trajs: Traj[]) {
       const need = t.ctx - have + 1;
       // SGLang-style admission: keep room for running requests' future tokens, estimated as
       // new_token_ratio × their remaining max_new_tokens (ratio decays, resets on retraction)
-      const future = e.running.reduce((a, r) => a + e.ratio * (BUDGET - (r.ctx - r.prompt)), 0);
+      const future = e.running.reduce((a, r) => a + e.ratio * remainingEstimate(r), 0);
       // evictable cached prefixes count as available, as in SGLang's PrefillAdder
       const estimate = CAPACITY - sum(e.resident) - future + have;
-      if (estimate < need + e.ratio * (BUDGET - (t.ctx - t.prompt)) && e.running.length > 0) break;
+      if (estimate < need + e.ratio * remainingEstimate(t) && e.running.length > 0) break;
       // allocation: evict other cached prefixes (LRU) only if the KV is actually short
       for (const c of e.cached.keys()) {
         if (CAPACITY - used(e) + have >= need) break;
@@ -296,7 +372,11 @@ function simulate(policy: Policy, trajs: Traj[]) {
     e.ratio = Math.max(RATIO_MIN, e.ratio - RATIO_DECAY);
     const u = used(e);
     e.peakUsed = Math.max(e.peakUsed, u);
-    const ms = STEP_BASE_MS + (STEP_KV_MS * u) / CAPACITY + (prefill / PREFILL_TOK_PER_S) * 1000;
+    e.steps++;
+    e.batchSum += e.running.length;
+    e.queueSum += e.waiting.length;
+    const memMs = STEP_BASE_MS + KV_MS_PER_TOKEN * sum(e.resident);
+    const ms = Math.max(memMs, e.running.length * DECODE_MS_PER_SEQ) + (prefill / PREFILL_TOK_PER_S) * 1000;
     e.busyMs += ms;
     ev.push(now + ms, () => {
       const still: Traj[] = [];
@@ -377,6 +457,18 @@ function simulate(policy: Policy, trajs: Traj[]) {
     peakUsedFrac: Math.max(...engines.map((e) => e.peakUsed)) / CAPACITY,
     peakReservedFrac: Math.max(...ledger.peakReserved) / CAPACITY,
     preemptions,
+    meanBatch:
+      engines.reduce((a, e) => a + e.batchSum, 0) /
+      Math.max(
+        1,
+        engines.reduce((a, e) => a + e.steps, 0),
+      ),
+    meanQueue:
+      engines.reduce((a, e) => a + e.queueSum, 0) /
+      Math.max(
+        1,
+        engines.reduce((a, e) => a + e.steps, 0),
+      ),
   };
 }
 
@@ -387,31 +479,73 @@ function sum(m: Map<unknown, number>): number {
 }
 
 const trajs = makeTrajectories(SEED);
-const lens = trajs.map((t) => t.turns.reduce((a, x) => a + x.gen + x.toolTokens, 0)).sort((a, b) => a - b);
+const respLen = (t: Traj) => t.turns.reduce((a, x) => a + x.gen + x.toolTokens, 0);
+const lens = trajs.map(respLen).sort((a, b) => a - b);
+// kv-expected learns lengths from the previous RL step (a different batch: seed + 1), never this one
+const expected = conditionalMean(makeTrajectories(SEED + 1).map(respLen));
+// lower bounds: the longest trajectory alone (batch of 1, its tools in series), and all decode
+// tokens at the compute-bound throughput spread over every engine
+const critical = Math.max(
+  ...trajs.map((t) => {
+    let ctx = t.prompt;
+    let ms = (t.prompt / PREFILL_TOK_PER_S) * 1000;
+    for (const [k, x] of t.turns.entries()) {
+      ms += x.gen * (STEP_BASE_MS + KV_MS_PER_TOKEN * (ctx + x.gen / 2));
+      ctx += x.gen;
+      if (k < t.turns.length - 1) ms += x.toolMs + (x.toolTokens / PREFILL_TOK_PER_S) * 1000;
+      ctx += x.toolTokens;
+    }
+    return ms / 1000;
+  }),
+);
+const work = (lens.reduce((a, b) => a + b, 0) * DECODE_MS_PER_SEQ) / 1000 / N_ENG;
+const tools = trajs.flatMap((t) => t.turns.slice(0, -1).map((x) => x.toolMs)).sort((a, b) => a - b);
 console.log(
-  `scheduler-sim: ${N_ENG} engines × ${CAPACITY} KV tokens, ${N_TRAJ} trajectories (seed ${SEED}); ` +
-    `response tokens p50 ${lens[lens.length >> 1]} p90 ${lens[Math.floor(lens.length * 0.9)]} max ${lens.at(-1)}`,
+  `scheduler-sim: ${N_ENG} engines, ${N_TRAJ} trajectories (seed ${SEED}); response tokens (incl. tool, lognormal ` +
+    `median ${LEN_MEDIAN} sigma ${LEN_SIGMA}, assumed) ` +
+    `p50 ${lens[lens.length >> 1]} p90 ${lens[Math.floor(lens.length * 0.9)]} max ${lens.at(-1)} ` +
+    `(${lens.filter((l) => l >= BUDGET - 150).length} at the ${BUDGET} budget); tool latency mean ` +
+    `${(tools.reduce((a, b) => a + b, 0) / tools.length).toFixed(0)} ms p99 ${tools[Math.floor(tools.length * 0.99)].toFixed(0)} ms`,
 );
-const rows = (['static', 'static-sync', 'least-requests', 'kv-budget', 'kv-incremental'] as Policy[]).map(
-  (p) => simulate(p, trajs),
-);
-const base = rows[0].makespan;
 console.log(
-  'policy          makespan_s  speedup  idle_frac  retractions  evictions  recomputed_tok  peak_kv_used  peak_reserved  preemptions',
+  `assumptions: Qwen3-14B bf16 on one H100-class GPU per engine; decode step = max(${STEP_BASE_MS} ms + ` +
+    `${KV_MS_PER_TOKEN * 1e6} ns × running-batch KV tokens, batch × ${DECODE_MS_PER_SEQ} ms) + prefill at ` +
+    `${PREFILL_TOK_PER_S} tok/s; engine = SGLang-like (new_token_ratio admission, radix-cache LRU eviction of ` +
+    'tool-waiting prefixes, retraction of running requests on decode overflow, recompute on re-admission)',
 );
-for (const r of rows) {
+console.log(
+  `lower bounds: longest trajectory alone ${critical.toFixed(1)} s; compute-bound work ${work.toFixed(1)} s per engine`,
+);
+const POLS: Policy[] = [
+  'static',
+  'static-sync',
+  'least-requests',
+  'kv-budget',
+  'kv-incremental',
+  'kv-expected',
+];
+for (const cap of CAPACITIES) {
+  const rows = POLS.map((p) => simulate(p, trajs, cap, expected));
+  const base = rows[0].makespan;
+  console.log(`\nKV capacity ${cap} tokens per engine`);
   console.log(
-    `${r.policy.padEnd(15)} ${r.makespan.toFixed(1).padStart(10)}  ${(base / r.makespan).toFixed(2).padStart(6)}x  ` +
-      `${r.idle.toFixed(3).padStart(9)}  ${String(r.retractions).padStart(11)}  ${String(r.evictions).padStart(9)}  ` +
-      `${String(r.recomputed).padStart(14)}  ${r.peakUsedFrac.toFixed(2).padStart(12)}  ${r.peakReservedFrac.toFixed(2).padStart(13)}  ${String(r.preemptions).padStart(11)}`,
+    'policy          makespan_s  speedup  idle_frac  mean_batch  eng_queue  overs_events  (retract/evict/preempt)  recomputed_tok  peak_kv_used',
   );
-}
-const kv = rows.find((r) => r.policy === 'kv-budget');
-const sync = rows.find((r) => r.policy === 'static-sync');
-if (kv && sync) {
-  const over = kv.evictions + kv.retractions > 0 || kv.peakReservedFrac > 1;
-  console.log(
-    `kv-budget: ${over ? 'OVER-SUBSCRIBED' : 'zero KV over-subscription'}; speedup vs static (async) ` +
-      `${(base / kv.makespan).toFixed(2)}x, vs static lock-step ${(sync.makespan / kv.makespan).toFixed(2)}x (target ≥ 1.30x)`,
-  );
+  for (const r of rows) {
+    const overs = r.retractions + r.evictions + r.preemptions;
+    console.log(
+      `${r.policy.padEnd(15)} ${r.makespan.toFixed(1).padStart(10)}  ${(base / r.makespan).toFixed(2).padStart(6)}x  ` +
+        `${r.idle.toFixed(3).padStart(9)}  ${r.meanBatch.toFixed(1).padStart(10)}  ${r.meanQueue.toFixed(1).padStart(9)}  ${String(overs).padStart(12)}  ` +
+        `${`(${r.retractions}/${r.evictions}/${r.preemptions})`.padStart(23)}  ${String(r.recomputed).padStart(14)}  ` +
+        `${r.peakUsedFrac.toFixed(2).padStart(12)}`,
+    );
+  }
+  const verdict = rows
+    .filter((r) => r.policy === 'kv-budget' || r.policy === 'kv-expected')
+    .map((r) => {
+      const clean = r.retractions + r.evictions + r.preemptions === 0;
+      const met = base / r.makespan >= 1.3 && clean;
+      return `${r.policy} ${(base / r.makespan).toFixed(2)}x${clean ? '' : ' OVER-SUBSCRIBED'} ${met ? 'MET' : 'not met'}`;
+    });
+  console.log(`target (≥ 1.30x static, zero over-subscription): ${verdict.join('; ')}`);
 }
