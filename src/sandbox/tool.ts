@@ -12,34 +12,8 @@ import type { CodeRunner, RunRequest, RunResult } from './types.js';
 // The rStar2 python tool as a library: schema, the code that actually runs, and the exact text the
 // model reads back (rstar2_agent/tools/code_judge_utils.py + verl's tool-response truncation).
 
-export const PYTHON_TOOL_NAME = 'python_code_with_standard_io';
-
-export const PYTHON_TOOL_SCHEMA = {
-  type: 'function',
-  function: {
-    name: PYTHON_TOOL_NAME,
-    description:
-      'Execute Python code with standard input and capture standard output. This function takes a Python ' +
-      'code string and an input string, provides the input string through standard input (stdin) to the code, ' +
-      'and captures and returns any output produced through standard output (stdout). If the executed code ' +
-      'raises an exception, the error message will be captured and returned instead.',
-    parameters: {
-      type: 'object',
-      properties: {
-        code: {
-          type: 'string',
-          description:
-            'A string containing Python code to be executed. The code can read from standard input using the input() function.',
-        },
-        input: {
-          type: 'string',
-          description: 'A string that will be provided as standard input to the code when it calls input().',
-        },
-      },
-      required: ['code', 'input'],
-    },
-  },
-} as const;
+// The schema lives with the chat templates (it is part of the prompt); re-exported here for tool users.
+export { PYTHON_TOOL_NAME, PYTHON_TOOL_SCHEMA } from '../tokenizer/tools.js';
 
 export type TruncateSide = 'middle' | 'left' | 'right';
 
