@@ -13,5 +13,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  npm ci --no-audit --no-fund --loglevel=error
+  # Not `npm ci`: the registry mirror here lacks biome's non-Linux optional binaries, and npm ci counts
+  # those absent optional packages as a lock mismatch. `npm install` still installs the locked versions.
+  npm install --no-audit --no-fund --loglevel=error
 fi
