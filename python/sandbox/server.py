@@ -14,8 +14,17 @@ Node -> broker frame (little endian): u32 len | u32 id | u32 timeout_ms | u32 me
   files (JSON {"files": {name: base64}, "fetch": [name]}) | stdin. The broker never parses it.
   Bit 31 of mem_mb (FLAG_FETCH) asks for a result pipe on the child's fd 3, which carries the
   fetched files as JSON {name: base64} after the snippet ends.
+  Bit 30 (FLAG_SESSION): the payload starts with u32 sid and the call runs in that session's
+  warm interpreter (created on first use in one of the session slots). Bit 29 (FLAG_CLOSE): the
+  payload is only u32 sid; the session is killed, nothing is answered for the frame itself.
 Broker -> Node frame: u32 len | u32 id | u32 hdr_len | hdr JSON | stdout bytes | stderr bytes.
-  id 0 is a control frame (ready / log).
+  id 0 is a control frame (ready / log / sessionGone).
+
+Sessions: a session process is forked by the zygote like a child and confined the same way
+(own slot: scratch dir, uid, Landlock domain; rlimits; clean fds), then loops: it receives each
+call's pipes over its own SOCK_SEQPACKET socket, runs the code in its persistent __main__, and
+answers "D". The broker enforces the wall clock; a cell that overruns (or floods output) gets the
+whole session killed by the zygote, which sweeps and wipes the slot as for a stateless call.
 """
 
 import builtins
@@ -35,12 +44,16 @@ import types
 import ctypes
 
 CFG = json.loads(sys.argv[1])
-SLOTS = int(CFG["slots"])
+SLOTS = int(CFG["slots"])  # stateless slots first, then session slots
+SESSION_SLOTS = int(CFG.get("sessionSlots", 0))
 UID_BASE = int(CFG.get("uidBase", 0))
 SCRATCH = CFG["scratch"]
 MAX_OUT = int(CFG.get("maxOutputBytes", 1 << 20))
 MAX_FETCH = int(CFG.get("maxFetchBytes", 16 << 20))
 FLAG_FETCH = 1 << 31
+FLAG_SESSION = 1 << 30
+FLAG_CLOSE = 1 << 29
+FLAGS = FLAG_FETCH | FLAG_SESSION | FLAG_CLOSE
 KILL_OUT = int(CFG.get("killOutputBytes", 16 << 20))
 NPROC = int(CFG.get("nproc", 32))
 FSIZE = int(CFG.get("fileSizeMb", 16)) << 20
@@ -56,9 +69,12 @@ _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
 _ll_restrict = libc.syscall
 PID_NS = bool(CFG.get("pidNamespace", False))
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
-REASON_NONE, REASON_TIMEOUT, REASON_OUTPUT = 0, 1, 2
+REASON_NONE, REASON_TIMEOUT, REASON_OUTPUT, REASON_CLOSED = 0, 1, 2, 3
+INF = float("inf")
 ZRES = struct.Struct("<IiiBIIII")  # rid, exit code (-1), signal (0), reason, wall us, cpu us, rss kb, leftovers
 ZRUN = struct.Struct("<IIIH")  # rid, timeout ms, mem mb, slot
+ZKILL = struct.Struct("<IB")  # rid, reason
+SDONE = struct.Struct("<iII")  # session -> broker after a cell: exit code, cpu us, rss kb
 
 
 def log(msg):
@@ -204,28 +220,7 @@ def child_main(slot, timeout_ms, mem_mb, fds):
             os.write(2, SETUP_FAILED + repr(e).encode() + b"\n")
         finally:
             os._exit(121)
-    rc = 0
-    try:
-        exec(compile(code, "<string>", "exec"), mod.__dict__)
-    except SystemExit as e:
-        c = e.code
-        if c is None:
-            rc = 0
-        elif isinstance(c, int):
-            rc = c
-        else:
-            try:
-                print(c, file=sys.stderr)
-            except BaseException:  # noqa: BLE001
-                pass
-            rc = 1
-    except BaseException as e:  # noqa: BLE001
-        try:  # hide our own frame so the traceback reads like `python -c`
-            e = e.with_traceback(e.__traceback__.tb_next)
-            sys.excepthook(type(e), e, e.__traceback__)
-        except BaseException:  # noqa: BLE001
-            pass
-        rc = 1
+    rc = run_code(code, mod)
     try:  # the parts of interpreter shutdown a snippet can observe
         if "threading" in sys.modules:
             sys.modules["threading"]._shutdown()
@@ -243,7 +238,138 @@ def child_main(slot, timeout_ms, mem_mb, fds):
     os._exit(rc & 0xFF)
 
 
-def send_fetched(names):
+def run_code(code, mod):
+    """exec() one snippet like `python -c`; returns the exit code (SystemExit handled)."""
+    try:
+        exec(compile(code, "<string>", "exec"), mod.__dict__)
+    except SystemExit as e:
+        c = e.code
+        if c is None:
+            return 0
+        if isinstance(c, int):
+            return c
+        try:
+            print(c, file=sys.stderr)
+        except BaseException:  # noqa: BLE001
+            pass
+        return 1
+    except BaseException as e:  # noqa: BLE001
+        try:  # hide our own frames so the traceback reads like `python -c`
+            e = e.with_traceback(e.__traceback__.tb_next)
+            sys.excepthook(type(e), e, e.__traceback__)
+        except BaseException:  # noqa: BLE001
+            pass
+        return 1
+    return 0
+
+
+def session_main(slot, mem_mb, fds):
+    """A warm interpreter pinned to one session; runs in a forked child, never returns."""
+    R = resource
+    try:
+        devnull = os.open("/dev/null", os.O_RDWR)
+        for i in range(3):
+            os.dup2(devnull, i)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        rs = LL_RULESETS.get(slot)
+        if rs is not None and _ll_restrict(LL_RESTRICT, rs, 0) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+        os.dup2(fds[0], 3)  # control socket to the broker
+        os.closerange(4, 1 << 20)
+        os.setsid()
+        if not PID_NS:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # RLIMIT_CPU: the soft limit is moved before each cell to (cpu used so far + that cell's budget)
+        R.setrlimit(R.RLIMIT_CPU, (5, R.RLIM_INFINITY))
+        if mem_mb:
+            R.setrlimit(R.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
+        R.setrlimit(R.RLIMIT_NPROC, (NPROC, NPROC))
+        R.setrlimit(R.RLIMIT_FSIZE, (FSIZE, FSIZE))
+        R.setrlimit(R.RLIMIT_NOFILE, (NOFILE, NOFILE))
+        R.setrlimit(R.RLIMIT_CORE, (0, 0))
+        R.setrlimit(R.RLIMIT_MSGQUEUE, (0, 0))
+        home = slot_dir(slot)
+        os.chdir(home)
+        uid = slot_uid(slot)
+        if uid:
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        ctl = socket.socket(fileno=3)
+        os.environ["HOME"] = os.environ["TMPDIR"] = home
+        sys.argv = ["-c"]
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        gc.enable()
+        mod = types.ModuleType("__main__")
+        mod.__builtins__ = builtins
+        sys.modules["__main__"] = mod
+    except BaseException as e:  # noqa: BLE001
+        try:
+            os.write(fds[0], b"E" + repr(e).encode()[:1000])
+        finally:
+            os._exit(121)
+    while True:
+        try:
+            msg, cfds, _, _ = socket.recv_fds(ctl, 64, 4)
+        except OSError:
+            os._exit(0)
+        if not msg or len(cfds) < 3:
+            os._exit(0)
+        (timeout_ms,) = struct.unpack_from("<I", msg)
+        r0, c0 = R.getrusage(R.RUSAGE_SELF), R.getrusage(R.RUSAGE_CHILDREN)
+        for i in range(3):
+            os.dup2(cfds[i], i)
+            os.close(cfds[i])
+        res_fd = cfds[3] if len(cfds) > 3 else -1
+        rc = 120
+        try:
+            used = r0.ru_utime + r0.ru_stime
+            R.setrlimit(R.RLIMIT_CPU, (int(used) + -(-timeout_ms // 1000) + 1, R.RLIM_INFINITY))
+            code_len, files_len = struct.unpack("<II", read_exact(0, 8))
+            code = read_exact(0, code_len)
+            fetch = ()
+            if files_len:
+                import base64
+
+                spec = json.loads(read_exact(0, files_len))
+                for name, b64 in spec.get("files", {}).items():
+                    with open(name, "wb") as f:
+                        f.write(base64.b64decode(b64))
+                fetch = spec.get("fetch", ())
+            # fresh stdio objects every cell: a cell that replaced sys.stdout does not break the next
+            sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
+            sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__ = STDIO[1:]
+            rc = run_code(code, mod)
+            for f in (sys.__stdout__, sys.__stderr__, sys.stdout, sys.stderr):
+                try:
+                    f.flush()
+                except BaseException:  # noqa: BLE001
+                    pass
+            if fetch and res_fd >= 0:
+                send_fetched(fetch, res_fd)
+        except BaseException as e:  # noqa: BLE001 - payload or file errors: report, keep the session
+            try:
+                os.write(2, b"[rstar2-sandbox] session cell failed: " + repr(e).encode() + b"\n")
+            except OSError:
+                pass
+        if res_fd >= 0:
+            os.close(res_fd)
+        devnull = os.open("/dev/null", os.O_RDWR)
+        for i in range(3):
+            os.dup2(devnull, i)  # our copies of the cell's pipes close: the broker sees EOF
+        os.close(devnull)
+        r1, c1 = R.getrusage(R.RUSAGE_SELF), R.getrusage(R.RUSAGE_CHILDREN)
+        cpu = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+               + c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
+        try:
+            ctl.send(b"D" + SDONE.pack(rc & 0xFF, int(cpu * 1e6), r1.ru_maxrss))
+        except OSError:
+            os._exit(0)
+
+
+def send_fetched(names, fd=3):
     import base64
 
     out, total = {}, 0
@@ -260,7 +386,7 @@ def send_fetched(names):
     try:
         view = memoryview(json.dumps(out).encode())
         while view:
-            view = view[os.write(3, view):]
+            view = view[os.write(fd, view):]
     except OSError:
         pass
 
@@ -366,14 +492,17 @@ class Zygote:
         except OSError as ex:
             log(f"wipe of slot {slot} failed: {ex}")
 
-    def start(self, rid, timeout_ms, mem_mb, slot, fds):
+    def start(self, rid, timeout_ms, mem_mb, slot, fds, session=False):
         t0 = time.monotonic()
         pid = os.fork()
         if pid == 0:
+            if session:
+                session_main(slot, mem_mb, fds)
             child_main(slot, timeout_ms, mem_mb, fds)
         for fd in fds:
             os.close(fd)
-        job = [rid, slot, t0, t0 + timeout_ms / 1000.0, REASON_NONE]
+        # a session has no deadline of its own: the broker times each cell and asks for the kill
+        job = [rid, slot, t0, INF if session else t0 + timeout_ms / 1000.0, REASON_NONE]
         self.jobs[pid] = job
         self.by_rid[rid] = pid
 
@@ -418,7 +547,7 @@ class Zygote:
                 for pid, job in self.jobs.items():
                     if job[4] == REASON_NONE and now >= job[3]:
                         self.kill(job[0], REASON_TIMEOUT)
-                pending = [j[3] for j in self.jobs.values() if j[4] == REASON_NONE]
+                pending = [j[3] for j in self.jobs.values() if j[4] == REASON_NONE and j[3] != INF]
                 if pending:
                     timeout = max(0.0, min(pending) - now)
             for key, _ in sel.select(timeout):
@@ -434,11 +563,12 @@ class Zygote:
                     for pid in list(self.jobs):
                         os.kill(pid, signal.SIGKILL)
                     os._exit(0)
-                if msg[0:1] == b"R":
+                kind = msg[0:1]
+                if kind == b"R" or kind == b"S":
                     rid, timeout_ms, mem_mb, slot = ZRUN.unpack_from(msg, 1)
-                    self.start(rid, timeout_ms, mem_mb, slot, fds)
-                elif msg[0:1] == b"K":
-                    self.kill(struct.unpack_from("<I", msg, 1)[0], REASON_OUTPUT)
+                    self.start(rid, timeout_ms, mem_mb, slot, fds, kind == b"S")
+                elif kind == b"K":
+                    self.kill(*ZKILL.unpack_from(msg, 1))
             self.reap()  # SIGCHLD may have been coalesced with another wakeup
 
 
@@ -506,9 +636,10 @@ def zygote_main(sock):
 
 # --------------------------------------------------------------------------------------- broker --
 class Call:
-    __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held")
+    __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
+                 "sess", "t0", "lost")
 
-    def __init__(self, cid, slot, rid):
+    def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
         self.out, self.err = bytearray(), bytearray()
         self.res = None
@@ -516,6 +647,20 @@ class Call:
         self.open = 2
         self.result = None
         self.killed = self.held = False
+        self.sess = sess
+        self.t0 = 0.0
+        self.lost = None
+
+
+class Sess:
+    __slots__ = ("sid", "slot", "rid", "sock", "call", "deadline", "err", "closed")
+
+    def __init__(self, sid, slot, rid, sock):
+        self.sid, self.slot, self.rid, self.sock = sid, slot, rid, sock
+        self.call = None
+        self.deadline = INF
+        self.err = ""
+        self.closed = False
 
 
 class Broker:
@@ -534,10 +679,18 @@ class Broker:
         self.sel = selectors.DefaultSelector()
         self.inbuf = bytearray()
         self.waiting = []
-        self.free = list(range(SLOTS - 1, -1, -1))
-        self.calls = {}  # rid -> Call
+        self.free = list(range(SLOTS - SESSION_SLOTS - 1, -1, -1))
+        self.sess_free = list(range(SLOTS - 1, SLOTS - SESSION_SLOTS - 1, -1))
+        self.sessions = {}  # sid -> Sess
+        self.sess_by_rid = {}
+        self.sess_waiting = []  # (cid, timeout_ms, flags, sid, payload) not started yet
+        self.calls = {}  # rid -> Call (stateless)
         self.rid = 0
         self.outq = []
+
+    def next_rid(self):
+        self.rid = (self.rid + 1) & 0xFFFFFFFF or 1
+        return self.rid
 
     def send(self, cid, hdr, out=b"", err=b""):
         h = json.dumps(hdr, separators=(",", ":")).encode()
@@ -586,42 +739,185 @@ class Broker:
             (n,) = struct.unpack_from("<I", buf, pos)
             if len(buf) - pos < 4 + n:
                 break
-            cid, timeout_ms, mem_mb = struct.unpack_from("<III", buf, pos + 4)  # mem_mb carries FLAG_FETCH
-            self.waiting.append((cid, timeout_ms, mem_mb, bytes(buf[pos + 16:pos + 4 + n])))
+            cid, timeout_ms, mem_mb = struct.unpack_from("<III", buf, pos + 4)  # mem_mb carries the flags
+            if mem_mb & (FLAG_SESSION | FLAG_CLOSE):
+                (sid,) = struct.unpack_from("<I", buf, pos + 16)
+                if mem_mb & FLAG_CLOSE:
+                    self.close_session(sid)
+                else:
+                    self.sess_waiting.append((cid, timeout_ms, mem_mb, sid, bytes(buf[pos + 20:pos + 4 + n])))
+            else:
+                self.waiting.append((cid, timeout_ms, mem_mb, bytes(buf[pos + 16:pos + 4 + n])))
             pos += 4 + n
         if pos:
             del buf[:pos]
         self.dispatch()
+        self.dispatch_sessions()
+
+    def open_call(self, call, mem_mb):
+        """Pipes for one call; returns the child's ends (stdin, stdout, stderr[, result])."""
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        child_fds = [in_r, out_w, err_w]
+        if mem_mb & FLAG_FETCH:
+            res_r, res_w = os.pipe()
+            child_fds.append(res_w)
+            call.res = bytearray()
+            call.open = 3
+            os.set_blocking(res_r, False)
+            self.sel.register(res_r, selectors.EVENT_READ, ("res", call))
+        os.set_blocking(out_r, False)
+        os.set_blocking(err_r, False)
+        self.sel.register(out_r, selectors.EVENT_READ, ("out", call))
+        self.sel.register(err_r, selectors.EVENT_READ, ("err", call))
+        return child_fds, in_w
 
     def dispatch(self):
         while self.waiting and self.free:
             cid, timeout_ms, mem_mb, payload = self.waiting.pop(0)
             slot = self.free.pop()
-            self.rid = rid = (self.rid + 1) & 0xFFFFFFFF
-            in_r, in_w = os.pipe()
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
+            rid = self.next_rid()
             call = Call(cid, slot, rid)
             self.calls[rid] = call
-            child_fds = [in_r, out_w, err_w]
-            if mem_mb & FLAG_FETCH:
-                res_r, res_w = os.pipe()
-                child_fds.append(res_w)
-                call.res = bytearray()
-                call.open = 3
-                os.set_blocking(res_r, False)
-                self.sel.register(res_r, selectors.EVENT_READ, ("res", call))
-            mem_mb &= ~FLAG_FETCH
-            socket.send_fds(self.z, [b"R" + ZRUN.pack(rid, timeout_ms, mem_mb, slot)], child_fds)
+            child_fds, in_w = self.open_call(call, mem_mb)
+            socket.send_fds(self.z, [b"R" + ZRUN.pack(rid, timeout_ms, mem_mb & ~FLAGS, slot)], child_fds)
             for fd in child_fds:
                 os.close(fd)
             os.set_blocking(in_w, False)
             self.write_stdin(in_w, memoryview(payload))
-            os.set_blocking(out_r, False)
-            os.set_blocking(err_r, False)
-            self.sel.register(out_r, selectors.EVENT_READ, ("out", call))
-            self.sel.register(err_r, selectors.EVENT_READ, ("err", call))
 
+    # ------------------------------------------------------------------------------ sessions --
+    def dispatch_sessions(self):
+        keep = []
+        for item in self.sess_waiting:
+            cid, timeout_ms, mem_mb, sid, payload = item
+            s = self.sessions.get(sid)
+            if s is None:
+                if not self.sess_free:  # a closed session's slot is still being swept
+                    keep.append(item)
+                    continue
+                s = self.new_session(sid, mem_mb & ~FLAGS)
+            if s.call is not None:  # Node sends one call per session at a time; keep order anyway
+                keep.append(item)
+                continue
+            self.start_cell(s, cid, timeout_ms, mem_mb, payload)
+        self.sess_waiting = keep
+
+    def new_session(self, sid, mem_mb):
+        slot = self.sess_free.pop()
+        rid = self.next_rid()
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        socket.send_fds(self.z, [b"S" + ZRUN.pack(rid, 0, mem_mb, slot)], [b.fileno()])
+        b.close()
+        s = Sess(sid, slot, rid, a)
+        self.sessions[sid] = s
+        self.sess_by_rid[rid] = s
+        self.sel.register(a, selectors.EVENT_READ, ("sess", s))
+        return s
+
+    def start_cell(self, s, cid, timeout_ms, mem_mb, payload):
+        call = Call(cid, s.slot, s.rid, s)
+        call.t0 = time.monotonic()
+        s.call = call
+        s.deadline = call.t0 + timeout_ms / 1000.0
+        child_fds, in_w = self.open_call(call, mem_mb)
+        try:
+            socket.send_fds(s.sock, [struct.pack("<I", timeout_ms)], child_fds)
+        except OSError:
+            pass  # the session process is gone; the zygote's report answers the call
+        for fd in child_fds:
+            os.close(fd)
+        os.set_blocking(in_w, False)
+        self.write_stdin(in_w, memoryview(payload))
+
+    def close_session(self, sid):
+        s = self.sessions.get(sid)
+        if s is None:
+            keep = []
+            for item in self.sess_waiting:  # not started yet: answer without creating it
+                if item[3] == sid:
+                    self.send(item[0], {"c": None, "g": None, "r": REASON_CLOSED, "w": 0, "u": 0, "m": 0,
+                                        "l": 0, "no": 0, "ne": 0, "o": 0, "e": 0, "sl": "session closed"})
+                else:
+                    keep.append(item)
+            self.sess_waiting = keep
+            return
+        if not s.closed:
+            s.closed = True
+            if s.call is not None:
+                s.call.killed = True
+            self.z.send(b"K" + ZKILL.pack(s.rid, REASON_CLOSED))
+
+    def on_sess(self, s):
+        try:
+            msg = s.sock.recv(4096)
+        except OSError:
+            msg = b""
+        if not msg:  # the process is gone; the zygote reports how, then session_died runs
+            self.sel.unregister(s.sock)
+            return
+        if msg[0:1] == b"E":
+            s.err = msg[1:].decode("utf-8", "replace")
+            return
+        call = s.call
+        if msg[0:1] != b"D" or call is None or call.killed:
+            return
+        rc, cpu_us, rss = SDONE.unpack_from(msg, 1)
+        s.call = None
+        s.deadline = INF
+        call.result = (s.rid, rc, 0, REASON_NONE, int((time.monotonic() - call.t0) * 1e6), cpu_us, rss, 0)
+        self.drain(call)
+        self.maybe_finish(call)
+        self.dispatch_sessions()
+
+    def session_died(self, s, res):
+        del self.sessions[s.sid]
+        del self.sess_by_rid[s.rid]
+        if s.sock.fileno() in self.sel.get_map():
+            self.sel.unregister(s.sock)
+        s.sock.close()
+        self.sess_free.append(s.slot)
+        _, code, sig, reason, _, _, _, leftovers = res
+        if reason == REASON_TIMEOUT:
+            why = "session killed: a call ran past its time limit"
+        elif reason == REASON_OUTPUT:
+            why = "session killed: a call passed the output limit"
+        elif reason == REASON_CLOSED:
+            why = "session closed"
+        elif sig:
+            why = f"session process killed by signal {sig}"
+        else:
+            why = f"session process exited with code {code}"
+        if s.err:
+            why += f" ({s.err})"
+        call = s.call
+        if call is not None:
+            s.call = None
+            call.result = res[:4] + (int((time.monotonic() - call.t0) * 1e6), 0, res[6], leftovers)
+            call.lost = why
+            self.drain(call)
+            self.maybe_finish(call)
+        elif not s.closed:
+            self.send(0, {"sessionGone": s.sid, "why": why})
+        self.dispatch_sessions()
+
+    def check_deadlines(self):
+        """Wall-clock limit of session cells; returns seconds until the next deadline (or None)."""
+        nearest = INF
+        now = time.monotonic()
+        for s in self.sessions.values():
+            call = s.call
+            if call is None or call.killed:
+                continue
+            if now >= s.deadline:
+                call.killed = True
+                self.z.send(b"K" + ZKILL.pack(s.rid, REASON_TIMEOUT))
+            else:
+                nearest = min(nearest, s.deadline)
+        return None if nearest == INF else max(0.0, nearest - now)
+
+    # ---------------------------------------------------------------------------------- pipes --
     def write_stdin(self, fd, data):
         try:
             while data:
@@ -655,7 +951,7 @@ class Broker:
                 total = call.nerr
             if total > KILL_OUT and not call.killed and call.result is None:
                 call.killed = True
-                self.z.send(b"K" + struct.pack("<I", call.rid))
+                self.z.send(b"K" + ZKILL.pack(call.rid, REASON_OUTPUT))
             return "data"
         self.sel.unregister(fd)
         os.close(fd)
@@ -664,18 +960,9 @@ class Broker:
             self.maybe_finish(call)
         return "eof"
 
-    def on_zygote(self):
-        msg = self.z.recv(256)
-        if not msg:
-            log("zygote died")
-            os._exit(4)  # Node restarts the whole sandbox and retries in-flight calls
-        res = ZRES.unpack(msg)
-        call = self.calls.get(res[0])
-        if call is None:
-            return
-        call.result = res
-        # Every process of the slot is dead now, so each pipe holds at most a buffer of data and
-        # then EOF. A writer that escaped (an fd smuggled elsewhere) must not wedge the broker.
+    def drain(self, call):
+        """Read a finished call's pipes to EOF. Its writers are gone, so each holds at most a buffer
+        of data; a writer that escaped (an fd smuggled elsewhere) must not wedge the broker."""
         grace_end = time.monotonic() + 0.05
         for key in list(self.sel.get_map().values()):
             which, c = key.data
@@ -693,31 +980,52 @@ class Broker:
                         call.open -= 1
                         call.held = True
                         break
+
+    def on_zygote(self):
+        msg = self.z.recv(256)
+        if not msg:
+            log("zygote died")
+            os._exit(4)  # Node restarts the whole sandbox and retries in-flight calls
+        res = ZRES.unpack(msg)
+        s = self.sess_by_rid.get(res[0])
+        if s is not None:
+            self.session_died(s, res)
+            return
+        call = self.calls.get(res[0])
+        if call is None:
+            return
+        call.result = res
+        self.drain(call)
         self.maybe_finish(call)
 
     def maybe_finish(self, call):
         res = call.result
         if res is None or call.open:
             return
-        del self.calls[call.rid]
-        self.free.append(call.slot)
+        if call.sess is None:
+            del self.calls[call.rid]
+            self.free.append(call.slot)
         _, code, sig, reason, wall_us, cpu_us, rss, leftovers = res
         hdr = {"c": code if code >= 0 else None, "g": sig or None, "r": reason, "w": wall_us, "u": cpu_us,
                "m": rss, "l": leftovers, "no": call.nout, "ne": call.nerr, "o": len(call.out),
                "e": len(call.err)}
         if call.held:
             hdr["h"] = 1
+        if call.lost:
+            hdr["sl"] = call.lost
         res = b""
         if call.res is not None:
             res = bytes(call.res)
             hdr["f"] = len(res)
         self.send(call.id, hdr, bytes(call.out), bytes(call.err) + res)
-        self.dispatch()
+        if call.sess is None:
+            self.dispatch()
 
     def loop(self):
         self.start()
+        timeout = None
         while True:
-            for key, _ in self.sel.select():
+            for key, _ in self.sel.select(timeout):
                 cur = self.sel.get_map().get(key.fd)
                 if cur is None or cur.data is not key.data:
                     continue  # closed (and perhaps reused) by an earlier event of this round
@@ -726,11 +1034,14 @@ class Broker:
                     self.on_node()
                 elif which == "zygote":
                     self.on_zygote()
+                elif which == "sess":
+                    self.on_sess(call)
                 elif which == "stdin":
                     self.sel.unregister(key.fd)
                     self.write_stdin(key.fd, call)
                 else:
                     self.on_pipe(which, call, key.fd)
+            timeout = self.check_deadlines() if self.sessions else None
             self.flush()
 
 

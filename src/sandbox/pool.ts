@@ -46,6 +46,10 @@ export interface SandboxPoolOptions {
   /** extra time after a call's deadline before the broker is declared wedged and restarted */
   watchdogGraceMs?: number;
   startTimeoutMs?: number;
+  /** live stateful sessions at most (each has its own slot: scratch dir, uid, Landlock domain); 0 = off */
+  maxSessions?: number;
+  /** a session idle this long is closed; its id then answers "session lost" like a killed one */
+  sessionTtlMs?: number;
   log?: (line: string) => void;
 }
 
@@ -61,6 +65,7 @@ export interface PoolStats {
   completed: number;
   restarts: number;
   retried: number;
+  sessions: number;
 }
 
 export interface PoolInfo {
@@ -71,7 +76,17 @@ export interface PoolInfo {
   notes: string[];
 }
 
+interface Session {
+  key: string;
+  /** broker-side handle; never reused, so a closed session's late messages cannot hit a new one */
+  sid: number;
+  busy: boolean;
+  queue: Item[];
+  lastUsed: number;
+}
+
 interface Item {
+  session?: Session;
   req: RunRequest;
   frame: Buffer;
   timeoutMs: number;
@@ -83,6 +98,10 @@ interface Item {
   queueTimer?: NodeJS.Timeout;
 }
 
+const FLAG_FETCH = 0x80000000;
+const FLAG_SESSION = 0x40000000;
+const FLAG_CLOSE = 0x20000000;
+const SESSION_ID = /^[\x21-\x7e]{1,200}$/;
 const FILE_NAME = /^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$/;
 const SETUP_FAILED = '[rstar2-sandbox] setup failed: ';
 const SIGNAL_NAMES: Record<number, string> = Object.fromEntries(
@@ -131,6 +150,8 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     maxFilesBytes: o.maxFilesBytes ?? 16 << 20,
     watchdogGraceMs: o.watchdogGraceMs ?? 5000,
     startTimeoutMs: o.startTimeoutMs ?? 30_000,
+    maxSessions: o.maxSessions ?? 16,
+    sessionTtlMs: o.sessionTtlMs ?? 300_000,
     log: o.log ?? ((l) => process.stderr.write(`[sandbox] ${l}\n`)),
   };
   const positive = [
@@ -146,6 +167,9 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
       throw new Error(`SandboxPool option ${k} must be a positive integer`);
   }
   if (r.slots > 1000) throw new Error('SandboxPool option slots must be at most 1000');
+  if (!Number.isInteger(r.maxSessions) || r.maxSessions < 0 || r.maxSessions > 500)
+    throw new Error('SandboxPool option maxSessions must be an integer in [0, 500]');
+  if (!(r.sessionTtlMs > 0)) throw new Error('SandboxPool option sessionTtlMs must be positive');
   if (r.isolation !== 'bwrap' && r.isolation !== 'none') {
     throw new Error(`SandboxPool option isolation must be 'bwrap' or 'none', got ${String(r.isolation)}`);
   }
@@ -161,6 +185,8 @@ class Broker {
   ready: Promise<Record<string, unknown>>;
   alive = true;
   isReady = false;
+  /** control frames other than "ready" (e.g. a session that died while idle) */
+  onControl: ((hdr: Record<string, unknown>) => void) | null = null;
   private buf: Buffer = Buffer.alloc(0);
   private stderrTail: string[] = [];
   private corked = false;
@@ -268,6 +294,7 @@ class Broker {
       const hdr = JSON.parse(buf.toString('utf8', pos + 12, pos + 12 + hl));
       if (id === 0) {
         if (hdr.ready) onReady(hdr);
+        else this.onControl?.(hdr);
       } else {
         const a = pos + 12 + hl;
         // toString('utf8') replaces invalid sequences with U+FFFD: binary output never breaks a result
@@ -297,12 +324,21 @@ export class SandboxPool implements CodeRunner {
   private failures = 0;
   private watchdog: NodeJS.Timeout;
   private ewmaMs = 5;
-  private stats_: PoolStats = { queued: 0, inFlight: 0, completed: 0, restarts: 0, retried: 0 };
+  private stats_: PoolStats = { queued: 0, inFlight: 0, completed: 0, restarts: 0, retried: 0, sessions: 0 };
+  /** stateless calls in flight (session calls use their own slots) */
+  private statelessInflight = 0;
+  private sessions = new Map<string, Session>();
+  /** ids of sessions that died or expired: key -> why, answered until closeSession() (kept 1 h) */
+  private lost = new Map<string, { why: string; at: number }>();
+  private nextSid = 1;
 
   private constructor(opts: Resolved) {
     this.options = opts;
     this.info = { isolation: opts.isolation, slots: opts.slots, landlock: 0, uidBase: 0, notes: [] };
-    this.watchdog = setInterval(() => this.checkWedged(), 250);
+    this.watchdog = setInterval(() => {
+      this.checkWedged();
+      if (this.sessions.size || this.lost.size) this.expireSessions();
+    }, 250);
     this.watchdog.unref();
   }
 
@@ -331,7 +367,12 @@ export class SandboxPool implements CodeRunner {
   }
 
   stats(): PoolStats {
-    return { ...this.stats_, queued: this.queue.length, inFlight: this.inflight.size };
+    return {
+      ...this.stats_,
+      queued: this.queue.length,
+      inFlight: this.inflight.size,
+      sessions: this.sessions.size,
+    };
   }
 
   /** pid of the sandbox's outer process (bwrap, or python with isolation none); for fault tests */
@@ -353,6 +394,10 @@ export class SandboxPool implements CodeRunner {
     clearInterval(this.watchdog);
     for (const it of this.queue.splice(0))
       this.finish(it, emptyResult('internal_error', 'pool closed before the call started'));
+    for (const s of this.sessions.values()) {
+      for (const it of s.queue.splice(0))
+        this.finish(it, emptyResult('internal_error', 'pool closed before the call started'));
+    }
     if (this.inflight.size > 0) {
       await new Promise<void>((res) => {
         const t = setInterval(() => {
@@ -375,6 +420,97 @@ export class SandboxPool implements CodeRunner {
     for (const it of this.inflight.values())
       this.finish(it, emptyResult('internal_error', 'pool closed during the call'));
     this.inflight.clear();
+    this.sessions.clear();
+  }
+
+  /** Ends a stateful session: a call running in it is killed (its result says "session closed"),
+   * queued ones are answered with an error. Also forgets a lost session's id. Returns whether a
+   * live session was closed. */
+  closeSession(key: string): boolean {
+    this.lost.delete(key);
+    const s = this.sessions.get(key);
+    if (!s) return false;
+    this.sessions.delete(key);
+    for (const it of s.queue.splice(0)) this.finish(it, sessionError(`session ${key} was closed`));
+    const b = this.broker;
+    if (b?.alive && b.isReady) {
+      const f = Buffer.alloc(20);
+      f.writeUInt32LE(16, 0);
+      f.writeUInt32LE(FLAG_CLOSE, 12);
+      f.writeUInt32LE(s.sid, 16);
+      b.send(f);
+    }
+    return true;
+  }
+
+  private markLost(s: Session, why: string): void {
+    if (this.sessions.get(s.key) !== s) return;
+    this.sessions.delete(s.key);
+    this.lost.delete(s.key);
+    this.lost.set(s.key, { why, at: Date.now() });
+    if (this.lost.size > 10_000) this.lost.delete(this.lost.keys().next().value as string);
+    for (const it of s.queue.splice(0)) this.finish(it, sessionError(`session ${s.key} lost: ${why}`));
+  }
+
+  private submitSession(item: Item, key: string): void {
+    const gone = this.lost.get(key);
+    if (gone) {
+      item.resolve(
+        sessionError(
+          `session ${key} lost: ${gone.why}; its state is gone (closeSession() it to start a fresh one)`,
+        ),
+      );
+      return;
+    }
+    let s = this.sessions.get(key);
+    if (!s) {
+      if (this.sessions.size >= this.options.maxSessions) {
+        item.resolve(
+          emptyResult('busy', `session limit reached (${this.options.maxSessions} live sessions)`),
+        );
+        return;
+      }
+      s = { key, sid: this.nextSid++, busy: false, queue: [], lastUsed: Date.now() };
+      this.sessions.set(key, s);
+    }
+    item.session = s;
+    s.queue.push(item);
+    this.pumpSession(s);
+  }
+
+  private pumpSession(s: Session): void {
+    const b = this.broker;
+    if (s.busy || s.queue.length === 0 || this.sessions.get(s.key) !== s) return;
+    if (!b?.alive || !b.isReady) {
+      if (!this.closing) void this.ensureBroker().catch(() => {});
+      return;
+    }
+    const item = s.queue.shift() as Item;
+    s.busy = true;
+    const id = this.nextId;
+    this.nextId = this.nextId >= 0xfffffff0 ? 1 : this.nextId + 1;
+    item.attempts++;
+    item.sentAt = Date.now();
+    item.frame.writeUInt32LE(id, 4);
+    item.frame.writeUInt32LE(s.sid, 16);
+    this.inflight.set(id, item);
+    b.send(item.frame);
+  }
+
+  private expireSessions(): void {
+    const now = Date.now();
+    const ttl = this.options.sessionTtlMs;
+    for (const s of [...this.sessions.values()]) {
+      if (!s.busy && s.queue.length === 0 && now - s.lastUsed > ttl) {
+        this.closeSession(s.key);
+        this.lost.set(s.key, { why: `expired after ${Math.round(ttl / 1000)} s idle`, at: now });
+      }
+    }
+    const keep = Math.max(ttl, 3_600_000);
+    for (const [k, v] of this.lost) {
+      if (now - v.at > keep) this.lost.delete(k);
+      else break; // insertion order = age order
+    }
   }
 
   private submit(req: RunRequest, resolve: (r: RunResult) => void): void {
@@ -388,6 +524,20 @@ export class SandboxPool implements CodeRunner {
       return;
     }
     const { timeoutMs, memoryMb, frame } = bad;
+    if (req.session !== undefined) {
+      const item: Item = {
+        req,
+        frame,
+        timeoutMs,
+        memoryMb,
+        resolve,
+        attempts: 0,
+        sentAt: 0,
+        enqueuedAt: Date.now(),
+      };
+      this.submitSession(item, req.session);
+      return;
+    }
     if (this.queue.length >= this.options.maxQueue) {
       resolve(emptyResult('busy', `queue full (${this.options.maxQueue} calls waiting)`));
       return;
@@ -437,7 +587,12 @@ export class SandboxPool implements CodeRunner {
     if (!Number.isInteger(memoryMb) || memoryMb < 0 || memoryMb > 1 << 20) {
       return `memoryMb must be a non-negative integer, got ${req.memoryMb}`;
     }
-    if (req.session !== undefined) return 'stateful sessions are not supported by this pool';
+    if (req.session !== undefined) {
+      if (o.maxSessions === 0) return 'stateful sessions are disabled in this pool (maxSessions 0)';
+      if (typeof req.session !== 'string' || !SESSION_ID.test(req.session))
+        return 'session must be 1-200 printable ASCII characters without spaces';
+    }
+    const sess = req.session !== undefined ? 4 : 0;
     const fetch = req.fetchFiles ?? [];
     if (!Array.isArray(fetch)) return 'fetchFiles must be an array of file names';
     for (const name of fetch) {
@@ -464,17 +619,20 @@ export class SandboxPool implements CodeRunner {
       if (files.length > o.maxFilesBytes) return `files total ${files.length} bytes, over ${o.maxFilesBytes}`;
     }
     const filesLen = Buffer.byteLength(files);
-    const frame = Buffer.allocUnsafe(24 + codeLen + filesLen + stdinLen);
+    const frame = Buffer.allocUnsafe(24 + sess + codeLen + filesLen + stdinLen);
     frame.writeUInt32LE(frame.length - 4, 0);
-    // id written at send time
+    // id (and session handle at 16) written at send time
     frame.writeUInt32LE(Math.ceil(timeoutMs), 8);
-    // bit 31 asks the broker for a result pipe that carries the fetched files back
-    frame.writeUInt32LE((memoryMb | (fetch.length > 0 ? 0x80000000 : 0)) >>> 0, 12);
-    frame.writeUInt32LE(codeLen, 16);
-    frame.writeUInt32LE(filesLen, 20);
-    frame.write(req.code, 24, 'utf8');
-    if (filesLen) frame.write(files, 24 + codeLen, 'utf8');
-    if (stdinLen) frame.write(stdin, 24 + codeLen + filesLen, 'utf8');
+    // bit 31 asks the broker for a result pipe that carries the fetched files back; bit 30 marks
+    // a session call, whose payload starts with the u32 session handle
+    const flags = (fetch.length > 0 ? FLAG_FETCH : 0) | (sess ? FLAG_SESSION : 0);
+    frame.writeUInt32LE((memoryMb | flags) >>> 0, 12);
+    const p = 16 + sess;
+    frame.writeUInt32LE(codeLen, p);
+    frame.writeUInt32LE(filesLen, p + 4);
+    frame.write(req.code, p + 8, 'utf8');
+    if (filesLen) frame.write(files, p + 8 + codeLen, 'utf8');
+    if (stdinLen) frame.write(stdin, p + 8 + codeLen + filesLen, 'utf8');
     return { timeoutMs: Math.ceil(timeoutMs), memoryMb, frame };
   }
 
@@ -484,7 +642,7 @@ export class SandboxPool implements CodeRunner {
       if (!this.closing && this.queue.length > 0) void this.ensureBroker().catch(() => {});
       return;
     }
-    while (this.queue.length > 0 && this.inflight.size < this.options.slots) {
+    while (this.queue.length > 0 && this.statelessInflight < this.options.slots) {
       const item = this.queue.shift() as Item;
       if (item.queueTimer) clearTimeout(item.queueTimer);
       const id = this.nextId;
@@ -493,8 +651,10 @@ export class SandboxPool implements CodeRunner {
       item.sentAt = Date.now();
       item.frame.writeUInt32LE(id, 4);
       this.inflight.set(id, item);
+      this.statelessInflight++;
       b.send(item.frame);
     }
+    for (const s of this.sessions.values()) this.pumpSession(s);
   }
 
   private ensureBroker(): Promise<void> {
@@ -513,12 +673,13 @@ export class SandboxPool implements CodeRunner {
     const plan = planLaunch({
       isolation: o.isolation,
       python: o.python,
-      slots: o.slots,
+      slots: o.slots + o.maxSessions,
       scratchMb: o.scratchMb,
       shmMb: o.shmMb,
       uidBase: o.uidBase,
       config: {
-        slots: o.slots,
+        slots: o.slots + o.maxSessions,
+        sessionSlots: o.maxSessions,
         maxOutputBytes: o.maxOutputBytes,
         maxFetchBytes: o.maxFilesBytes,
         killOutputBytes: o.killOutputBytes,
@@ -540,6 +701,12 @@ export class SandboxPool implements CodeRunner {
       o.log,
       o.startTimeoutMs,
     );
+    broker.onControl = (hdr) => {
+      if (typeof hdr.sessionGone !== 'number') return;
+      for (const s of this.sessions.values()) {
+        if (s.sid === hdr.sessionGone && !s.busy) this.markLost(s, String(hdr.why));
+      }
+    };
     this.broker = broker;
     try {
       const ready = await broker.ready;
@@ -577,8 +744,13 @@ export class SandboxPool implements CodeRunner {
       this.options.log(`${why}; restarting`);
     }
     const retry: Item[] = [];
+    for (const s of [...this.sessions.values()]) this.markLost(s, `the sandbox restarted (${why})`);
+    this.statelessInflight = 0;
     for (const it of this.inflight.values()) {
-      if (it.attempts < 2 && !this.closing) retry.push(it);
+      if (it.session) {
+        it.session.busy = false;
+        this.finish(it, sessionError(`session ${it.session.key} lost: the sandbox restarted (${why})`));
+      } else if (it.attempts < 2 && !this.closing) retry.push(it);
       else this.finish(it, emptyResult('internal_error', `sandbox died during the call, twice (${why})`));
     }
     this.inflight.clear();
@@ -612,6 +784,11 @@ export class SandboxPool implements CodeRunner {
     const item = this.inflight.get(id);
     if (!item) return;
     this.inflight.delete(id);
+    const s = item.session;
+    if (s) {
+      s.busy = false;
+      s.lastUsed = Date.now();
+    } else this.statelessInflight--;
     const exitCode = h.c ?? null;
     const sig = h.g ? (SIGNAL_NAMES[h.g] ?? `SIG${h.g}`) : null;
     const truncated = h.no > h.o || h.ne > h.e;
@@ -628,7 +805,7 @@ export class SandboxPool implements CodeRunner {
       oom = looksLikeOom(stderr, sig, h.m, item.memoryMb);
       status = oom ? 'oom' : sig ? 'killed' : exitCode === 0 ? 'ok' : 'error';
     }
-    this.ewmaMs = this.ewmaMs * 0.9 + Math.max(0.5, Date.now() - item.sentAt) * 0.1;
+    if (!s) this.ewmaMs = this.ewmaMs * 0.9 + Math.max(0.5, Date.now() - item.sentAt) * 0.1;
     this.stats_.completed++;
     const r: RunResult = {
       status,
@@ -653,14 +830,25 @@ export class SandboxPool implements CodeRunner {
         r.error = 'fetched files were unreadable (the snippet wrote to fd 3?)';
       }
     }
+    if (s && h.sl !== undefined) {
+      const why = String(h.sl);
+      r.error = `session ${s.key} lost: ${why}`;
+      this.markLost(s, why);
+      if (why === 'session closed') this.lost.delete(s.key);
+    }
     item.resolve(r);
-    this.pump();
+    if (s) this.pumpSession(s);
+    else this.pump();
   }
 
   private finish(item: Item, r: RunResult): void {
     if (item.queueTimer) clearTimeout(item.queueTimer);
     item.resolve(r);
   }
+}
+
+function sessionError(error: string): RunResult {
+  return emptyResult('error', error);
 }
 
 function looksLikeOom(stderr: string, sig: string | null, peakKb: number, memoryMb: number): boolean {

@@ -102,7 +102,7 @@ describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
       { code: 'print(1)', timeoutMs: -5 },
       { code: 'print(1)', files: { '../etc/x': '' } },
       { code: 'print(1)', files: { 'a.txt': 'not base64!!' } },
-      { code: 'print(1)', session: 's1' },
+      { code: 'print(1)', session: 'has space' },
     ]);
     for (const r of bad) assert.equal(r.status, 'invalid_input');
     assert.match(bad[0].error ?? '', /code must be a string/);
