@@ -3,14 +3,13 @@ import { join, resolve } from 'node:path';
 import { readJsonl } from '../util/jsonl.js';
 import type { BenchProblem } from './score.js';
 
-// Benchmarks are JSONL files of {id, problem, answer}. Named ones are looked up in the project's data
-// folder first, then RSTAR2_BENCH_DIR, then the shared data folder this project was seeded from.
+// Benchmarks are JSONL files of {id, problem, answer}. Named ones are looked up in RSTAR2_BENCH_DIR first,
+// then the project's data folder (relative to the working directory, then to the checkout).
 const ALIASES: Record<string, string> = { hmmt25: 'hmmt_feb25', 'hmmt-feb25': 'hmmt_feb25' };
 
 export function benchDirs(): string[] {
   const dirs = [resolve('data/benchmarks'), new URL('../../data/benchmarks/', import.meta.url).pathname];
   if (process.env.RSTAR2_BENCH_DIR) dirs.unshift(process.env.RSTAR2_BENCH_DIR);
-  dirs.push('/work/shared/data/benchmarks');
   return [...new Set(dirs.map((d) => resolve(d)))];
 }
 
