@@ -1,7 +1,8 @@
 // Throughput and latency of the embedded SandboxPool (full isolation unless --isolation none).
 // Usage: flock /tmp/bench.lock npx tsx bench/sandbox-pool.ts [--n 3000] [--concurrency 64] [--slots N]
 // Prints calls/s, p50/p99 latency and CPU ms per call (Node + every process in the sandbox tree) for:
-// idle sequential calls, trivial calls at concurrency C, the same with numpy preloaded, 0.5 s busy loops.
+// idle sequential calls, trivial calls at concurrency C, stateful-session calls (--only session),
+// the same with numpy preloaded, 0.5 s busy loops.
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { SandboxPool, type SandboxPoolOptions } from '../src/sandbox/pool.js';
@@ -82,6 +83,38 @@ async function measure(pool: SandboxPool, name: string, req: RunRequest, n: numb
   );
 }
 
+async function measureSessions(pool: SandboxPool, name: string, n: number, conc: number) {
+  // worker k always uses session k, so calls of one session never queue behind each other
+  const lat: number[] = [];
+  let started = 0;
+  let failed = 0;
+  const pid = pool.sandboxPid as number;
+  const cpu0 = treeCpuMs(pid);
+  const node0 = process.cpuUsage();
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: conc }, async (_, k) => {
+      while (started < n) {
+        started++;
+        const s = performance.now();
+        const res = await pool.run({ code: 'print(1+1)', session: `bench-${k}` });
+        lat.push(performance.now() - s);
+        if (res.status !== 'ok') failed++;
+      }
+    }),
+  );
+  const wall = performance.now() - t0;
+  const nodeCpu = process.cpuUsage(node0);
+  const nodeMs = (nodeCpu.user + nodeCpu.system) / 1000;
+  const sandboxCpu = treeCpuMs(pid) - cpu0;
+  lat.sort((a, b) => a - b);
+  const q = (p: number) => lat[Math.min(lat.length - 1, Math.floor(p * lat.length))].toFixed(2);
+  console.log(
+    `${name.padEnd(28)} n=${n} c=${conc} calls/s=${((n / wall) * 1000).toFixed(0)} p50=${q(0.5)}ms ` +
+      `p99=${q(0.99)}ms cpu/call=${((nodeMs + sandboxCpu) / n).toFixed(2)}ms failed=${failed}`,
+  );
+}
+
 async function withPool(opts: SandboxPoolOptions, fn: (p: SandboxPool) => Promise<void>) {
   const pool = await SandboxPool.start({
     isolation: values.isolation as 'bwrap' | 'none',
@@ -107,6 +140,14 @@ if (want('trivial')) {
     console.log(`slots=${pool.options.slots} landlock=${pool.info.landlock} uidBase=${pool.info.uidBase}`);
     await measure(pool, 'idle sequential print(1+1)', trivial, Math.min(N, 500), 1);
     await measure(pool, 'print(1+1)', trivial, N, C);
+  });
+}
+if (want('session')) {
+  // stateful sessions: a warm interpreter per session id, no fork per call
+  await withPool({ maxSessions: 16 }, async (pool) => {
+    await measure(pool, 'session, idle sequential', { code: 'print(1+1)', session: 'bench-idle' }, 300, 1);
+    pool.closeSession('bench-idle');
+    await measureSessions(pool, 'session print(1+1)', N, Math.min(C, 16));
   });
 }
 if (want('numpy')) {
