@@ -118,6 +118,25 @@ describe('SandboxPool stateful sessions (bwrap)', { skip, timeout: 120_000 }, ()
     assert.equal((await pool.run({ code: 'print(1)' })).stdout, '1\n');
   });
 
+  test('a cell that ends the session process (os._exit, fork bomb) reports the loss', async () => {
+    const r = await pool.run({ code: 'import os\nprint("bye", flush=True)\nos._exit(0)', session: 'exit' });
+    assert.equal(r.stdout, 'bye\n');
+    assert.match(r.error ?? '', /session exit lost: session process exited/);
+    const next = await pool.run({ code: 'print(1)', session: 'exit' });
+    assert.match(next.error ?? '', /session exit lost/);
+    pool.closeSession('exit');
+    const bomb = await pool.run({
+      code: 'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass',
+      session: 'bomb',
+      timeoutMs: 800,
+    });
+    assert.equal(bomb.status, 'timeout');
+    pool.closeSession('bomb');
+    const ok = await pool.run({ code: 'import os\nprint(len(os.listdir(".")))', session: 'bomb' });
+    assert.equal(ok.stdout, '0\n');
+    pool.closeSession('bomb');
+  });
+
   test('closeSession kills a running cell', async () => {
     const p = pool.run({ code: 'import time\ntime.sleep(10)', session: 'closing', timeoutMs: 20_000 });
     await sleep(300);
