@@ -89,6 +89,18 @@ export class SandboxClient implements CodeRunner {
     return reqs.map(() => failedResult(lastStatus, `${lastError} (after ${this.o.retries + 1} attempts)`));
   }
 
+  async closeSession(session: string): Promise<boolean> {
+    const res = await fetch(`${this.o.url}/v1/session/close`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ session }),
+    });
+    const text = await res.text();
+    if (res.status !== 200)
+      throw new Error(`sandbox service could not close session ${session} (${res.status}): ${text}`);
+    return (JSON.parse(text) as { closed: boolean }).closed;
+  }
+
   async close(): Promise<void> {}
 }
 

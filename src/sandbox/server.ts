@@ -464,6 +464,8 @@ function codeJudgeBatch(judge: boolean, long: boolean): Route {
   };
 }
 
+const CloseSessionSchema = z.object({ session: z.string().min(1) });
+
 const ROUTES: Record<string, Route> = {
   '/run': codeJudgeSingle(false),
   '/judge': codeJudgeSingle(true),
@@ -476,6 +478,11 @@ const ROUTES: Record<string, Route> = {
     const results = await s.runItems(client, [s.checkItem(req)], s.options.longQueueWaitMs);
     if (!results) return { body: s.busyBody(1), items: 1, busy: true };
     return { body: results[0], items: 1 };
+  },
+  '/v1/session/close': async (s, _client, body) => {
+    const { session } = s.parse(CloseSessionSchema, body);
+    if (!s.options.runner.closeSession) throw new HttpError(501, 'this backend has no stateful sessions');
+    return { body: { session, closed: await s.options.runner.closeSession(session) }, items: 0 };
   },
   '/v1/batch': async (s, client, body) => {
     const { requests } = s.parse(NativeBatchSchema, body);

@@ -44,5 +44,7 @@ export interface RunResult {
 export interface CodeRunner {
   run(req: RunRequest): Promise<RunResult>;
   runBatch(reqs: RunRequest[]): Promise<RunResult[]>; // results in request order
+  /** Ends a stateful session (RunRequest.session); true if one was live. Runners without sessions omit it. */
+  closeSession?(session: string): Promise<boolean> | boolean;
   close(): Promise<void>;
 }

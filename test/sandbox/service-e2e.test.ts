@@ -42,6 +42,28 @@ test('service over the isolated pool: tool calls through the native client', {
   assert.match(rs[2].text, /(PermissionError|FileNotFoundError) at line 1/);
 });
 
+test('stateful sessions through the service: state persists until the session is closed', {
+  timeout: 60_000,
+}, async () => {
+  const pool = await SandboxPool.start({ slots: 2, log: () => {} });
+  const server = new SandboxServer({ runner: pool, port: 0, concurrency: 2, log: () => {} });
+  const { url } = await server.listen();
+  cleanup.push(
+    () => server.close(),
+    () => pool.close(),
+  );
+  const client = new SandboxClient({ url });
+  assert.equal((await client.run({ code: 'x = 41', session: 'cell-a' })).status, 'ok');
+  const second = await client.run({ code: 'print(x + 1)', session: 'cell-a' });
+  assert.equal(second.stdout, '42\n');
+  const other = await client.run({ code: 'print(x)', session: 'cell-b' });
+  assert.equal(other.status, 'error', 'another session must not see cell-a state');
+  assert.equal(await client.closeSession('cell-a'), true);
+  const fresh = await client.run({ code: 'print(x)', session: 'cell-a' });
+  assert.equal(fresh.status, 'error', 'a closed session starts with no state');
+  assert.equal(await client.closeSession('never-opened'), false);
+});
+
 function cli(args: string[]): ChildProcess {
   const p = spawn(process.execPath, ['bin/rstar2.js', 'sandbox', ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
