@@ -1,4 +1,4 @@
-import type { CodeRunner, RunRequest, RunResult } from '../sandbox/types.js';
+import { type CodeRunner, failedResult, type RunRequest, type RunResult } from '../sandbox/types.js';
 
 // Collects tool calls from many trajectories into runBatch calls without delaying any of them: a
 // request waits at most until the current event-loop turn ends (or until the batch is full), and up
@@ -79,18 +79,5 @@ export class BatchingRunner implements CodeRunner {
 }
 
 export function internalError(error: string): RunResult {
-  return {
-    status: 'internal_error',
-    exitCode: null,
-    signal: null,
-    stdout: '',
-    stderr: '',
-    truncated: false,
-    timedOut: false,
-    oom: false,
-    wallMs: 0,
-    cpuMs: 0,
-    peakMemoryKb: 0,
-    error,
-  };
+  return failedResult('internal_error', error);
 }

@@ -102,20 +102,4 @@ export function toJudgeResult(r: SubmissionResult): JudgeResult {
   return rest;
 }
 
-/** A RunResult for an item that never ran (bad input, refused, lost). */
-export function failedResult(status: RunStatus, error: string, wallMs = 0): RunResult {
-  return {
-    status,
-    exitCode: null,
-    signal: null,
-    stdout: '',
-    stderr: '',
-    truncated: false,
-    timedOut: false,
-    oom: false,
-    wallMs,
-    cpuMs: 0,
-    peakMemoryKb: 0,
-    error,
-  };
-}
+export { failedResult } from './types.js';

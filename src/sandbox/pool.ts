@@ -6,7 +6,13 @@ import { closeSync } from 'node:fs';
 import { availableParallelism, constants as osConstants } from 'node:os';
 import { findPython } from '../util/python.js';
 import { findBwrap, type IsolationMode, planLaunch } from './isolation.js';
-import type { CodeRunner, RunRequest, RunResult, RunStatus } from './types.js';
+import {
+  type CodeRunner,
+  failedResult as emptyResult,
+  type RunRequest,
+  type RunResult,
+  type RunStatus,
+} from './types.js';
 
 export interface SandboxPoolOptions {
   /** concurrent calls (one scratch dir and uid each); default 2 x cores */
@@ -108,22 +114,7 @@ const SIGNAL_NAMES: Record<number, string> = Object.fromEntries(
   Object.entries(osConstants.signals).map(([name, n]) => [n, name]),
 );
 
-export function emptyResult(status: RunStatus, error?: string): RunResult {
-  return {
-    status,
-    exitCode: null,
-    signal: null,
-    stdout: '',
-    stderr: '',
-    truncated: false,
-    timedOut: false,
-    oom: false,
-    wallMs: 0,
-    cpuMs: 0,
-    peakMemoryKb: 0,
-    ...(error === undefined ? {} : { error }),
-  };
-}
+export { emptyResult };
 
 function resolveOptions(o: SandboxPoolOptions): Resolved {
   const cores = availableParallelism();

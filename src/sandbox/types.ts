@@ -48,3 +48,21 @@ export interface CodeRunner {
   closeSession?(session: string): Promise<boolean> | boolean;
   close(): Promise<void>;
 }
+
+/** A result for an item that never ran or was cut short (bad input, refused, lost): no output, no exit code. */
+export function failedResult(status: RunStatus, error?: string, wallMs = 0): RunResult {
+  return {
+    status,
+    exitCode: null,
+    signal: null,
+    stdout: '',
+    stderr: '',
+    truncated: false,
+    timedOut: false,
+    oom: false,
+    wallMs,
+    cpuMs: 0,
+    peakMemoryKb: 0,
+    ...(error === undefined ? {} : { error }),
+  };
+}
