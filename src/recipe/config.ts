@@ -54,6 +54,10 @@ const SftStage = z
       .object({ direct: z.number().min(0), tool: z.number().min(0), recover: z.number().min(0) })
       .strict()
       .default({ direct: 0.4, tool: 0.4, recover: 0.2 }),
+    echo: z
+      .boolean()
+      .default(false)
+      .describe("responses restate the question's expression before answering or calling the tool"),
     data: DataSchema.default(DataSchema.parse({})),
     checkpointEvery: z.number().int().min(1).default(100),
   })
@@ -104,7 +108,7 @@ export const RecipeSchema = z
       .strict()
       .default({ preset: 'tiny', init: null, threads: 2 }),
     tokenizer: z
-      .object({ template: z.enum(['compact', 'rstar2', 'qwen']).default('compact') })
+      .object({ template: z.enum(['compact', 'rstar2', 'qwen', 'quick']).default('compact') })
       .strict()
       .default({ template: 'compact' }),
     eval: z
@@ -112,6 +116,10 @@ export const RecipeSchema = z
         n: z.number().int().min(1).default(200),
         seed: z.number().int().default(1),
         levels: Levels.default([0, 1, 2, 3]),
+        kinds: z
+          .array(z.enum(TASK_KINDS))
+          .min(1)
+          .default([...TASK_KINDS]),
         temperature: z.number().min(0).default(0),
         maxResponseTokens: z.number().int().min(16).default(640),
         maxTurns: z.number().int().min(1).default(3),
@@ -121,6 +129,7 @@ export const RecipeSchema = z
         n: 200,
         seed: 1,
         levels: [0, 1, 2, 3],
+        kinds: [...TASK_KINDS],
         temperature: 0,
         maxResponseTokens: 640,
         maxTurns: 3,

@@ -205,7 +205,21 @@ export interface DemoMix {
  * a plausible-looking guess otherwise, so SFT teaches the format but not the arithmetic; 'tool' calls the
  * tool and copies stdout; 'recover' makes a failing call first, then fixes it.
  */
-export function sftDemos(problems: Problem[], mix: DemoMix, seed: number): SftDemo[] {
+export interface DemoOptions {
+  /**
+   * Open every response by restating the question's expression (`<reason>48213*7719</reason>`): a short-range
+   * copy on every demo, so a from-scratch model learns to copy digits early, and then copies them again
+   * into print(...). Default off (empty reasoning).
+   */
+  echo?: boolean;
+}
+
+/** The question's expression, for echo demos: "What is 12*34?" -> "12*34". */
+export function echoOf(question: string): string {
+  return question.replace(/^What is /, '').replace(/\?$/, '');
+}
+
+export function sftDemos(problems: Problem[], mix: DemoMix, seed: number, opts: DemoOptions = {}): SftDemo[] {
   const rng = new Rng(seed);
   const total = mix.direct + mix.tool + mix.recover;
   if (!(total > 0)) throw new Error('sftDemos: demo mix weights must sum to > 0');
@@ -214,15 +228,19 @@ export function sftDemos(problems: Problem[], mix: DemoMix, seed: number): SftDe
     const style: DemoStyle = u < mix.direct ? 'direct' : u < mix.direct + mix.tool ? 'tool' : 'recover';
     const ok = (stdout: string) => `Tool call success\nstdout: ${stdout}\n\nexecution time: 0.01s`;
     const segments: Segment[] = [];
+    const thought = opts.echo ? echoOf(p.question) : '';
     if (style === 'direct') {
-      segments.push({ text: answerText(p.level === 0 ? p.answer : guess(p.answer, rng)), train: true });
+      segments.push({
+        text: answerText(p.level === 0 ? p.answer : guess(p.answer, rng), thought),
+        train: true,
+      });
     } else {
       if (style === 'recover') {
         const bad = breakCode(p.code, rng);
-        segments.push({ text: toolCallText(bad.code), train: true });
+        segments.push({ text: thought + toolCallText(bad.code), train: true });
         segments.push({ text: toolObservationText(`${bad.tool}\n\nexecution time: 0.01s`), train: false });
       }
-      segments.push({ text: toolCallText(p.code), train: true });
+      segments.push({ text: (style === 'recover' ? '' : thought) + toolCallText(p.code), train: true });
       segments.push({ text: toolObservationText(ok(p.answer)), train: false });
       segments.push({ text: answerText(p.answer), train: true });
     }

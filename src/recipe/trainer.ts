@@ -131,7 +131,13 @@ export class Trainer {
     this.reward = opts.reward ?? integerReward;
     this.log = opts.log ?? ((l) => process.stderr.write(`${l}\n`));
     const e = recipe.eval;
-    this.testSet = generateProblems({ seed: e.seed, n: e.n, split: 'test', levels: e.levels });
+    this.testSet = generateProblems({
+      seed: e.seed,
+      n: e.n,
+      split: 'test',
+      levels: e.levels,
+      kinds: e.kinds,
+    });
   }
 
   private stageIndexOf(name: string): number {
@@ -217,7 +223,9 @@ export class Trainer {
       levels: stage.data.levels,
       kinds: stage.data.kinds,
     });
-    const demos = sftDemos(train, stage.demoMix, seedFor(this.recipe.seed, stage.name, 'demos'));
+    const demos = sftDemos(train, stage.demoMix, seedFor(this.recipe.seed, stage.name, 'demos'), {
+      echo: stage.echo,
+    });
     const bar = new Progress(
       `${stage.name}`,
       stage.steps,

@@ -118,6 +118,24 @@ ${messageLoop("''")}
 {%- endif %}
 `;
 
-export const TEMPLATES = { rstar2: RSTAR2_TEMPLATE, qwen: QWEN_TEMPLATE, compact: COMPACT_TEMPLATE } as const;
+// The quickstart's from-scratch model: the compact structure and tokens with a system turn of a few
+// characters (the model learns the tool-call format from demos, not from the prompt), so each training
+// sequence is ~150 characters shorter.
+export const QUICK_SYSTEM_PROMPT = 'Use python.';
+const QUICK_TOOLS_BLOCK = String.raw`{{- "<|im_end|>\n" }}`;
+
+export const QUICK_TEMPLATE = String.raw`${systemBlock(jinjaString(QUICK_SYSTEM_PROMPT), QUICK_TOOLS_BLOCK)}
+${messageLoop("''")}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n<reason>' }}
+{%- endif %}
+`;
+
+export const TEMPLATES = {
+  rstar2: RSTAR2_TEMPLATE,
+  qwen: QWEN_TEMPLATE,
+  compact: COMPACT_TEMPLATE,
+  quick: QUICK_TEMPLATE,
+} as const;
 export type TemplateName = keyof typeof TEMPLATES;
 export const TEMPLATE_NAMES = Object.keys(TEMPLATES) as TemplateName[];

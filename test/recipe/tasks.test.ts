@@ -1,10 +1,19 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { test } from 'node:test';
+import { agentTemplate } from '../../src/agent/template.js';
 import type { Trajectory } from '../../src/agent/trajectory.js';
 import { loadRecipe, parseRecipe } from '../../src/recipe/config.js';
 import { integerReward } from '../../src/recipe/reward.js';
-import { generateProblems, MAX_LEVEL, sftDemos, splitOf, TASK_KINDS } from '../../src/recipe/tasks.js';
+import {
+  echoOf,
+  generateProblems,
+  MAX_LEVEL,
+  sftDemos,
+  splitOf,
+  TASK_KINDS,
+} from '../../src/recipe/tasks.js';
+import { buildCharTokenizer, ChatTemplate, tokenizerFromFiles } from '../../src/tokenizer/index.js';
 
 test('problems are deterministic, distinct, and the train/test split is disjoint by question', () => {
   const a = generateProblems({ seed: 3, n: 300, split: 'train', levels: [0, 1, 2, 3] });
@@ -115,4 +124,24 @@ test('recipes: quickstart loads with defaults, --roc overrides, bad input names 
     /duplicate stage name "sft"/,
   );
   assert.throws(() => loadRecipe('no-such-recipe'), /recipe not found: no-such-recipe/);
+});
+
+test('echo demos restate the expression first; the quick template keeps the compact structure', () => {
+  assert.equal(echoOf('What is 48213*7719?'), '48213*7719');
+  const ps = generateProblems({ seed: 3, n: 60, split: 'train', levels: [1, 2], kinds: ['add', 'mul'] });
+  const demos = sftDemos(ps, { direct: 1, tool: 1, recover: 1 }, 5, { echo: true });
+  for (const d of demos) {
+    const p = ps.find((x) => x.id === d.problemId)!;
+    assert.ok(d.segments[0].text.startsWith(`${echoOf(p.question)}</reason>`), d.segments[0].text);
+    if (d.style !== 'direct')
+      assert.ok(d.segments[d.segments.length - 3].text.includes(`print(${echoOf(p.question)})`));
+  }
+  const tok = tokenizerFromFiles(buildCharTokenizer({ template: 'quick' }));
+  const tpl = agentTemplate(tok, { chat: ChatTemplate.named('quick') });
+  assert.equal(
+    tok.decode(tpl.promptIds('What is 1+2?')),
+    '<|im_start|>system\nUse python.<|im_end|>\n<|im_start|>user\nWhat is 1+2?<|im_end|>\n<|im_start|>assistant\n<reason>',
+  );
+  const r = parseRecipe({ eval: { kinds: ['mul'] }, stages: [{ type: 'sft', echo: true }] });
+  assert.deepEqual(r.eval.kinds, ['mul']);
 });
