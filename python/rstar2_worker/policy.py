@@ -250,8 +250,8 @@ class Policy:
             raise ValueError("train batch has no mask=1 tokens")
         lo, hi = self.rank * n_global // self.world, (self.rank + 1) * n_global // self.world
         mine = list(range(lo, hi))
-        # stats: loss, clipped tokens, entropy sum, trained tokens, all tokens
-        stats = torch.zeros(5, dtype=torch.float64)
+        # stats: loss, clipped tokens, entropy sum, trained tokens, all tokens, padded tokens
+        stats = torch.zeros(6, dtype=torch.float64)
         mbs = micro_batches([seqs[i] for i in mine], o["microBatchTokens"])
         for mb in mbs:
             idx = [mine[j] for j in mb]
@@ -278,7 +278,8 @@ class Policy:
                 loss = msum / mask.sum().clamp(min=1) * (len(idx) / n_global)
             loss.backward()
             stats += torch.tensor(
-                [loss.item(), float((clipped * mask).sum()), float((ent * mask).sum()), float(mask.sum()), float(valid.sum())],
+                [loss.item(), float((clipped * mask).sum()), float((ent * mask).sum()), float(mask.sum()), float(valid.sum()),
+                 float(valid.numel())],
                 dtype=torch.float64,
             )
         params = unique_params(model)
@@ -294,7 +295,7 @@ class Policy:
         opt.zero_grad(set_to_none=True)
         self.step += 1
         dt = time.time() - t0
-        loss_v, clip_n, ent_s, trained, tokens = stats.tolist()
+        loss_v, clip_n, ent_s, trained, tokens, padded = stats.tolist()
         return {
             "loss": loss_v,
             "gradNorm": grad_norm,
@@ -302,6 +303,7 @@ class Policy:
             "entropy": ent_s / max(trained, 1),
             "tokens": int(tokens),
             "trainedTokens": int(trained),
+            "paddedTokens": int(padded),
             "tokensPerS": tokens / dt if dt > 0 else 0.0,
             "lr": lr,
             "step": self.step,
@@ -346,15 +348,18 @@ def sample(logits, temperature, top_k, top_p, gen):
 
 
 def micro_batches(seqs, budget):
-    """Greedy in-order packing: a micro-batch holds sequences while count × longest ≤ budget (≥ 1 each)."""
+    """Length-grouped packing: longest first, a micro-batch holds sequences while count × longest ≤ budget
+    (≥ 1 each) and none is under half the longest, so padding stays below half of every micro-batch.
+    Results are per index and the loss is a sum over tokens, so the grouping changes only speed."""
     out, cur, longest = [], [], 0
-    for i, s in enumerate(seqs):
-        n = max(len(s), 1)
-        if cur and (len(cur) + 1) * max(longest, n) > budget:
+    for i in sorted(range(len(seqs)), key=lambda i: -len(seqs[i])):
+        n = max(len(seqs[i]), 1)
+        if cur and ((len(cur) + 1) * longest > budget or 2 * n < longest):
             out.append(cur)
-            cur, longest = [], 0
+            cur = []
+        if not cur:
+            longest = n
         cur.append(i)
-        longest = max(longest, n)
     if cur:
         out.append(cur)
     return out

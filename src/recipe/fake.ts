@@ -43,7 +43,7 @@ export class FakeBackend implements PolicyBackend {
         if (broken) {
           events.push({ kind: 'generation', turn, start: 0, end: 1, finishReason: 'stop', ms: 1 });
           events.push({ kind: 'tool_call', turn, name: 'python', arguments: '{}' });
-          const err = "Tool call failure\nreason: \nstderr: NameError: name 'prnt' is not defined";
+          const err = "Tool call failure\nreason: \nstderr: NameError at line 1: name 'prnt' is not defined";
           events.push({ kind: 'tool_result', turn, text: err, error: true, ms: 1, start: 0, end: 1 });
           text += toolCallText(prob.code.replace('print(', 'prnt(')) + toolObservationText(err);
           turn++;
@@ -92,6 +92,7 @@ export class FakeBackend implements PolicyBackend {
       entropy: 0,
       tokens: 0,
       trainedTokens: 0,
+      paddedTokens: 0,
       tokensPerS: 0,
       lr,
       step: this.p.steps,

@@ -78,6 +78,7 @@ export interface TrainStats {
   entropy: number; // mean policy entropy over trained tokens
   tokens: number; // non-padding tokens processed (all ranks)
   trainedTokens: number; // mask=1 tokens
+  paddedTokens: number; // tokens the forward passes computed, padding included (all ranks)
   tokensPerS: number;
   lr: number; // learning rate applied in this step
   step: number; // optimizer steps completed (after this one)

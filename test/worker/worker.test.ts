@@ -225,3 +225,20 @@ test('model dir from `model init`: loads, and stop strings end generation once d
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('micro-batches group sequences by length, so short ones are not padded to long ones', {
+  timeout: 60_000,
+}, async () => {
+  const long = Array.from({ length: 30 }, (_, i) => 1 + (i % 9));
+  const short = [2, 3, 4];
+  const sequences = [long, short, long, short].map((ids) => ({ ids, mask: ids.map((_, i) => (i ? 1 : 0)) }));
+  const scored = await w.logprobs(sequences.map((s) => s.ids));
+  const tokens = 2 * long.length + 2 * short.length;
+  // in batch order, [long, short] twice would pad every short sequence to 30 tokens
+  const stats = await w.trainStep({ loss: 'sft', sequences }, { lr: 0, microBatchTokens: 200 });
+  assert.equal(stats.tokens, tokens);
+  assert.equal(stats.paddedTokens, tokens);
+  assert.equal(stats.microBatches, 2);
+  const nll = scored.flatMap((s) => s.logprobs.slice(1)).reduce((a, b) => a - b, 0);
+  assert.ok(Math.abs(stats.loss - nll / (tokens - 4)) < 1e-5, `${stats.loss} vs ${nll / (tokens - 4)}`);
+});
