@@ -9,7 +9,8 @@ interface Series {
   points: [number, number][];
 }
 
-const COLORS = ['#d62728', '#1f77b4', '#2ca02c', '#9467bd', '#ff7f0e'];
+// pairs of a dark and a light shade, so runs given as (arm A, arm B, arm A', arm B') read as two arms
+const COLORS = ['#d62728', '#1f77b4', '#ff9896', '#aec7e8', '#2ca02c', '#98df8a'];
 
 function smooth(points: [number, number][], w: number): [number, number][] {
   return points.map(([x], i) => {

@@ -179,19 +179,16 @@ export function answerText(answer: string, thought = ''): string {
   return `${thought}</reason> <answer> \\boxed{${answer}} </answer><|im_end|>`;
 }
 
-// Broken variants of a program for recovery demos: each fails the way a careless first attempt does.
+// Broken variants of a program for recovery demos: each fails the way a careless first attempt does, and the
+// observation is the text the sandboxed python tool returns for it (message, then the offending line).
 function breakCode(code: string, rng: Rng): { code: string; tool: string } {
-  const variants = [
-    {
-      code: code.replace('print(', 'prnt('),
-      tool: "Tool call failure\nreason: \nstderr: NameError: name 'prnt' is not defined",
-    },
-    {
-      code: code.slice(0, -1),
-      tool: "Tool call failure\nreason: \nstderr: SyntaxError: '(' was never closed",
-    },
-  ];
-  return rng.pick(variants);
+  const failure = (msg: string, bad: string) => `Tool call failure\nreason: \nstderr: ${msg}\n  ${bad}`;
+  const misspelt = code.replace('print(', 'prnt(');
+  const unclosed = code.slice(0, -1);
+  return rng.pick([
+    { code: misspelt, tool: failure("NameError at line 1: name 'prnt' is not defined", misspelt) },
+    { code: unclosed, tool: failure("SyntaxError at line 1: '(' was never closed", unclosed) },
+  ]);
 }
 
 export interface DemoMix {

@@ -5,6 +5,7 @@ import { agentTemplate } from '../../src/agent/template.js';
 import type { Trajectory } from '../../src/agent/trajectory.js';
 import { loadRecipe, parseRecipe } from '../../src/recipe/config.js';
 import { integerReward } from '../../src/recipe/reward.js';
+import { executePythonTool } from '../../src/sandbox/tool.js';
 import {
   echoOf,
   generateProblems,
@@ -14,6 +15,7 @@ import {
   TASK_KINDS,
 } from '../../src/recipe/tasks.js';
 import { buildCharTokenizer, ChatTemplate, tokenizerFromFiles } from '../../src/tokenizer/index.js';
+import { SpawnRunner } from '../sandbox/helpers.js';
 
 test('problems are deterministic, distinct, and the train/test split is disjoint by question', () => {
   const a = generateProblems({ seed: 3, n: 300, split: 'train', levels: [0, 1, 2, 3] });
@@ -144,4 +146,26 @@ test('echo demos restate the expression first; the quick template keeps the comp
   );
   const r = parseRecipe({ eval: { kinds: ['mul'] }, stages: [{ type: 'sft', echo: true }] });
   assert.deepEqual(r.eval.kinds, ['mul']);
+});
+
+test('recovery demos show the python tool the exact failure text it returns for the broken call', async () => {
+  const ps = generateProblems({ seed: 4, n: 40, split: 'train', levels: [1, 2], kinds: ['mul', 'gcd'] });
+  const demos = sftDemos(ps, { direct: 0, tool: 0, recover: 1 }, 6, { echo: true });
+  const runner = new SpawnRunner();
+  const seen = new Set<string>();
+  for (const d of demos.slice(0, 12)) {
+    const call = /<tool_call>\n(.*)\n<\/tool_call>/.exec(d.segments[0].text);
+    assert.ok(call, d.segments[0].text);
+    const args = JSON.parse(call[1]).arguments;
+    const real = await executePythonTool(args, runner);
+    assert.ok(real.error, `the broken call must fail: ${args.code}`);
+    // the demo's observation is the tool's text up to the measured execution time
+    const shown = d.segments[1].text.replace(/execution time: [\d.]+s/, 'execution time: Xs');
+    assert.ok(
+      shown.includes(real.text.replace(/execution time: [\d.]+s/, 'execution time: Xs')),
+      `${shown}\n---\n${real.text}`,
+    );
+    seen.add(real.text.split('\n')[2].split(' at ')[0]);
+  }
+  assert.deepEqual([...seen].sort(), ['stderr: NameError', 'stderr: SyntaxError']);
 });
