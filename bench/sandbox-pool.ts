@@ -2,11 +2,13 @@
 // Usage: flock /tmp/bench.lock npx tsx bench/sandbox-pool.ts [--n 3000] [--concurrency 64] [--slots N]
 // Prints calls/s, p50/p99 latency and CPU ms per call (Node + every process in the sandbox tree) for:
 // idle sequential calls, trivial calls at concurrency C, stateful-session calls (--only session),
-// the same with numpy preloaded, 0.5 s busy loops.
+// the same with numpy preloaded, 0.5 s busy loops, and the fork floor of this machine (--only floor).
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { SandboxPool, type SandboxPoolOptions } from '../src/sandbox/pool.js';
 import type { RunRequest } from '../src/sandbox/types.js';
+import { findPython } from '../src/util/python.js';
 
 const { values } = parseArgs({
   options: {
@@ -21,22 +23,44 @@ const N = Number(values.n);
 const C = Number(values.concurrency);
 const TICK_MS = 10; // USER_HZ is 100 on Linux
 
-function treeCpuMs(root: number): number {
-  let ticks = 0;
+interface ProcCpu {
+  pid: number;
+  comm: string;
+  self: number; // ms of its own CPU
+  reaped: number; // ms of CPU of the children it waited for
+}
+
+// The sandbox's process tree in depth-first order (bwrap, its pid-namespace init, broker, zygote, live
+// children), each with its own CPU and the CPU of the children it reaped.
+function treeCpu(root: number): ProcCpu[] {
+  const out: ProcCpu[] = [];
   const stack = [root];
   while (stack.length) {
     const pid = stack.pop() as number;
     try {
       const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
       const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      ticks += Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]); // utime stime cutime cstime
-      for (const c of readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' '))
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const self = (Number(f[11]) + Number(f[12])) * TICK_MS; // utime stime
+      out.push({ pid, comm, self, reaped: (Number(f[13]) + Number(f[14])) * TICK_MS }); // cutime cstime
+      for (const c of readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').reverse())
         if (c) stack.push(Number(c));
     } catch {
       // exited between reads
     }
   }
-  return ticks * TICK_MS;
+  return out;
+}
+
+function treeCpuMs(root: number): number {
+  return treeCpu(root).reduce((a, p) => a + p.self + p.reaped, 0);
+}
+
+// Broker and zygote are the first two python processes of the tree; the per-call children are reaped by
+// the zygote, so their CPU is the zygote's reaped time.
+function sandboxSplit(root: number): { broker: number; zygote: number; children: number } {
+  const py = treeCpu(root).filter((p) => p.comm.startsWith('python'));
+  return { broker: py[0]?.self ?? 0, zygote: py[1]?.self ?? 0, children: py[1]?.reaped ?? 0 };
 }
 
 function otherLoadCores(a: number[], b: number[]): number {
@@ -54,6 +78,7 @@ async function measure(pool: SandboxPool, name: string, req: RunRequest, n: numb
   let failed = 0;
   const pid = pool.sandboxPid as number;
   const cpu0 = treeCpuMs(pid);
+  const split0 = sandboxSplit(pid);
   const node0 = process.cpuUsage();
   const st0 = procStat();
   const t0 = performance.now();
@@ -71,6 +96,8 @@ async function measure(pool: SandboxPool, name: string, req: RunRequest, n: numb
   const wall = performance.now() - t0;
   const nodeCpu = process.cpuUsage(node0);
   const sandboxCpu = treeCpuMs(pid) - cpu0;
+  const split1 = sandboxSplit(pid);
+  const per = (k: 'broker' | 'zygote' | 'children') => ((split1[k] - split0[k]) / n).toFixed(2);
   const cores = otherLoadCores(st0, procStat());
   lat.sort((a, b) => a - b);
   const q = (p: number) => lat[Math.min(lat.length - 1, Math.floor(p * lat.length))].toFixed(2);
@@ -78,7 +105,8 @@ async function measure(pool: SandboxPool, name: string, req: RunRequest, n: numb
   console.log(
     `${name.padEnd(28)} n=${n} c=${conc} calls/s=${((n / wall) * 1000).toFixed(0)} p50=${q(0.5)}ms ` +
       `p99=${q(0.99)}ms cpu/call=${((nodeMs + sandboxCpu) / n).toFixed(2)}ms ` +
-      `(node ${(nodeMs / n).toFixed(2)}, sandbox ${(sandboxCpu / n).toFixed(2)}) failed=${failed} ` +
+      `(node ${(nodeMs / n).toFixed(2)}, sandbox ${(sandboxCpu / n).toFixed(2)}: broker ${per('broker')} ` +
+      `zygote ${per('zygote')} children ${per('children')}) failed=${failed} ` +
       `machine-busy=${cores.toFixed(2)} cores`,
   );
 }
@@ -169,4 +197,32 @@ if (want('busy')) {
     };
     await measure(pool, '0.5 s busy loop', busy, 40, C);
   });
+}
+if (want('floor')) {
+  // What any fork-per-call executor pays on this machine before doing anything: a Python process with the
+  // zygote's imports forks children that exit at once (or run print(1+1) to /dev/null). CPU of parent and
+  // children per fork bounds calls/s at cores / that.
+  const script = `
+import os, sys, gc, time, resource, ctypes, json, selectors, socket, struct, types
+code = compile("print(1+1)", "<s>", "exec")
+null = os.open("/dev/null", os.O_WRONLY)
+gc.collect(); gc.freeze(); gc.disable()
+def cpu(who): r = resource.getrusage(who); return r.ru_utime + r.ru_stime
+for name, run in (("fork+_exit", False), ("fork+print(1+1)+_exit", True)):
+    n = ${Math.min(N, 2000)}
+    s0, c0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            if run:
+                os.dup2(null, 1)
+                exec(code, types.ModuleType("__main__").__dict__)
+                sys.stdout.flush()
+            os._exit(0)
+        os.waitpid(pid, 0)
+    ms = ((cpu(resource.RUSAGE_SELF) - s0) + (cpu(resource.RUSAGE_CHILDREN) - c0)) / n * 1e3
+    print(f"{name:28s} cpu/call={ms:.2f}ms (parent + child) -> at most {os.cpu_count() * 1000 / ms:.0f} calls/s on {os.cpu_count()} cores")
+`;
+  console.log('fork floor (no sandbox, no pipes, no isolation steps):');
+  process.stdout.write(execFileSync(findPython(), ['-I', '-S', '-c', script], { encoding: 'utf8' }));
 }

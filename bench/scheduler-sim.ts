@@ -25,6 +25,7 @@
 //
 // Run: flock /tmp/bench.lock npx tsx bench/scheduler-sim.ts [--seed N] [--trajectories 512]
 //        [--engines 4] [--capacity TOKENS (default: sweep 64K/128K/256K)] [--median 2000] [--sigma 0.75]
+//        [--group 16] [--prompt-share 0.5] [--split chunk|mod]
 import { KvLedger } from '../src/engines/scheduler.js';
 import { Rng } from '../src/util/rng.js';
 
@@ -49,6 +50,18 @@ const MAX_TURNS = 5; // max_assistant_turns (notes §5.2)
 // try --median 5000 for it.
 const LEN_MEDIAN = arg('median', 2000);
 const LEN_SIGMA = arg('sigma', 0.75);
+// GRPO rollouts come in groups: G samples of one prompt, adjacent in the batch (verl repeats each prompt
+// with interleave=True). A prompt's difficulty moves all of its samples' lengths together; PROMPT_SHARE is
+// the share of the log-length variance that belongs to the prompt (assumption: no figure in the notes;
+// --prompt-share 0 gives i.i.d. lengths, --group 1 no groups).
+const GROUP = arg('group', 16);
+const PROMPT_SHARE = arg('prompt-share', 0.5);
+// How the static baseline splits the batch: 'chunk' = verl AgentLoopManager's equal contiguous chunks
+// (notes §4.2), 'mod' = trajectory i to engine i mod N (the most even static split there is).
+const SPLIT = process.argv.includes('--split') ? process.argv[process.argv.indexOf('--split') + 1] : 'chunk';
+if (SPLIT !== 'chunk' && SPLIT !== 'mod') throw new Error(`--split must be chunk or mod, got ${SPLIT}`);
+const staticEngine = (id: number) =>
+  SPLIT === 'mod' ? id % N_ENG : Math.floor(id / Math.ceil(N_TRAJ / N_ENG));
 // Decode step (roofline): memory time = weights read once + the KV of the *running* batch read once;
 // compute time = batch × 2·14.8e9 FLOP at ≈ 470 TFLOP/s effective (H100 bf16 989 peak, ~48% MFU).
 // Step = max(memory, compute). Hardware figures are assumptions (H100 SXM 3.35 TB/s, ~80% achieved),
@@ -89,15 +102,23 @@ function lognormal(rng: Rng, median: number, sigma: number): number {
 
 function makeTrajectories(seed: number): Traj[] {
   const rng = new Rng(seed);
+  const sigmaPrompt = LEN_SIGMA * Math.sqrt(PROMPT_SHARE);
+  const sigmaSample = LEN_SIGMA * Math.sqrt(1 - PROMPT_SHARE);
+  let prompt = 0;
+  let median = LEN_MEDIAN;
   return Array.from({ length: N_TRAJ }, (_, id) => {
-    const prompt = rng.int(300, 700);
+    if (id % GROUP === 0) {
+      // a new prompt: its G samples share the prompt tokens and the prompt's difficulty
+      prompt = rng.int(300, 700);
+      median = lognormal(rng, LEN_MEDIAN, sigmaPrompt);
+    }
     const r = rng.next();
     const nTurns = r < 0.2 ? 1 : r < 0.5 ? 2 : r < 0.75 ? 3 : r < 0.9 ? 4 : 5;
     const toolTokens = Array.from({ length: nTurns - 1 }, () => rng.int(40, 120));
     const toolSum = toolTokens.reduce((a, b) => a + b, 0);
     const total = Math.max(
       nTurns * 20,
-      Math.min(BUDGET - toolSum, Math.round(lognormal(rng, LEN_MEDIAN, LEN_SIGMA))),
+      Math.min(BUDGET - toolSum, Math.round(lognormal(rng, median, sigmaSample))),
     );
     const w = Array.from({ length: nTurns }, () => 0.2 + rng.next());
     const ws = w.reduce((a, b) => a + b, 0);
@@ -255,7 +276,7 @@ function simulate(policy: Policy, trajs: Traj[], CAPACITY: number, expected: (g:
       const t = pending[queueHead];
       const budget = t.prompt + BUDGET;
       let i: number | null;
-      if (policy === 'static' || policy === 'static-sync') i = t.id % N_ENG;
+      if (policy === 'static' || policy === 'static-sync') i = staticEngine(t.id);
       else if (policy === 'least-requests') {
         const inflight = ledger.active.reduce((a, b) => a + b, 0);
         i = inflight < LR_CAP_PER_ENGINE * N_ENG ? ledger.choose('least-requests', budget) : null;
@@ -502,7 +523,8 @@ const work = (lens.reduce((a, b) => a + b, 0) * DECODE_MS_PER_SEQ) / 1000 / N_EN
 const tools = trajs.flatMap((t) => t.turns.slice(0, -1).map((x) => x.toolMs)).sort((a, b) => a - b);
 console.log(
   `scheduler-sim: ${N_ENG} engines, ${N_TRAJ} trajectories (seed ${SEED}); response tokens (incl. tool, lognormal ` +
-    `median ${LEN_MEDIAN} sigma ${LEN_SIGMA}, assumed) ` +
+    `median ${LEN_MEDIAN} sigma ${LEN_SIGMA}, assumed; groups of ${GROUP} samples per prompt, prompt share of ` +
+    `log-length variance ${PROMPT_SHARE}, assumed; static split '${SPLIT}') ` +
     `p50 ${lens[lens.length >> 1]} p90 ${lens[Math.floor(lens.length * 0.9)]} max ${lens.at(-1)} ` +
     `(${lens.filter((l) => l >= BUDGET - 150).length} at the ${BUDGET} budget); tool latency mean ` +
     `${(tools.reduce((a, b) => a + b, 0) / tools.length).toFixed(0)} ms p99 ${tools[Math.floor(tools.length * 0.99)].toFixed(0)} ms`,
