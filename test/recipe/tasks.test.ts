@@ -5,7 +5,6 @@ import { agentTemplate } from '../../src/agent/template.js';
 import type { Trajectory } from '../../src/agent/trajectory.js';
 import { loadRecipe, parseRecipe } from '../../src/recipe/config.js';
 import { integerReward } from '../../src/recipe/reward.js';
-import { executePythonTool } from '../../src/sandbox/tool.js';
 import {
   echoOf,
   generateProblems,
@@ -14,6 +13,7 @@ import {
   splitOf,
   TASK_KINDS,
 } from '../../src/recipe/tasks.js';
+import { executePythonTool } from '../../src/sandbox/tool.js';
 import { buildCharTokenizer, ChatTemplate, tokenizerFromFiles } from '../../src/tokenizer/index.js';
 import { SpawnRunner } from '../sandbox/helpers.js';
 
