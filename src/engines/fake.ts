@@ -1,3 +1,4 @@
+import { sleep } from '../util/sleep.js';
 import type { Engine, EngineLoad, FinishReason, GenerateResult, SamplingParams } from './types.js';
 
 // A scripted engine for tests and benchmarks. `respond` decides the output for each call; the
@@ -44,7 +45,7 @@ export class FakeEngine implements Engine {
     this.maxActive = Math.max(this.maxActive, this.active);
     try {
       const r = await this.respond(inputIds, s, call);
-      if (r.delayMs) await abortableSleep(r.delayMs, signal);
+      if (r.delayMs) await sleep(r.delayMs, signal);
       if (signal?.aborted)
         return { outputIds: [], logprobs: [], finishReason: 'abort', error: 'aborted by caller' };
       let ids = r.outputIds;
@@ -79,18 +80,4 @@ export class FakeEngine implements Engine {
   }
 
   async close(): Promise<void> {}
-}
-
-function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(t);
-        resolve();
-      },
-      { once: true },
-    );
-  });
 }

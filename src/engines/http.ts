@@ -1,3 +1,5 @@
+import { sleep } from '../util/sleep.js';
+
 // Shared HTTP plumbing for remote engines: JSON POST/GET with a per-attempt timeout, retries on
 // connection loss / 5xx / 429 / timeout, and caller cancellation. Every failure ends as a thrown
 // HttpError with the cause in its message, so an engine can turn it into a GenerateResult that the
@@ -89,20 +91,6 @@ export class HttpClient {
     }
     throw new HttpError(`${method} ${path} failed after ${this.retries + 1} attempts: ${lastErr}`);
   }
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(t);
-        resolve();
-      },
-      { once: true },
-    );
-  });
 }
 
 /** Turns a thrown error into the GenerateResult shape: caller aborts are 'abort', the rest 'error'. */

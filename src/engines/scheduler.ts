@@ -204,18 +204,20 @@ export class Scheduler {
     }
     return new Promise<number>((resolve, reject) => {
       const initial = this.incremental ? Math.min(budget, promptTokens + this.chunkTokens) : budget;
-      const w: Waiter = { budget, initial, resolve, reject };
-      signal?.addEventListener(
-        'abort',
-        () => {
-          const k = this.waiters.indexOf(w);
-          if (k >= 0) {
-            this.waiters.splice(k, 1);
-            reject(new Error('aborted while waiting for KV capacity'));
-          }
-        },
-        { once: true },
-      );
+      const onAbort = () => {
+        const k = this.waiters.indexOf(w);
+        if (k >= 0) {
+          this.waiters.splice(k, 1);
+          reject(new Error('aborted while waiting for KV capacity'));
+        }
+      };
+      // one caller signal usually spans a whole rollout: a served waiter must not leave its listener on it
+      const served = (i: number) => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve(i);
+      };
+      const w: Waiter = { budget, initial, resolve: served, reject };
+      signal?.addEventListener('abort', onAbort, { once: true });
       this.waiters.push(w);
       this.pump();
     }).then((i) =>
@@ -231,7 +233,8 @@ export class Scheduler {
         ? // admit only where growth is not pending, the whole budget could fit alone, and a chunk of headroom stays
           this.ledger.choose(
             this.policy,
-            w.initial + this.chunkTokens,
+            // (a budget within a chunk of the largest capacity is admitted onto an empty engine)
+            Math.min(w.initial + this.chunkTokens, this.ledger.maxBudget()),
             (k) => this.growers[k].length > 0 || this.ledger.capacity[k] / this.ledger.budgetCoef < w.budget,
           )
         : this.ledger.choose(this.policy, w.budget);
@@ -292,20 +295,21 @@ export class Scheduler {
           return Promise.reject(new Error(`context ${total} exceeds the trajectory budget ${budget}`));
         const grow = Math.min(budget - state.held, Math.max(total - state.held, this.chunkTokens));
         return new Promise<void>((resolve, reject) => {
-          const g: Grower = { state, grow, resolve, reject };
-          signal?.addEventListener(
-            'abort',
-            () => {
-              const q = this.growers[index];
-              const k = q.indexOf(g);
-              if (k >= 0) {
-                q.splice(k, 1);
-                reject(new Error('aborted while waiting for KV capacity'));
-                this.pump();
-              }
-            },
-            { once: true },
-          );
+          const onAbort = () => {
+            const q = this.growers[index];
+            const k = q.indexOf(g);
+            if (k >= 0) {
+              q.splice(k, 1);
+              reject(new Error('aborted while waiting for KV capacity'));
+              this.pump();
+            }
+          };
+          const served = () => {
+            signal?.removeEventListener('abort', onAbort);
+            resolve();
+          };
+          const g: Grower = { state, grow, resolve: served, reject };
+          signal?.addEventListener('abort', onAbort, { once: true });
           this.growers[index].push(g);
           this.pump();
         });

@@ -1,3 +1,4 @@
+import { sleep } from '../util/sleep.js';
 import { failedResult } from './codejudge.js';
 import type { CodeRunner, RunRequest, RunResult } from './types.js';
 
@@ -102,8 +103,4 @@ export class SandboxClient implements CodeRunner {
   }
 
   async close(): Promise<void> {}
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }

@@ -2,4 +2,5 @@ export { appendJsonl, readJsonl, readJsonlTolerant, streamJsonl } from './jsonl.
 export { Progress } from './progress.js';
 export { findPython, PYTHON_DIR } from './python.js';
 export { Rng } from './rng.js';
+export { sleep } from './sleep.js';
 export { startWorker } from './worker.js';

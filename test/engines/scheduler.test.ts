@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { getEventListeners } from 'node:events';
 import { test } from 'node:test';
 import { EmbeddedEngine } from '../../src/engines/embedded.js';
 import { FakeEngine } from '../../src/engines/fake.js';
@@ -212,5 +213,30 @@ test('incremental reservation: growth before admission, deadlock broken by givin
   assert.deepEqual(s.ledger.reserved, [0]);
   for (const p of s.ledger.peakReserved) assert.ok(p <= 1000);
   await assert.rejects(ls[0].ensure(700), /exceeds the trajectory budget 600/);
+  await s.close();
+});
+
+test('a caller signal shared by many trajectories keeps no listeners once they are served', async () => {
+  const ac = new AbortController();
+  const s = await Scheduler.create([echo('a', 1000)], {
+    pollMs: 0,
+    reservation: 'incremental',
+    chunkTokens: 100,
+  });
+  for (let i = 0; i < 30; i++) {
+    const l = await s.acquire(800, ac.signal, 50); // prompt 50 + one chunk reserved
+    const waitFor = s.acquire(900, ac.signal, 850); // must wait for l's release
+    await tick();
+    await l.ensure(400, ac.signal); // grows the reservation
+    l.release();
+    (await waitFor).release();
+  }
+  assert.equal(getEventListeners(ac.signal, 'abort').length, 0);
+  // and an abort still reaches a waiter that was never served
+  const hold = await s.acquire(1000, ac.signal);
+  const stuck = s.acquire(1000, ac.signal);
+  ac.abort();
+  await assert.rejects(stuck, /aborted while waiting for KV capacity/);
+  hold.release();
   await s.close();
 });
