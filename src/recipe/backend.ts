@@ -1,10 +1,11 @@
-import { existsSync } from 'node:fs';
+import { existsSync, renameSync, rmSync } from 'node:fs';
 import type { AgentTemplate } from '../agent/loop.js';
 import { runRollouts } from '../agent/loop.js';
 import { agentTemplate } from '../agent/template.js';
 import type { Trajectory } from '../agent/trajectory.js';
 import { EmbeddedEngine } from '../engines/embedded.js';
 import { Scheduler } from '../engines/scheduler.js';
+import type { WeightSyncEngine } from '../engines/types.js';
 import { SandboxPool } from '../sandbox/pool.js';
 import type { CodeRunner } from '../sandbox/types.js';
 import {
@@ -24,12 +25,25 @@ import type { PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
 
 // The embedded backend: one torch worker both generates (through the agent loop and the KV-budget scheduler)
 // and trains, so weights are shared and "sync" is free. Tool calls run in the isolated sandbox pool.
+// With remote engines (SGLang, vLLM) the worker only trains; before a rollout that follows a weight change
+// the weights are written to `syncDir` and every engine is told to load them from there.
 
 export interface EmbeddedBackendOptions {
   /** Run tool code without bubblewrap (development only; the pool warns). */
   insecureSandbox?: boolean;
   runner?: CodeRunner; // overrides the sandbox pool (tests)
   log?: (line: string) => void;
+  /** Rollout engines that are not this process (they must implement updateWeightsFromDisk). */
+  engines?: WeightSyncEngine[];
+  /** Where synced weights are written (a HF model directory every engine can read); required with engines. */
+  syncDir?: string;
+}
+
+interface RemoteSync {
+  engines: WeightSyncEngine[];
+  dir: string;
+  version: number;
+  dirty: boolean;
 }
 
 export class EmbeddedBackend implements PolicyBackend {
@@ -41,10 +55,20 @@ export class EmbeddedBackend implements PolicyBackend {
     private readonly scheduler: Scheduler,
     private readonly runner: CodeRunner,
     private readonly ownsRunner: boolean,
+    private readonly remote: RemoteSync | null,
   ) {}
 
   /** A fresh model from the recipe's preset (or `recipe.model.init`), a char tokenizer and a sandbox pool. */
   static async create(recipe: Recipe, opts: EmbeddedBackendOptions = {}): Promise<EmbeddedBackend> {
+    const engines = opts.engines ?? [];
+    if (engines.length > 0) {
+      if (!opts.syncDir) throw new Error('training with remote engines needs a syncDir for the weights');
+      const fixed = engines.filter((e) => !e.updateWeightsFromDisk);
+      if (fixed.length > 0)
+        throw new Error(
+          `engine ${fixed[0].name} cannot load new weights (no update endpoint); train with sglang or vllm engines`,
+        );
+    }
     const files = buildCharTokenizer({ template: recipe.tokenizer.template });
     const tokenizer = tokenizerFromFiles(files);
     const worker = await PolicyWorker.start({ threads: recipe.model.threads });
@@ -75,8 +99,12 @@ export class EmbeddedBackend implements PolicyBackend {
           log: opts.log,
         }));
       const template = agentTemplate(tokenizer, { chat: ChatTemplate.named(recipe.tokenizer.template) });
-      const scheduler = await Scheduler.create([new EmbeddedEngine(worker)], { pollMs: 0 });
-      return new EmbeddedBackend(worker, tokenizer, files, template, scheduler, runner, !opts.runner);
+      const remote =
+        engines.length > 0 ? { engines, dir: opts.syncDir as string, version: 0, dirty: true } : null;
+      const scheduler = remote
+        ? await Scheduler.create(engines)
+        : await Scheduler.create([new EmbeddedEngine(worker)], { pollMs: 0 });
+      return new EmbeddedBackend(worker, tokenizer, files, template, scheduler, runner, !opts.runner, remote);
     } catch (e) {
       await worker.close();
       if (runner && !opts.runner) await runner.close();
@@ -84,7 +112,26 @@ export class EmbeddedBackend implements PolicyBackend {
     }
   }
 
+  /** Writes the current weights to the sync dir (swapped in whole) and has every engine load them. */
+  private async syncWeights(r: RemoteSync): Promise<void> {
+    const version = `v${++r.version}`;
+    const tmp = `${r.dir}.${version}.tmp`;
+    rmSync(tmp, { recursive: true, force: true });
+    await this.worker.save(tmp, { optimizer: false });
+    saveTokenizer(this.files, tmp);
+    // vLLM reloads from the path it was started with, so the directory name stays; the old copy moves aside
+    // first because rename() cannot replace a non-empty directory
+    const old = `${r.dir}.old`;
+    rmSync(old, { recursive: true, force: true });
+    if (existsSync(r.dir)) renameSync(r.dir, old);
+    renameSync(tmp, r.dir);
+    rmSync(old, { recursive: true, force: true });
+    await Promise.all(r.engines.map((e) => e.updateWeightsFromDisk?.(r.dir, version)));
+    r.dirty = false;
+  }
+
   async rollout(req: RolloutRequest, onDone?: (done: number, total: number) => void): Promise<Trajectory[]> {
+    if (this.remote?.dirty) await this.syncWeights(this.remote);
     return runRollouts({
       problems: req.problems.map((p) => ({ id: p.id, question: p.question, gold: p.answer })),
       n: req.n,
@@ -113,7 +160,13 @@ export class EmbeddedBackend implements PolicyBackend {
       }
       return { ids, mask };
     });
-    return this.worker.trainStep({ loss: 'sft', sequences }, opts);
+    return this.trained(this.worker.trainStep({ loss: 'sft', sequences }, opts));
+  }
+
+  private async trained(step: Promise<TrainStats>): Promise<TrainStats> {
+    const stats = await step;
+    if (this.remote) this.remote.dirty = true;
+    return stats;
   }
 
   async grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats> {
@@ -123,7 +176,7 @@ export class EmbeddedBackend implements PolicyBackend {
       advantage,
       oldLogprobs: [...t.promptIds.map(() => 0), ...t.responseLogprobs],
     }));
-    return this.worker.trainStep({ loss: 'grpo', sequences }, opts);
+    return this.trained(this.worker.trainStep({ loss: 'grpo', sequences }, opts));
   }
 
   async save(dir: string): Promise<void> {
@@ -133,6 +186,7 @@ export class EmbeddedBackend implements PolicyBackend {
 
   async load(dir: string): Promise<void> {
     await this.worker.load(dir);
+    if (this.remote) this.remote.dirty = true;
   }
 
   async close(): Promise<void> {

@@ -2,6 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Command } from 'commander';
+import { remoteEngine } from '../engines/factory.js';
 import { loadRecipe, type Overrides, parseRecipe, type Recipe } from './config.js';
 import { FakeBackend } from './fake.js';
 import { plotRuns } from './plot.js';
@@ -16,14 +17,27 @@ interface TrainFlags {
   fork?: string;
   backend: string;
   insecureNoSandbox?: boolean;
+  engines?: string;
+  syncDir?: string;
 }
 
-async function makeBackend(recipe: Recipe, flags: TrainFlags): Promise<PolicyBackend> {
-  if (flags.backend === 'fake') return new FakeBackend();
+async function makeBackend(recipe: Recipe, flags: TrainFlags, runDir: string): Promise<PolicyBackend> {
+  if (flags.backend === 'fake') {
+    if (flags.engines) throw new Error('--engines needs --backend embedded (the torch worker trains)');
+    return new FakeBackend();
+  }
   if (flags.backend !== 'embedded')
     throw new Error(`unknown --backend ${flags.backend} (choose: embedded, fake)`);
   const { EmbeddedBackend } = await import('./backend.js');
-  return EmbeddedBackend.create(recipe, { insecureSandbox: flags.insecureNoSandbox });
+  const engines = (flags.engines ?? '')
+    .split(',')
+    .filter(Boolean)
+    .map((spec) => remoteEngine(spec));
+  return EmbeddedBackend.create(recipe, {
+    insecureSandbox: flags.insecureNoSandbox,
+    engines,
+    syncDir: resolve(flags.syncDir ?? join(runDir, 'engine-weights')),
+  });
 }
 
 async function train(flags: TrainFlags): Promise<void> {
@@ -70,7 +84,7 @@ async function train(flags: TrainFlags): Promise<void> {
     return;
   }
   const t0 = Date.now();
-  const backend = await makeBackend(recipe, flags);
+  const backend = await makeBackend(recipe, flags, runDir);
   const stop = () => {
     void backend.close().finally(() => process.exit(130));
   };
@@ -135,6 +149,16 @@ export function registerRecipeCommands(program: Command): void {
       'embedded',
     )
     .option('--insecure-no-sandbox', 'run tool code without bubblewrap isolation (development only)')
+    .option(
+      '--engines <specs>',
+      'roll out on remote engines instead of the worker: sglang+http://h:p,vllm+http://h:p (comma-separated); ' +
+        'weights are synced to them before each rollout that follows an update',
+    )
+    .option(
+      '--sync-dir <dir>',
+      'model directory the engines load synced weights from (shared storage; start vLLM with --model DIR) ' +
+        '(default: <run>/engine-weights)',
+    )
     .action((flags: TrainFlags) => train(flags));
 
   program
