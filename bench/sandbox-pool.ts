@@ -2,7 +2,8 @@
 // Usage: flock /tmp/bench.lock npx tsx bench/sandbox-pool.ts [--n 3000] [--concurrency 64] [--slots N]
 // Prints calls/s, p50/p99 latency and CPU ms per call (Node + every process in the sandbox tree) for:
 // idle sequential calls, trivial calls at concurrency C, stateful-session calls (--only session),
-// the same with numpy preloaded, 0.5 s busy loops, and the fork floor of this machine (--only floor).
+// the same with numpy preloaded, 0.5 s busy loops, the fork floor of this machine (--only floor), and
+// calls without pre-forked spares (--only no-prefork).
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -168,6 +169,13 @@ if (want('trivial')) {
     console.log(`slots=${pool.options.slots} landlock=${pool.info.landlock} uidBase=${pool.info.uidBase}`);
     await measure(pool, 'idle sequential print(1+1)', trivial, Math.min(N, 500), 1);
     await measure(pool, 'print(1+1)', trivial, N, C);
+  });
+}
+if (want('no-prefork')) {
+  // every call forks its child on arrival (the spares' effect on latency and CPU, same machine, same run)
+  await withPool({ prefork: false }, async (pool) => {
+    await measure(pool, 'no prefork: idle sequential', trivial, Math.min(N, 500), 1);
+    await measure(pool, 'no prefork: print(1+1)', trivial, N, C);
   });
 }
 if (want('session')) {

@@ -59,6 +59,7 @@ NPROC = int(CFG.get("nproc", 32))
 FSIZE = int(CFG.get("fileSizeMb", 16)) << 20
 NOFILE = int(CFG.get("nofile", 256))
 SHM = CFG.get("shmDir", "/dev/shm")
+PREFORK = bool(CFG.get("prefork", True))
 SETUP_FAILED = b"[rstar2-sandbox] setup failed: "
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -75,6 +76,7 @@ ZRES = struct.Struct("<IiiBIIII")  # rid, exit code (-1), signal (0), reason, wa
 ZRUN = struct.Struct("<IIIH")  # rid, timeout ms, mem mb, slot
 ZKILL = struct.Struct("<IB")  # rid, reason
 SDONE = struct.Struct("<iII")
+LIM = struct.Struct("<II")  # broker -> child before the payload: timeout ms, mem mb (bit 31: fetch)
 HDR = struct.Struct("<II")  # payload header: code length, files length (precompiled: no cache miss in a child)  # session -> broker after a cell: exit code, cpu us, rss kb
 
 
@@ -161,8 +163,9 @@ def read_exact(fd, n):
     return b"".join(parts)
 
 
-def child_main(slot, timeout_ms, mem_mb, fds):
-    """Runs in the forked child; never returns."""
+def child_main(slot, fds):
+    """Runs in the forked child; never returns. It is set up before its request exists (a pre-forked spare
+    waits, confined, in the first read); the request's own limits arrive with its payload."""
     try:
         os.dup2(fds[0], 0)
         os.dup2(fds[1], 1)
@@ -179,11 +182,7 @@ def child_main(slot, timeout_ms, mem_mb, fds):
         os.setsid()
         if not PID_NS:  # inside a PID namespace the whole tree dies with its init anyway
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        cpu = -(-timeout_ms // 1000) + 1
         R = resource
-        R.setrlimit(R.RLIMIT_CPU, (cpu, cpu + 1))
-        if mem_mb:
-            R.setrlimit(R.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
         R.setrlimit(R.RLIMIT_NPROC, (NPROC, NPROC))
         R.setrlimit(R.RLIMIT_FSIZE, (FSIZE, FSIZE))
         R.setrlimit(R.RLIMIT_NOFILE, (NOFILE, NOFILE))
@@ -196,6 +195,13 @@ def child_main(slot, timeout_ms, mem_mb, fds):
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)  # drops every capability
             _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # keep /proc/self readable by the snippet
+        timeout_ms, mem_mb = LIM.unpack(read_exact(0, 8))
+        cpu = -(-timeout_ms // 1000) + 1
+        R.setrlimit(R.RLIMIT_CPU, (cpu, cpu + 1))
+        if mem_mb & ~FLAGS:
+            R.setrlimit(R.RLIMIT_AS, ((mem_mb & ~FLAGS) << 20, (mem_mb & ~FLAGS) << 20))
+        if len(fds) > 3 and not mem_mb & FLAG_FETCH:
+            os.close(3)  # a spare always gets a result pipe; this call fetches nothing
         code_len, files_len = HDR.unpack(read_exact(0, 8))
         code = read_exact(0, code_len)
         fetch = ()
@@ -493,19 +499,27 @@ class Zygote:
         except OSError as ex:
             log(f"wipe of slot {slot} failed: {ex}")
 
-    def start(self, rid, timeout_ms, mem_mb, slot, fds, session=False):
+    def start(self, rid, timeout_ms, mem_mb, slot, fds, kind=b"R"):
         t0 = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            if session:
+            if kind == b"S":
                 session_main(slot, mem_mb, fds)
-            child_main(slot, timeout_ms, mem_mb, fds)
+            child_main(slot, fds)
         for fd in fds:
             os.close(fd)
-        # a session has no deadline of its own: the broker times each cell and asks for the kill
-        job = [rid, slot, t0, INF if session else t0 + timeout_ms / 1000.0, REASON_NONE]
+        # a session has no deadline of its own (the broker times each cell and asks for the kill); a spare's
+        # clock starts when its request arrives ("G")
+        job = [rid, slot, t0, t0 + timeout_ms / 1000.0 if kind == b"R" else INF, REASON_NONE]
         self.jobs[pid] = job
         self.by_rid[rid] = pid
+
+    def go(self, rid, timeout_ms):
+        pid = self.by_rid.get(rid)
+        if pid is not None:
+            job = self.jobs[pid]
+            job[2] = time.monotonic()
+            job[3] = job[2] + timeout_ms / 1000.0
 
     def kill(self, rid, reason):
         pid = self.by_rid.get(rid)
@@ -565,9 +579,12 @@ class Zygote:
                         os.kill(pid, signal.SIGKILL)
                     os._exit(0)
                 kind = msg[0:1]
-                if kind == b"R" or kind == b"S":
+                if kind in (b"R", b"S", b"P"):
                     rid, timeout_ms, mem_mb, slot = ZRUN.unpack_from(msg, 1)
-                    self.start(rid, timeout_ms, mem_mb, slot, fds, kind == b"S")
+                    self.start(rid, timeout_ms, mem_mb, slot, fds, kind)
+                elif kind == b"G":
+                    rid, timeout_ms, _, _ = ZRUN.unpack_from(msg, 1)
+                    self.go(rid, timeout_ms)
                 elif kind == b"K":
                     self.kill(*ZKILL.unpack_from(msg, 1))
             self.reap()  # SIGCHLD may have been coalesced with another wakeup
@@ -638,7 +655,7 @@ def zygote_main(sock):
 # --------------------------------------------------------------------------------------- broker --
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
-                 "sess", "t0", "lost")
+                 "sess", "t0", "lost", "stdin")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -651,6 +668,7 @@ class Call:
         self.sess = sess
         self.t0 = 0.0
         self.lost = None
+        self.stdin = -1
 
 
 class Sess:
@@ -686,6 +704,9 @@ class Broker:
         self.sess_by_rid = {}
         self.sess_waiting = []  # (cid, timeout_ms, flags, sid, payload) not started yet
         self.calls = {}  # rid -> Call (stateless)
+        self.spares = []  # Calls of pre-forked children waiting, confined, for a request
+        self.spare_deaths = 0
+        self.prefork = PREFORK
         self.rid = 0
         self.outq = []
 
@@ -725,6 +746,7 @@ class Broker:
         os.set_blocking(0, False)
         self.sel.register(0, selectors.EVENT_READ, ("node", None))
         self.sel.register(self.z, selectors.EVENT_READ, ("zygote", None))
+        self.dispatch()  # spares for the first requests
 
     def on_node(self):
         try:
@@ -755,38 +777,66 @@ class Broker:
         self.dispatch()
         self.dispatch_sessions()
 
-    def open_call(self, call, mem_mb):
-        """Pipes for one call; returns the child's ends (stdin, stdout, stderr[, result])."""
+    def open_call(self, call, result_pipe):
+        """Pipes for one call; returns the child's ends (stdin, stdout, stderr[, result]) and the stdin writer."""
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         child_fds = [in_r, out_w, err_w]
-        if mem_mb & FLAG_FETCH:
+        if result_pipe:
             res_r, res_w = os.pipe()
             child_fds.append(res_w)
-            call.res = bytearray()
-            call.open = 3
+            call.res = res_r  # registered once the call is known to fetch files
             os.set_blocking(res_r, False)
-            self.sel.register(res_r, selectors.EVENT_READ, ("res", call))
         os.set_blocking(out_r, False)
         os.set_blocking(err_r, False)
         self.sel.register(out_r, selectors.EVENT_READ, ("out", call))
         self.sel.register(err_r, selectors.EVENT_READ, ("err", call))
-        return child_fds, in_w
+        os.set_blocking(in_w, False)
+        call.stdin = in_w
+        return child_fds
+
+    def fork_child(self, kind, call, timeout_ms, result_pipe):
+        child_fds = self.open_call(call, result_pipe)
+        socket.send_fds(self.z, [kind + ZRUN.pack(call.rid, timeout_ms, 0, call.slot)], child_fds)
+        for fd in child_fds:
+            os.close(fd)
+
+    def arm_result(self, call, fetch):
+        """Reads the result pipe only for a call that fetches files; otherwise our end closes at once."""
+        if call.res is None:
+            return
+        if fetch:
+            self.sel.register(call.res, selectors.EVENT_READ, ("res", call))
+            call.res, call.open = bytearray(), 3
+        else:
+            os.close(call.res)
+            call.res = None
+
+    def begin(self, call, cid, timeout_ms, mem_mb, payload):
+        """Hands a request to its (already forked) child: limits, then the payload, on its stdin."""
+        call.id = cid
+        self.arm_result(call, mem_mb & FLAG_FETCH)
+        self.write_stdin(call.stdin, memoryview(LIM.pack(timeout_ms, mem_mb) + payload))
 
     def dispatch(self):
-        while self.waiting and self.free:
+        while self.waiting and (self.spares or self.free):
             cid, timeout_ms, mem_mb, payload = self.waiting.pop(0)
-            slot = self.free.pop()
-            rid = self.next_rid()
-            call = Call(cid, slot, rid)
-            self.calls[rid] = call
-            child_fds, in_w = self.open_call(call, mem_mb)
-            socket.send_fds(self.z, [b"R" + ZRUN.pack(rid, timeout_ms, mem_mb & ~FLAGS, slot)], child_fds)
-            for fd in child_fds:
-                os.close(fd)
-            os.set_blocking(in_w, False)
-            self.write_stdin(in_w, memoryview(payload))
+            if self.spares:
+                call = self.spares.pop(0)  # the oldest spare: the newest may still be setting up
+                self.z.send(b"G" + ZRUN.pack(call.rid, timeout_ms, 0, call.slot))
+            else:
+                call = Call(None, self.free.pop(), self.next_rid())
+                self.calls[call.rid] = call
+                self.fork_child(b"R", call, timeout_ms, bool(mem_mb & FLAG_FETCH))
+            self.begin(call, cid, timeout_ms, mem_mb, payload)
+        # Slots nobody waits for get a spare: fork and confinement then happen before the next request, not
+        # on its latency. A spare that dies unused three times in a row turns this off (a broken setup).
+        while self.prefork and not self.waiting and self.free:
+            call = Call(None, self.free.pop(), self.next_rid())
+            self.calls[call.rid] = call
+            self.spares.append(call)
+            self.fork_child(b"P", call, 0, True)
 
     # ------------------------------------------------------------------------------ sessions --
     def dispatch_sessions(self):
@@ -822,15 +872,15 @@ class Broker:
         call.t0 = time.monotonic()
         s.call = call
         s.deadline = call.t0 + timeout_ms / 1000.0
-        child_fds, in_w = self.open_call(call, mem_mb)
+        child_fds = self.open_call(call, bool(mem_mb & FLAG_FETCH))
+        self.arm_result(call, True)
         try:
             socket.send_fds(s.sock, [struct.pack("<I", timeout_ms)], child_fds)
         except OSError:
             pass  # the session process is gone; the zygote's report answers the call
         for fd in child_fds:
             os.close(fd)
-        os.set_blocking(in_w, False)
-        self.write_stdin(in_w, memoryview(payload))
+        self.write_stdin(call.stdin, memoryview(payload))
 
     def close_session(self, sid):
         s = self.sessions.get(sid)
@@ -1006,6 +1056,19 @@ class Broker:
         if call.sess is None:
             del self.calls[call.rid]
             self.free.append(call.slot)
+        if call.id is None:  # a spare that died before its request came
+            self.spares.remove(call)
+            for fd in (call.res, call.stdin):
+                if isinstance(fd, int) and fd >= 0:
+                    os.close(fd)
+            self.spare_deaths += 1
+            log(f"spare child died unused (code {res[1]}, signal {res[2]}): {bytes(call.err[-300:])!r}")
+            if self.spare_deaths >= 3:
+                self.prefork = False
+                log("pre-forking turned off after 3 spares died unused")
+            self.dispatch()
+            return
+        self.spare_deaths = 0
         _, code, sig, reason, wall_us, cpu_us, rss, leftovers = res
         hdr = {"c": code if code >= 0 else None, "g": sig or None, "r": reason, "w": wall_us, "u": cpu_us,
                "m": rss, "l": leftovers, "no": call.nout, "ne": call.nerr, "o": len(call.out),

@@ -56,6 +56,8 @@ export interface SandboxPoolOptions {
   maxSessions?: number;
   /** a session idle this long is closed; its id then answers "session lost" like a killed one */
   sessionTtlMs?: number;
+  /** fork and confine a spare child for every idle slot, so a request only hands it the code; default on */
+  prefork?: boolean;
   log?: (line: string) => void;
 }
 
@@ -134,6 +136,7 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     scratchMb: o.scratchMb ?? 64,
     shmMb: o.shmMb ?? 64,
     landlock: o.landlock ?? true,
+    prefork: o.prefork ?? true,
     maxQueue: o.maxQueue ?? 100_000,
     queueTimeoutMs: o.queueTimeoutMs ?? 0,
     maxCodeBytes: o.maxCodeBytes ?? 16 << 20,
@@ -678,6 +681,7 @@ export class SandboxPool implements CodeRunner {
         fileSizeMb: o.fileSizeMb,
         preload: o.preload,
         landlock: o.landlock,
+        prefork: o.prefork,
       },
     });
     const broker = new Broker(

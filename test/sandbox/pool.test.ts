@@ -221,3 +221,38 @@ describe('SandboxPool options', { timeout: 60_000 }, () => {
     await assert.rejects(SandboxPool.start({ preload: ['os; rm'] }), /not a module name/);
   });
 });
+
+describe('pre-forked spares (bwrap)', { skip, timeout: 60_000 }, () => {
+  test('a spare that waited long runs its call under the call own limits, clocked from its arrival', async () => {
+    for (const prefork of [true, false]) {
+      const pool = await SandboxPool.start({
+        slots: 2,
+        timeoutMs: 1000,
+        memoryMb: 256,
+        prefork,
+        log: () => {},
+      });
+      try {
+        await sleep(1500); // longer than the call's whole limit: spares wait confined, not clocked
+        const [slow, big, files, runaway] = await pool.runBatch([
+          { code: 'import time\ntime.sleep(0.5)\nprint("done")' },
+          { code: 'b = bytearray(512 << 20)' },
+          {
+            code: 'open("out.txt", "w").write(open("in.txt").read()[::-1])',
+            files: { 'in.txt': Buffer.from('abc').toString('base64') },
+            fetchFiles: ['out.txt'],
+          },
+          { code: 'while True:\n    pass', timeoutMs: 300 },
+        ]);
+        assert.equal(slow.status, 'ok', `prefork=${prefork}: ${JSON.stringify(slow)}`);
+        assert.ok(slow.wallMs >= 500 && slow.wallMs < 1000, `wall ${slow.wallMs}`);
+        assert.equal(big.status, 'oom', `prefork=${prefork}: memoryMb must reach a spare`);
+        assert.equal(Buffer.from(files.files?.['out.txt'] ?? '', 'base64').toString(), 'cba');
+        assert.equal(runaway.status, 'timeout');
+        assert.ok(runaway.wallMs < 900, `per-call timeout reached the spare: ${runaway.wallMs}`);
+      } finally {
+        await pool.close();
+      }
+    }
+  });
+});
