@@ -8,10 +8,17 @@ Processes:
   zygote  forked before any request exists; preloads modules, then only forks children. It never
           sees code or stdin, so a child (a copy of the zygote) cannot find other requests in memory.
   child   one per call: own pipes on fds 0-2, Landlock, rlimits, per-slot uid, clean fds, then exec.
+          With prefork (default) each idle slot holds a spare child, confined and blocked reading its
+          stdin; a request takes the oldest spare and only its limits and payload are left to send.
+
+Broker -> zygote (SOCK_SEQPACKET, pipes passed as fds): R = fork a child for a request now (its clock
+  starts), P = fork a spare (no clock), G = a spare got its request (start its clock), S = fork a
+  session, K = kill; the zygote answers each child's end with ZRES.
 
 Node -> broker frame (little endian): u32 len | u32 id | u32 timeout_ms | u32 mem_mb | payload
-  payload is copied verbatim into the child's stdin pipe: u32 code_len | u32 files_len | code |
-  files (JSON {"files": {name: base64}, "fetch": [name]}) | stdin. The broker never parses it.
+  The child's stdin gets u32 timeout_ms | u32 mem_mb (flags included), then the payload verbatim:
+  u32 code_len | u32 files_len | code | files (JSON {"files": {name: base64}, "fetch": [name]}) |
+  stdin. The broker never parses the payload.
   Bit 31 of mem_mb (FLAG_FETCH) asks for a result pipe on the child's fd 3, which carries the
   fetched files as JSON {name: base64} after the snippet ends.
   Bit 30 (FLAG_SESSION): the payload starts with u32 sid and the call runs in that session's
@@ -778,7 +785,8 @@ class Broker:
         self.dispatch_sessions()
 
     def open_call(self, call, result_pipe):
-        """Pipes for one call; returns the child's ends (stdin, stdout, stderr[, result]) and the stdin writer."""
+        """Pipes for one call; returns the child's ends (stdin, stdout, stderr[, result]); our stdin end is
+        call.stdin, our result end call.res until arm_result decides."""
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
