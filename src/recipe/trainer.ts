@@ -41,7 +41,7 @@ export interface PolicyBackend {
   /** n trajectories per problem, in problem order then sample order; `promptId` is the problem id. */
   rollout(req: RolloutRequest, onDone?: (done: number, total: number) => void): Promise<Trajectory[]>;
   sftStep(demos: SftDemo[], opts: TrainOptions): Promise<TrainStats>;
-  /** One optimizer step on these trajectories; weights reach the rollout engines before it returns. */
+  /** One optimizer step on these trajectories; the new weights reach the rollout engines before the next rollout. */
   grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats>;
   /** Model, tokenizer and optimizer state (for exact resume). */
   save(dir: string): Promise<void>;
