@@ -3,6 +3,7 @@
 // usage: flock /tmp/bench.lock node --import tsx bench/sandbox-service.ts [--n 2000] [--c 64]
 //          [--batch 1] [--slots 4] [--preload numpy] [--code 'print(1+1)'] [--insecure-no-sandbox]
 // Client and server share this process, so "node CPU" includes the load generator.
+import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { SandboxPool } from '../src/sandbox/pool.js';
@@ -117,8 +118,24 @@ async function idle(path: string, body: unknown, reps = 200) {
     await (await fetch(url + path, { method: 'POST', body: JSON.stringify(body) })).json();
     lat.push(performance.now() - s);
   }
+  // the same from a client in its own process, as a trainer would call: the client's own HTTP work no
+  // longer shares the server's event loop
+  const script = `const lat = [];
+for (let i = 0; i < ${reps}; i++) {
+  const s = performance.now();
+  await (await fetch(${JSON.stringify(url + path)}, { method: 'POST', body: ${JSON.stringify(JSON.stringify(body))} })).json();
+  lat.push(performance.now() - s);
+}
+console.log(JSON.stringify(lat));`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  for await (const c of child.stdout) out += c;
+  const ext = JSON.parse(out) as number[];
   console.log(
-    `${`idle ${path}`.padEnd(26)} sequential x${reps}: p50 ${pct(lat, 0.5).toFixed(2)} ms, p99 ${pct(lat, 0.99).toFixed(2)} ms`,
+    `${`idle ${path}`.padEnd(26)} sequential x${reps}: p50 ${pct(lat, 0.5).toFixed(2)} ms, p99 ${pct(lat, 0.99).toFixed(2)} ms; ` +
+      `client in another process: p50 ${pct(ext, 0.5).toFixed(2)} ms, p99 ${pct(ext, 0.99).toFixed(2)} ms`,
   );
 }
 
