@@ -211,13 +211,7 @@ export class Scheduler {
           reject(new Error('aborted while waiting for KV capacity'));
         }
       };
-      // one caller signal usually spans a whole rollout: a served waiter must not leave its listener on it
-      const served = (i: number) => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve(i);
-      };
-      const w: Waiter = { budget, initial, resolve: served, reject };
-      signal?.addEventListener('abort', onAbort, { once: true });
+      const w: Waiter = { budget, initial, resolve: untilServed(signal, onAbort, resolve), reject };
       this.waiters.push(w);
       this.pump();
     }).then((i) =>
@@ -304,12 +298,7 @@ export class Scheduler {
               this.pump();
             }
           };
-          const served = () => {
-            signal?.removeEventListener('abort', onAbort);
-            resolve();
-          };
-          const g: Grower = { state, grow, resolve: served, reject };
-          signal?.addEventListener('abort', onAbort, { once: true });
+          const g: Grower = { state, grow, resolve: untilServed(signal, onAbort, resolve), reject };
           this.growers[index].push(g);
           this.pump();
         });
@@ -345,4 +334,14 @@ export class Scheduler {
     for (const q of this.growers)
       for (const g of q.splice(0)) g.reject(new Error('scheduler closed while waiting for KV capacity'));
   }
+}
+
+/** Listens for the caller's abort until the returned resolver runs. One caller signal usually spans a whole
+ *  rollout, so a served waiter must not leave its listener on it. */
+function untilServed<T>(signal: AbortSignal | undefined, onAbort: () => void, resolve: (v: T) => void) {
+  signal?.addEventListener('abort', onAbort, { once: true });
+  return (v: T) => {
+    signal?.removeEventListener('abort', onAbort);
+    resolve(v);
+  };
 }
