@@ -11,9 +11,10 @@ Processes:
           With prefork (default) each idle slot holds a spare child, confined and blocked reading its
           stdin; a request takes the oldest spare and only its limits and payload are left to send.
 
-Broker -> zygote (SOCK_SEQPACKET, pipes passed as fds): R = fork a child for a request now (its clock
-  starts), P = fork a spare (no clock), G = a spare got its request (start its clock), S = fork a
-  session, K = kill; the zygote answers each child's end with ZRES.
+Broker -> zygote (SOCK_SEQPACKET, pipes passed as fds): R = fork a child (for a request, or a spare),
+  S = fork a session, K = kill; the zygote answers each child's end with ZRES once it has killed what
+  the child left behind. The zygote does nothing else: after every fork each page it writes is a
+  copy-on-write fault, so wall clocks and the scratch wipe live in the broker.
 
 Node -> broker frame (little endian): u32 len | u32 id | u32 timeout_ms | u32 mem_mb | payload
   The child's stdin gets u32 timeout_ms | u32 mem_mb (flags included), then the payload verbatim:
@@ -31,7 +32,7 @@ Sessions: a session process is forked by the zygote like a child and confined th
 (own slot: scratch dir, uid, Landlock domain; rlimits; clean fds), then loops: it receives each
 call's pipes over its own SOCK_SEQPACKET socket, runs the code in its persistent __main__, and
 answers "D". The broker enforces the wall clock; a cell that overruns (or floods output) gets the
-whole session killed by the zygote, which sweeps and wipes the slot as for a stateless call.
+whole session killed by the zygote, and the slot is swept and wiped as for a stateless call.
 """
 
 import builtins
@@ -40,6 +41,7 @@ import gc
 import json
 import os
 import resource
+import select
 import selectors
 import signal
 import socket
@@ -79,12 +81,15 @@ PID_NS = bool(CFG.get("pidNamespace", False))
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 REASON_NONE, REASON_TIMEOUT, REASON_OUTPUT, REASON_CLOSED = 0, 1, 2, 3
 INF = float("inf")
-ZRES = struct.Struct("<IiiBIIII")  # rid, exit code (-1), signal (0), reason, wall us, cpu us, rss kb, leftovers
-ZRUN = struct.Struct("<IIIH")  # rid, timeout ms, mem mb, slot
+ZRES = struct.Struct("<IiiBIII")  # rid, exit code (-1), signal (0), reason, cpu us, rss kb, leftovers
+ZRUN = struct.Struct("<IIH")  # rid, mem mb, slot
 ZKILL = struct.Struct("<IB")  # rid, reason
-SDONE = struct.Struct("<iII")
+SDONE = struct.Struct("<iII")  # session -> broker after a cell: exit code, cpu us, rss kb
 LIM = struct.Struct("<II")  # broker -> child before the payload: timeout ms, mem mb (bit 31: fetch)
-HDR = struct.Struct("<II")  # payload header: code length, files length (precompiled: no cache miss in a child)  # session -> broker after a cell: exit code, cpu us, rss kb
+LIM_HDR = struct.Struct("<IIII")  # LIM followed by HDR, as a stateless child reads them
+FD4 = struct.Struct("<iiii")  # up to 4 fds passed with a zygote message (missing ones read as -1)
+FDS_SPACE = socket.CMSG_SPACE(FD4.size)
+HDR = struct.Struct("<II")  # payload header: code length, files length
 
 
 def log(msg):
@@ -157,10 +162,17 @@ def landlock_prepare():
 
 # ---------------------------------------------------------------------------------------- child --
 STDIO = None
+MAIN = None  # the snippets' __main__, made in the zygote: every child starts with its own pristine copy
 
 
 def read_exact(fd, n):
-    parts = []
+    first = os.read(fd, n) if n else b""
+    if len(first) == n:  # the usual case, kept short: each Python step in a child costs page faults
+        return first
+    if not first:
+        raise EOFError("request payload cut short")
+    parts = [first]
+    n -= len(first)
     while n > 0:
         b = os.read(fd, min(n, 1 << 20))
         if not b:
@@ -170,6 +182,18 @@ def read_exact(fd, n):
     return b"".join(parts)
 
 
+HOME_BYTES = {}
+
+
+def set_home(slot):
+    """HOME and TMPDIR point at the slot's scratch dir. Written below os.environ's mapping with bytes
+    encoded in the zygote: os.environ.__setitem__ cost ~30 copy-on-write faults per call."""
+    home = HOME_BYTES[slot]
+    for key in (b"HOME", b"TMPDIR"):
+        os.putenv(key, home)
+        os.environ._data[key] = home
+
+
 def child_main(slot, fds):
     """Runs in the forked child; never returns. It is set up before its request exists (a pre-forked spare
     waits, confined, in the first read); the request's own limits arrive with its payload."""
@@ -177,8 +201,6 @@ def child_main(slot, fds):
         os.dup2(fds[0], 0)
         os.dup2(fds[1], 1)
         os.dup2(fds[2], 2)
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         # no_new_privs and empty supplementary groups are inherited from the zygote
         rs = LL_RULESETS.get(slot)
         if rs is not None and _ll_restrict(LL_RESTRICT, rs, 0) != 0:
@@ -195,21 +217,19 @@ def child_main(slot, fds):
         R.setrlimit(R.RLIMIT_NOFILE, (NOFILE, NOFILE))
         R.setrlimit(R.RLIMIT_CORE, (0, 0))
         R.setrlimit(R.RLIMIT_MSGQUEUE, (0, 0))
-        home = slot_dir(slot)
-        os.chdir(home)
+        os.chdir(HOME_BYTES[slot])
         uid = slot_uid(slot)
         if uid:
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)  # drops every capability
             _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # keep /proc/self readable by the snippet
-        timeout_ms, mem_mb = LIM.unpack(read_exact(0, 8))
+        timeout_ms, mem_mb, code_len, files_len = LIM_HDR.unpack(read_exact(0, 16))
         cpu = -(-timeout_ms // 1000) + 1
         R.setrlimit(R.RLIMIT_CPU, (cpu, cpu + 1))
         if mem_mb & ~FLAGS:
             R.setrlimit(R.RLIMIT_AS, ((mem_mb & ~FLAGS) << 20, (mem_mb & ~FLAGS) << 20))
         if len(fds) > 3 and not mem_mb & FLAG_FETCH:
             os.close(3)  # a spare always gets a result pipe; this call fetches nothing
-        code_len, files_len = HDR.unpack(read_exact(0, 8))
         code = read_exact(0, code_len)
         fetch = ()
         if files_len:
@@ -220,21 +240,16 @@ def child_main(slot, fds):
                 with open(name, "wb") as f:  # names were validated by Node; Landlock confines writes
                     f.write(base64.b64decode(b64))
             fetch = spec.get("fetch", ())
-        os.environ["HOME"] = os.environ["TMPDIR"] = home
-        sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = STDIO
-        sys.argv = ["-c"]
+        set_home(slot)
         if "numpy" in sys.modules:  # forked children would otherwise share the zygote's RNG state
             sys.modules["numpy"].random.seed()
         gc.enable()
-        mod = types.ModuleType("__main__")
-        mod.__builtins__ = builtins
-        sys.modules["__main__"] = mod
     except BaseException as e:  # noqa: BLE001 - any failure here is the sandbox's, not the snippet's
         try:
             os.write(2, SETUP_FAILED + repr(e).encode() + b"\n")
         finally:
             os._exit(121)
-    rc = run_code(code, mod)
+    rc = run_code(code, MAIN)
     try:  # the parts of interpreter shutdown a snippet can observe
         if "threading" in sys.modules:
             sys.modules["threading"]._shutdown()
@@ -284,8 +299,6 @@ def session_main(slot, mem_mb, fds):
         devnull = os.open("/dev/null", os.O_RDWR)
         for i in range(3):
             os.dup2(devnull, i)
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         rs = LL_RULESETS.get(slot)
         if rs is not None and _ll_restrict(LL_RESTRICT, rs, 0) != 0:
             raise OSError(ctypes.get_errno(), "landlock_restrict_self")
@@ -311,14 +324,10 @@ def session_main(slot, mem_mb, fds):
             os.setresuid(uid, uid, uid)
             _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         ctl = socket.socket(fileno=3)
-        os.environ["HOME"] = os.environ["TMPDIR"] = home
-        sys.argv = ["-c"]
+        set_home(slot)
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
         gc.enable()
-        mod = types.ModuleType("__main__")
-        mod.__builtins__ = builtins
-        sys.modules["__main__"] = mod
     except BaseException as e:  # noqa: BLE001
         try:
             os.write(fds[0], b"E" + repr(e).encode()[:1000])
@@ -355,7 +364,7 @@ def session_main(slot, mem_mb, fds):
             # fresh stdio objects every cell: a cell that replaced sys.stdout does not break the next
             sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
             sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__ = STDIO[1:]
-            rc = run_code(code, mod)
+            rc = run_code(code, MAIN)
             for f in (sys.__stdout__, sys.__stderr__, sys.stdout, sys.stderr):
                 try:
                     f.flush()
@@ -406,18 +415,69 @@ def send_fetched(names, fd=3):
 
 
 # --------------------------------------------------------------------------------------- zygote --
+def _libc_fork():
+    pid = _fork()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "fork")
+    return pid
+
+
+_fork = libc.fork
+fork = os.fork
+
+
+def use_plain_fork(ok):
+    """glibc's fork without CPython's after-fork work: in the child that work (re-creating the GIL and
+    the import lock, running Python at-fork hooks) cost ~50 copy-on-write faults, ~0.1 ms per call. The
+    zygote is single-threaded, so only Python at-fork hooks need it; with any registered (a preload
+    imported threading, random or logging) the children keep os.fork so the hooks run."""
+    global fork
+    fork = _libc_fork if ok and CFG.get("plainFork", True) else os.fork
+
+
+def wipe(slot):
+    """Empties a slot's scratch dir and its uid's files in /dev/shm. The broker does it once the zygote has
+    reported the slot's processes dead, before the slot is given out again."""
+    d = slot_dir(slot)
+    uid = slot_uid(slot)
+    try:
+        with os.scandir(d) as it:
+            entries = list(it)
+        for e in entries:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    import shutil
+
+                    shutil.rmtree(e.path, ignore_errors=True)
+                else:
+                    os.unlink(e.path)
+            except OSError as ex:
+                log(f"wipe of {e.path} failed: {ex}")
+        os.chmod(d, 0o700)  # the owner (the slot uid) may have changed it; only root could chown
+        if uid and SHM:
+            with os.scandir(SHM) as it:
+                for e in it:
+                    try:
+                        if e.stat(follow_symlinks=False).st_uid == uid:
+                            os.unlink(e.path)
+                    except OSError:
+                        pass
+    except OSError as ex:
+        log(f"wipe of slot {slot} failed: {ex}")
+
+
 class Zygote:
     def __init__(self, sock):
         self.sock = sock
-        self.jobs = {}  # pid -> [rid, slot, t0, deadline, reason]
+        self.jobs = {}  # pid -> [rid, slot, reason, pidfd]
         self.by_rid = {}
         libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         tid = os.getpid()
         self.children_fd = os.open(f"/proc/{tid}/task/{tid}/children", os.O_RDONLY | os.O_CLOEXEC)
-        self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        # A pidfd per child wakes the loop when it exits. No SIGCHLD handler and no wakeup fd: a child
+        # would have to reset both, ~40 copy-on-write faults per call.
+        self.ep = select.epoll()
+        self.ep.register(sock.fileno(), select.EPOLLIN)
 
     def unknown_children(self):
         data = os.pread(self.children_fd, 1 << 16, 0)
@@ -476,62 +536,23 @@ class Zygote:
                     pass
         return len(left)
 
-    def wipe(self, slot):
-        d = slot_dir(slot)
-        uid = slot_uid(slot)
-        try:
-            with os.scandir(d) as it:
-                entries = list(it)
-            for e in entries:
-                try:
-                    if e.is_dir(follow_symlinks=False):
-                        import shutil
-
-                        shutil.rmtree(e.path, ignore_errors=True)
-                    else:
-                        os.unlink(e.path)
-                except OSError as ex:
-                    log(f"wipe of {e.path} failed: {ex}")
-            if uid:
-                os.chown(d, uid, uid)
-            os.chmod(d, 0o700)
-            if uid and SHM:
-                with os.scandir(SHM) as it:
-                    for e in it:
-                        try:
-                            if e.stat(follow_symlinks=False).st_uid == uid:
-                                os.unlink(e.path)
-                        except OSError:
-                            pass
-        except OSError as ex:
-            log(f"wipe of slot {slot} failed: {ex}")
-
-    def start(self, rid, timeout_ms, mem_mb, slot, fds, kind=b"R"):
-        t0 = time.monotonic()
-        pid = os.fork()
+    def start(self, rid, mem_mb, slot, fds, kind):
+        pid = fork()
         if pid == 0:
             if kind == b"S":
                 session_main(slot, mem_mb, fds)
             child_main(slot, fds)
         for fd in fds:
             os.close(fd)
-        # a session has no deadline of its own (the broker times each cell and asks for the kill); a spare's
-        # clock starts when its request arrives ("G")
-        job = [rid, slot, t0, t0 + timeout_ms / 1000.0 if kind == b"R" else INF, REASON_NONE]
-        self.jobs[pid] = job
+        pidfd = os.pidfd_open(pid)
+        self.ep.register(pidfd, select.EPOLLIN)
+        self.jobs[pid] = [rid, slot, REASON_NONE, pidfd]
         self.by_rid[rid] = pid
-
-    def go(self, rid, timeout_ms):
-        pid = self.by_rid.get(rid)
-        if pid is not None:
-            job = self.jobs[pid]
-            job[2] = time.monotonic()
-            job[3] = job[2] + timeout_ms / 1000.0
 
     def kill(self, rid, reason):
         pid = self.by_rid.get(rid)
-        if pid is not None and self.jobs[pid][4] == REASON_NONE:
-            self.jobs[pid][4] = reason
+        if pid is not None and self.jobs[pid][2] == REASON_NONE:
+            self.jobs[pid][2] = reason
             os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid cannot have been reused
 
     def reap(self):
@@ -545,78 +566,74 @@ class Zygote:
             job = self.jobs.pop(pid, None)
             if job is None:
                 continue  # an orphan that exited by itself
-            rid, slot, t0, _, reason = job
+            rid, slot, reason, pidfd = job
             del self.by_rid[rid]
-            wall = time.monotonic() - t0
+            self.ep.unregister(pidfd)
+            os.close(pidfd)
             leftovers = self.sweep(slot, pid)
-            self.wipe(slot)
             if os.WIFSIGNALED(status):
                 code, sig = -1, os.WTERMSIG(status)
             else:
                 code, sig = os.WEXITSTATUS(status), 0
             cpu = ru.ru_utime + ru.ru_stime
-            self.sock.send(ZRES.pack(rid, code, sig, reason, int(wall * 1e6), int(cpu * 1e6),
-                                     ru.ru_maxrss, leftovers))
+            self.sock.send(ZRES.pack(rid, code, sig, reason, int(cpu * 1e6), ru.ru_maxrss, leftovers))
 
     def loop(self):
-        sel = selectors.DefaultSelector()
-        sel.register(self.sock, selectors.EVENT_READ, "sock")
-        sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        sock = self.sock.fileno()
         while True:
-            timeout = None
-            if self.jobs:
-                now = time.monotonic()
-                for pid, job in self.jobs.items():
-                    if job[4] == REASON_NONE and now >= job[3]:
-                        self.kill(job[0], REASON_TIMEOUT)
-                pending = [j[3] for j in self.jobs.values() if j[4] == REASON_NONE and j[3] != INF]
-                if pending:
-                    timeout = max(0.0, min(pending) - now)
-            for key, _ in sel.select(timeout):
-                if key.data == "wake":
-                    try:
-                        os.read(self.wake_r, 4096)
-                    except BlockingIOError:
-                        pass
-                    self.reap()
+            exited = False
+            for fd, _ in self.ep.poll():
+                if fd != sock:
+                    exited = True  # a child's pidfd
                     continue
-                msg, fds, _, _ = socket.recv_fds(self.sock, 256, 4)
+                msg, anc, _, _ = self.sock.recvmsg(256, FDS_SPACE)
+                fds = [fd for _, _, data in anc for fd in FD4.unpack_from(data.ljust(16, b"\xff"))
+                       if fd >= 0] if anc else ()
                 if not msg:  # broker gone: take every child with us
                     for pid in list(self.jobs):
                         os.kill(pid, signal.SIGKILL)
                     os._exit(0)
                 kind = msg[0:1]
-                if kind in (b"R", b"S", b"P"):
-                    rid, timeout_ms, mem_mb, slot = ZRUN.unpack_from(msg, 1)
-                    self.start(rid, timeout_ms, mem_mb, slot, fds, kind)
-                elif kind == b"G":
-                    rid, timeout_ms, _, _ = ZRUN.unpack_from(msg, 1)
-                    self.go(rid, timeout_ms)
+                if kind in (b"R", b"S"):
+                    self.start(*ZRUN.unpack_from(msg, 1), fds, kind)
                 elif kind == b"K":
                     self.kill(*ZKILL.unpack_from(msg, 1))
-            self.reap()  # SIGCHLD may have been coalesced with another wakeup
+            if exited:
+                self.reap()  # also orphans re-parented to us, which have no pidfd of ours
 
 
 def preload():
     """Import configured modules and pay one-time lazy initialisations (compile() builds the AST
     types on first use, about 1.5 ms) once, so forked children inherit them copy-on-write."""
-    global STDIO
+    global STDIO, MAIN
     # threading and random are deliberately not imported here: their at-fork hooks run Python code
     # in every child and cost ~0.5 ms of copy-on-write faults per call. A snippet imports them itself.
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # what a normal interpreter does
     os.environ.clear()
     os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", OPENBLAS_NUM_THREADS="1",
-                      OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    # wrappers for fds 0-2, never used by the zygote; a child installs them after dup2()
+                      OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HOME="/", TMPDIR="/")
+    HOME_BYTES.update((slot, os.fsencode(slot_dir(slot))) for slot in range(SLOTS))
+    # Fresh wrappers for fds 0-2, installed here and never written by the zygote, so a child finds them
+    # in place after dup2(). Swapping them in each child cost ~60 copy-on-write faults (~0.2 ms): the
+    # interpreter's original stream objects were torn down there, once per call.
     STDIO = (open(0, "r", encoding="utf-8", closefd=False),
              open(1, "w", encoding="utf-8", closefd=False),
              open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False))
+    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = STDIO
+    sys.argv = ["-c"]
     failed = []
-    for m in CFG.get("preload", []):
-        try:
-            __import__(m)
-        except Exception as e:  # noqa: BLE001
-            failed.append(f"{m}: {e!r}")
+    hooks = sorted({"threading", "random", "logging"} & set(sys.modules))  # registered before we looked
+    register_at_fork = os.register_at_fork
+    os.register_at_fork = lambda **kw: (hooks.append(kw), register_at_fork(**kw))[1]
+    try:
+        for m in CFG.get("preload", []):
+            try:
+                __import__(m)
+            except Exception as e:  # noqa: BLE001
+                failed.append(f"{m}: {e!r}")
+    finally:
+        os.register_at_fork = register_at_fork
+    use_plain_fork(not hooks)
     with open(os.devnull, "w", encoding="utf-8") as f:
         exec(compile("import sys\nprint(sum(range(10)), file=f)", "<warmup>", "exec"), {"f": f})
         saved, sys.stderr = sys.stderr, f
@@ -626,9 +643,12 @@ def preload():
             sys.excepthook(type(e), e, e.__traceback__)
         finally:
             sys.stderr = saved
-    heavy = sorted({"threading", "random"} & set(sys.modules))
-    if heavy:
-        log(f"preloads imported {heavy}; their at-fork hooks add per-call cost")
+    if hooks:
+        log("preloads registered at-fork hooks (threading, random and logging do): children are forked with "
+            "os.fork so the hooks run, which costs 0.1-0.5 ms more per call")
+    MAIN = types.ModuleType("__main__")
+    MAIN.__builtins__ = builtins
+    sys.modules["__main__"] = MAIN
     landlock_prepare()
     gc.collect()
     gc.freeze()  # the collector would otherwise touch, and so copy, every inherited object
@@ -662,7 +682,7 @@ def zygote_main(sock):
 # --------------------------------------------------------------------------------------- broker --
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
-                 "sess", "t0", "lost", "stdin")
+                 "sess", "t0", "deadline", "lost", "stdin")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -674,17 +694,17 @@ class Call:
         self.killed = self.held = False
         self.sess = sess
         self.t0 = 0.0
+        self.deadline = INF
         self.lost = None
         self.stdin = -1
 
 
 class Sess:
-    __slots__ = ("sid", "slot", "rid", "sock", "call", "deadline", "err", "closed")
+    __slots__ = ("sid", "slot", "rid", "sock", "call", "err", "closed")
 
     def __init__(self, sid, slot, rid, sock):
         self.sid, self.slot, self.rid, self.sock = sid, slot, rid, sock
         self.call = None
-        self.deadline = INF
         self.err = ""
         self.closed = False
 
@@ -712,6 +732,7 @@ class Broker:
         self.sess_waiting = []  # (cid, timeout_ms, flags, sid, payload) not started yet
         self.calls = {}  # rid -> Call (stateless)
         self.spares = []  # Calls of pre-forked children waiting, confined, for a request
+        self.timed = set()  # Calls with a running wall clock
         self.spare_deaths = 0
         self.prefork = PREFORK
         self.rid = 0
@@ -737,7 +758,7 @@ class Broker:
                 n = os.write(1, view)
                 view = view[n:]
             except BlockingIOError:
-                selectors.select.select([], [1], [])
+                select.select([], [1], [])
             except BrokenPipeError:
                 os._exit(0)
 
@@ -753,7 +774,7 @@ class Broker:
         os.set_blocking(0, False)
         self.sel.register(0, selectors.EVENT_READ, ("node", None))
         self.sel.register(self.z, selectors.EVENT_READ, ("zygote", None))
-        self.dispatch()  # spares for the first requests
+        self.refill()  # spares for the first requests
 
     def on_node(self):
         try:
@@ -804,9 +825,9 @@ class Broker:
         call.stdin = in_w
         return child_fds
 
-    def fork_child(self, kind, call, timeout_ms, result_pipe):
+    def fork_child(self, call, result_pipe):
         child_fds = self.open_call(call, result_pipe)
-        socket.send_fds(self.z, [kind + ZRUN.pack(call.rid, timeout_ms, 0, call.slot)], child_fds)
+        socket.send_fds(self.z, [b"R" + ZRUN.pack(call.rid, 0, call.slot)], child_fds)
         for fd in child_fds:
             os.close(fd)
 
@@ -824,6 +845,7 @@ class Broker:
     def begin(self, call, cid, timeout_ms, mem_mb, payload):
         """Hands a request to its (already forked) child: limits, then the payload, on its stdin."""
         call.id = cid
+        self.start_clock(call, timeout_ms)
         self.arm_result(call, mem_mb & FLAG_FETCH)
         self.write_stdin(call.stdin, memoryview(LIM.pack(timeout_ms, mem_mb) + payload))
 
@@ -832,19 +854,20 @@ class Broker:
             cid, timeout_ms, mem_mb, payload = self.waiting.pop(0)
             if self.spares:
                 call = self.spares.pop(0)  # the oldest spare: the newest may still be setting up
-                self.z.send(b"G" + ZRUN.pack(call.rid, timeout_ms, 0, call.slot))
             else:
                 call = Call(None, self.free.pop(), self.next_rid())
                 self.calls[call.rid] = call
-                self.fork_child(b"R", call, timeout_ms, bool(mem_mb & FLAG_FETCH))
+                self.fork_child(call, bool(mem_mb & FLAG_FETCH))
             self.begin(call, cid, timeout_ms, mem_mb, payload)
-        # Slots nobody waits for get a spare: fork and confinement then happen before the next request, not
-        # on its latency. A spare that dies unused three times in a row turns this off (a broken setup).
+
+    def refill(self):
+        """Slots nobody waits for get a spare: fork and confinement then happen before the next request, not
+        on its latency. A spare that dies unused three times in a row turns this off (a broken setup)."""
         while self.prefork and not self.waiting and self.free:
             call = Call(None, self.free.pop(), self.next_rid())
             self.calls[call.rid] = call
             self.spares.append(call)
-            self.fork_child(b"P", call, 0, True)
+            self.fork_child(call, True)
 
     # ------------------------------------------------------------------------------ sessions --
     def dispatch_sessions(self):
@@ -867,7 +890,7 @@ class Broker:
         slot = self.sess_free.pop()
         rid = self.next_rid()
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        socket.send_fds(self.z, [b"S" + ZRUN.pack(rid, 0, mem_mb, slot)], [b.fileno()])
+        socket.send_fds(self.z, [b"S" + ZRUN.pack(rid, mem_mb, slot)], [b.fileno()])
         b.close()
         s = Sess(sid, slot, rid, a)
         self.sessions[sid] = s
@@ -877,9 +900,8 @@ class Broker:
 
     def start_cell(self, s, cid, timeout_ms, mem_mb, payload):
         call = Call(cid, s.slot, s.rid, s)
-        call.t0 = time.monotonic()
+        self.start_clock(call, timeout_ms)
         s.call = call
-        s.deadline = call.t0 + timeout_ms / 1000.0
         child_fds = self.open_call(call, bool(mem_mb & FLAG_FETCH))
         self.arm_result(call, True)
         try:
@@ -924,8 +946,8 @@ class Broker:
             return
         rc, cpu_us, rss = SDONE.unpack_from(msg, 1)
         s.call = None
-        s.deadline = INF
-        call.result = (s.rid, rc, 0, REASON_NONE, int((time.monotonic() - call.t0) * 1e6), cpu_us, rss, 0)
+        self.timed.discard(call)
+        call.result = (s.rid, rc, 0, REASON_NONE, self.wall_us(call), cpu_us, rss, 0)
         self.drain(call)
         self.maybe_finish(call)
         self.dispatch_sessions()
@@ -936,8 +958,9 @@ class Broker:
         if s.sock.fileno() in self.sel.get_map():
             self.sel.unregister(s.sock)
         s.sock.close()
+        wipe(s.slot)
         self.sess_free.append(s.slot)
-        _, code, sig, reason, _, _, _, leftovers = res
+        _, code, sig, reason, _, rss, leftovers = res
         if reason == REASON_TIMEOUT:
             why = "session killed: a call ran past its time limit"
         elif reason == REASON_OUTPUT:
@@ -953,7 +976,8 @@ class Broker:
         call = s.call
         if call is not None:
             s.call = None
-            call.result = res[:4] + (int((time.monotonic() - call.t0) * 1e6), 0, res[6], leftovers)
+            self.timed.discard(call)
+            call.result = (s.rid, code, sig, reason, self.wall_us(call), 0, rss, leftovers)
             call.lost = why
             self.drain(call)
             self.maybe_finish(call)
@@ -961,19 +985,30 @@ class Broker:
             self.send(0, {"sessionGone": s.sid, "why": why})
         self.dispatch_sessions()
 
+    def start_clock(self, call, timeout_ms):
+        call.t0 = time.monotonic()
+        call.deadline = call.t0 + timeout_ms / 1000.0
+        self.timed.add(call)
+
+    @staticmethod
+    def wall_us(call):
+        return int((time.monotonic() - call.t0) * 1e6) if call.t0 else 0
+
     def check_deadlines(self):
-        """Wall-clock limit of session cells; returns seconds until the next deadline (or None)."""
+        """Wall-clock limits, kept here rather than in the zygote, whose every step after a fork costs
+        copy-on-write faults. A call past its deadline is killed with reason timeout (a session with its
+        whole process). Returns seconds until the next deadline, or None."""
         nearest = INF
         now = time.monotonic()
-        for s in self.sessions.values():
-            call = s.call
-            if call is None or call.killed:
-                continue
-            if now >= s.deadline:
+        for call in list(self.timed):
+            if call.killed:
+                self.timed.discard(call)
+            elif now >= call.deadline:
                 call.killed = True
-                self.z.send(b"K" + ZKILL.pack(s.rid, REASON_TIMEOUT))
+                self.timed.discard(call)
+                self.z.send(b"K" + ZKILL.pack(call.rid, REASON_TIMEOUT))
             else:
-                nearest = min(nearest, s.deadline)
+                nearest = min(nearest, call.deadline)
         return None if nearest == INF else max(0.0, nearest - now)
 
     # ---------------------------------------------------------------------------------- pipes --
@@ -1033,7 +1068,7 @@ class Broker:
                     break
                 if r == "again":
                     left = grace_end - time.monotonic()
-                    if left <= 0 or not selectors.select.select([key.fd], [], [], left)[0]:
+                    if left <= 0 or not select.select([key.fd], [], [], left)[0]:
                         self.sel.unregister(key.fd)
                         os.close(key.fd)
                         call.open -= 1
@@ -1053,7 +1088,10 @@ class Broker:
         call = self.calls.get(res[0])
         if call is None:
             return
-        call.result = res
+        wipe(call.slot)  # before maybe_finish frees the slot
+        self.timed.discard(call)
+        rid, code, sig, reason, cpu_us, rss, leftovers = res
+        call.result = (rid, code, sig, reason, self.wall_us(call), cpu_us, rss, leftovers)
         self.drain(call)
         self.maybe_finish(call)
 
@@ -1113,8 +1151,9 @@ class Broker:
                     self.write_stdin(key.fd, call)
                 else:
                     self.on_pipe(which, call, key.fd)
-            timeout = self.check_deadlines() if self.sessions else None
+            timeout = self.check_deadlines() if self.timed else None
             self.flush()
+            self.refill()  # after the answers went out: a spare's fork is not on their latency
 
 
 if __name__ == "__main__":
