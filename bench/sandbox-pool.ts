@@ -208,19 +208,21 @@ if (want('busy')) {
 }
 if (want('floor')) {
   // What any fork-per-call executor pays on this machine before doing anything: a Python process with the
-  // zygote's imports forks children that exit at once (or run print(1+1) to /dev/null). CPU of parent and
-  // children per fork bounds calls/s at cores / that.
+  // zygote's imports forks children that exit at once (or run print(1+1) to /dev/null), with os.fork and
+  // with glibc's fork as the zygote calls it (no CPython after-fork work). CPU of parent and children per
+  // fork bounds calls/s at cores / that.
   const script = `
 import os, sys, gc, time, resource, ctypes, json, selectors, socket, struct, types
 code = compile("print(1+1)", "<s>", "exec")
 null = os.open("/dev/null", os.O_WRONLY)
 gc.collect(); gc.freeze(); gc.disable()
 def cpu(who): r = resource.getrusage(who); return r.ru_utime + r.ru_stime
-for name, run in (("fork+_exit", False), ("fork+print(1+1)+_exit", True)):
+for fork_name, fork in (("os.fork", os.fork), ("glibc fork", ctypes.CDLL(None).fork)):
+  for name, run in (("+_exit", False), ("+print(1+1)+_exit", True)):
     n = ${Math.min(N, 2000)}
     s0, c0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
     for _ in range(n):
-        pid = os.fork()
+        pid = fork()
         if pid == 0:
             if run:
                 os.dup2(null, 1)
@@ -229,7 +231,7 @@ for name, run in (("fork+_exit", False), ("fork+print(1+1)+_exit", True)):
             os._exit(0)
         os.waitpid(pid, 0)
     ms = ((cpu(resource.RUSAGE_SELF) - s0) + (cpu(resource.RUSAGE_CHILDREN) - c0)) / n * 1e3
-    print(f"{name:28s} cpu/call={ms:.2f}ms (parent + child) -> at most {os.cpu_count() * 1000 / ms:.0f} calls/s on {os.cpu_count()} cores")
+    print(f"{fork_name + name:28s} cpu/call={ms:.2f}ms (parent + child) -> at most {os.cpu_count() * 1000 / ms:.0f} calls/s on {os.cpu_count()} cores")
 `;
   console.log('fork floor (no sandbox, no pipes, no isolation steps):');
   process.stdout.write(execFileSync(findPython(), ['-I', '-S', '-c', script], { encoding: 'utf8' }));

@@ -733,6 +733,7 @@ class Broker:
         self.calls = {}  # rid -> Call (stateless)
         self.spares = []  # Calls of pre-forked children waiting, confined, for a request
         self.timed = set()  # Calls with a running wall clock
+        self.dirty = []  # slots whose call has ended, to be wiped before they are given out again
         self.spare_deaths = 0
         self.prefork = PREFORK
         self.rid = 0
@@ -1088,7 +1089,6 @@ class Broker:
         call = self.calls.get(res[0])
         if call is None:
             return
-        wipe(call.slot)  # before maybe_finish frees the slot
         self.timed.discard(call)
         rid, code, sig, reason, cpu_us, rss, leftovers = res
         call.result = (rid, code, sig, reason, self.wall_us(call), cpu_us, rss, leftovers)
@@ -1101,7 +1101,7 @@ class Broker:
             return
         if call.sess is None:
             del self.calls[call.rid]
-            self.free.append(call.slot)
+            self.dirty.append(call.slot)
         if call.id is None:  # a spare that died before its request came
             self.spares.remove(call)
             for fd in (call.res, call.stdin):
@@ -1112,7 +1112,6 @@ class Broker:
             if self.spare_deaths >= 3:
                 self.prefork = False
                 log("pre-forking turned off after 3 spares died unused")
-            self.dispatch()
             return
         self.spare_deaths = 0
         _, code, sig, reason, wall_us, cpu_us, rss, leftovers = res
@@ -1128,8 +1127,6 @@ class Broker:
             res = bytes(call.res)
             hdr["f"] = len(res)
         self.send(call.id, hdr, bytes(call.out), bytes(call.err) + res)
-        if call.sess is None:
-            self.dispatch()
 
     def loop(self):
         self.start()
@@ -1153,7 +1150,14 @@ class Broker:
                     self.on_pipe(which, call, key.fd)
             timeout = self.check_deadlines() if self.timed else None
             self.flush()
-            self.refill()  # after the answers went out: a spare's fork is not on their latency
+            # after the answers went out: neither the wipe nor a spare's fork is on their latency
+            if self.dirty:
+                for slot in self.dirty:
+                    wipe(slot)
+                self.free.extend(self.dirty)
+                self.dirty.clear()
+                self.dispatch()
+            self.refill()
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+import { type HttpAnswer, postJson } from '../util/http.js';
 import { sleep } from '../util/sleep.js';
 import { failedResult } from './codejudge.js';
 import type { CodeRunner, RunRequest, RunResult } from './types.js';
@@ -43,24 +44,19 @@ export class SandboxClient implements CodeRunner {
     let lastStatus: 'internal_error' | 'busy' = 'internal_error';
     for (let attempt = 0; attempt <= this.o.retries; attempt++) {
       if (attempt > 0) await sleep(this.o.backoffMs * 2 ** (attempt - 1));
-      let res: Response;
+      let res: HttpAnswer;
       try {
-        res = await fetch(`${this.o.url}/v1/batch`, {
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            ...(this.o.clientId ? { 'x-rstar2-client': this.o.clientId } : {}),
-          },
-          body: JSON.stringify({ requests: reqs }),
+        res = await postJson(`${this.o.url}/v1/batch`, JSON.stringify({ requests: reqs }), {
+          headers: this.o.clientId ? { 'x-rstar2-client': this.o.clientId } : {},
           signal: this.o.requestTimeoutMs ? AbortSignal.timeout(this.o.requestTimeoutMs) : undefined,
         });
       } catch (e) {
-        const err = e as Error & { cause?: { code?: string; message?: string } };
-        lastError = `cannot reach sandbox service at ${this.o.url}: ${err.cause?.code ?? err.cause?.message ?? err.message}`;
+        const err = e as Error & { code?: string };
+        lastError = `cannot reach sandbox service at ${this.o.url}: ${err.code ?? err.message}`;
         lastStatus = 'internal_error';
         continue;
       }
-      const text = await res.text().catch((e: Error) => `(body unreadable: ${e.message})`);
+      const text = res.text;
       if (res.status === 503 || res.status === 429) {
         lastError = `sandbox service busy: ${text}`;
         lastStatus = 'busy';
@@ -91,12 +87,8 @@ export class SandboxClient implements CodeRunner {
   }
 
   async closeSession(session: string): Promise<boolean> {
-    const res = await fetch(`${this.o.url}/v1/session/close`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ session }),
-    });
-    const text = await res.text();
+    const res = await postJson(`${this.o.url}/v1/session/close`, JSON.stringify({ session }));
+    const text = res.text;
     if (res.status !== 200)
       throw new Error(`sandbox service could not close session ${session} (${res.status}): ${text}`);
     return (JSON.parse(text) as { closed: boolean }).closed;
