@@ -241,7 +241,9 @@ def child_main(slot, fds):
                     f.write(base64.b64decode(b64))
             fetch = spec.get("fetch", ())
         set_home(slot)
-        if "numpy" in sys.modules:  # forked children would otherwise share the zygote's RNG state
+        for rng in RESEED:  # forked children would otherwise share the zygote's RNG state
+            rng.seed()
+        if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
         gc.enable()
     except BaseException as e:  # noqa: BLE001 - any failure here is the sandbox's, not the snippet's
@@ -325,6 +327,8 @@ def session_main(slot, mem_mb, fds):
             _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         ctl = socket.socket(fileno=3)
         set_home(slot)
+        for rng in RESEED:
+            rng.seed()
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
         gc.enable()
@@ -424,15 +428,46 @@ def _libc_fork():
 
 _fork = libc.fork
 fork = os.fork
+RESEED = []  # random.Random instances the zygote holds; each child reseeds them, as random's hook would
 
 
-def use_plain_fork(ok):
-    """glibc's fork without CPython's after-fork work: in the child that work (re-creating the GIL and
-    the import lock, running Python at-fork hooks) cost ~50 copy-on-write faults, ~0.1 ms per call. The
-    zygote is single-threaded, so only Python at-fork hooks need it; with any registered (a preload
-    imported threading, random or logging) the children keep os.fork so the hooks run."""
+def plain_fork_blocker(hooks, early):
+    """Why children cannot use glibc's fork directly, or None when they can.
+
+    CPython's after-fork work (re-creating the GIL and the import lock, running Python at-fork hooks) cost
+    ~50 copy-on-write faults per child, and with threading imported (numpy imports it) ~150, 0.7 ms. In a
+    zygote with a single thread that holds no lock, the hooks of threading, logging and lock re-inits
+    have nothing to repair, and random's reseed is done by the child itself. Any other hook keeps os.fork."""
+    if not CFG.get("plainFork", True):
+        return "disabled by config"
+    if early:
+        return f"{', '.join(early)} imported before the zygote could see the at-fork hooks"
+    if len(os.listdir("/proc/self/task")) != 1:
+        return "the zygote has more than one thread"
+    for hook in hooks:
+        after = hook.get("after_in_child")
+        owner = getattr(after, "__self__", None)
+        func = getattr(after, "__func__", after)
+        where = (getattr(func, "__module__", None), getattr(func, "__qualname__", None))
+        if after is None or where in (("threading", "_after_fork"), ("logging", "_after_at_fork_child_reinit_locks")):
+            continue
+        if getattr(after, "__name__", "") == "_at_fork_reinit":  # a lock's
+            continue
+        if where == ("random", "Random.seed") and owner is not None:
+            RESEED.append(owner)
+            continue
+        return f"a preload registered an at-fork hook {where[0]}.{where[1]}"
+    return None
+
+
+def use_plain_fork(hooks, early):
     global fork
-    fork = _libc_fork if ok and CFG.get("plainFork", True) else os.fork
+    why = plain_fork_blocker(hooks, early)
+    fork = os.fork if why else _libc_fork
+    if why:
+        RESEED.clear()  # os.fork runs random's own hook
+    if why and why != "disabled by config":
+        log(f"children are forked with os.fork ({why}), which costs 0.1-0.7 ms more per call")
 
 
 def wipe(slot):
@@ -622,7 +657,8 @@ def preload():
     sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = STDIO
     sys.argv = ["-c"]
     failed = []
-    hooks = sorted({"threading", "random", "logging"} & set(sys.modules))  # registered before we looked
+    early = sorted({"threading", "random", "logging"} & set(sys.modules))  # hooks registered before we looked
+    hooks = []
     register_at_fork = os.register_at_fork
     os.register_at_fork = lambda **kw: (hooks.append(kw), register_at_fork(**kw))[1]
     try:
@@ -633,7 +669,7 @@ def preload():
                 failed.append(f"{m}: {e!r}")
     finally:
         os.register_at_fork = register_at_fork
-    use_plain_fork(not hooks)
+    use_plain_fork(hooks, early)
     with open(os.devnull, "w", encoding="utf-8") as f:
         exec(compile("import sys\nprint(sum(range(10)), file=f)", "<warmup>", "exec"), {"f": f})
         saved, sys.stderr = sys.stderr, f
@@ -643,9 +679,6 @@ def preload():
             sys.excepthook(type(e), e, e.__traceback__)
         finally:
             sys.stderr = saved
-    if hooks:
-        log("preloads registered at-fork hooks (threading, random and logging do): children are forked with "
-            "os.fork so the hooks run, which costs 0.1-0.5 ms more per call")
     MAIN = types.ModuleType("__main__")
     MAIN.__builtins__ = builtins
     sys.modules["__main__"] = MAIN

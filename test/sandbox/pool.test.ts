@@ -185,17 +185,27 @@ describe('SandboxPool faults and admission', { skip, timeout: 120_000 }, () => {
     assert.equal((await waiting).status, 'internal_error');
   });
 
-  test('preloaded modules are importable at no cost and numpy RNG differs per call', async () => {
+  test('preloaded modules are importable at no cost; RNGs differ per call; threads work', async () => {
+    // numpy imports threading and random: children skip CPython's after-fork hooks, so random's reseed
+    // and a working threading module are what this checks
     const pool = await SandboxPool.start({ slots: 2, preload: ['numpy'], log: () => {} });
     try {
-      const rs = await pool.runBatch(
-        Array.from({ length: 2 }, () => ({
-          code: 'import sys\nprint("numpy" in sys.modules)\nimport numpy as np\nprint(np.random.randint(1 << 30))',
-        })),
-      );
-      assert.equal(rs[0].status, 'ok', rs[0].stderr);
+      const code = [
+        'import sys, random, threading',
+        'print("numpy" in sys.modules)',
+        'import numpy as np',
+        'out = []',
+        't = threading.Thread(target=lambda: out.append(random.getrandbits(60)))',
+        't.start(); t.join()',
+        'print(np.random.randint(1 << 30), random.getrandbits(60), out[0], threading.active_count())',
+      ].join('\n');
+      const rs = await pool.runBatch(Array.from({ length: 3 }, () => ({ code })));
+      for (const r of rs) assert.equal(r.status, 'ok', r.stderr);
       assert.match(rs[0].stdout, /^True\n/);
-      assert.notEqual(rs[0].stdout, rs[1].stdout);
+      const rows = rs.map((r) => r.stdout.split('\n')[1].split(' '));
+      for (const col of [0, 1, 2])
+        assert.equal(new Set(rows.map((row) => row[col])).size, 3, `column ${col}`);
+      assert.ok(rows.every((row) => row[3] === '1'));
     } finally {
       await pool.close();
     }
