@@ -58,6 +58,9 @@ export interface SandboxPoolOptions {
   sessionTtlMs?: number;
   /** fork and confine a spare child for every idle slot, so a request only hands it the code; default on */
   prefork?: boolean;
+  /** fork children with glibc's fork, skipping CPython's after-fork work (safe in the one-thread zygote;
+   * known at-fork hooks are handled, any other keeps os.fork); default on */
+  plainFork?: boolean;
   log?: (line: string) => void;
 }
 
@@ -137,6 +140,7 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     shmMb: o.shmMb ?? 64,
     landlock: o.landlock ?? true,
     prefork: o.prefork ?? true,
+    plainFork: o.plainFork ?? true,
     maxQueue: o.maxQueue ?? 100_000,
     queueTimeoutMs: o.queueTimeoutMs ?? 0,
     maxCodeBytes: o.maxCodeBytes ?? 16 << 20,
@@ -682,6 +686,7 @@ export class SandboxPool implements CodeRunner {
         preload: o.preload,
         landlock: o.landlock,
         prefork: o.prefork,
+        plainFork: o.plainFork,
       },
     });
     const broker = new Broker(

@@ -213,6 +213,19 @@ describe('SandboxPool faults and admission', { skip, timeout: 120_000 }, () => {
 });
 
 describe('SandboxPool options', { timeout: 60_000 }, () => {
+  test('plainFork off: children from os.fork run the same, RNG still per call', async () => {
+    const pool = await SandboxPool.start({ slots: 2, plainFork: false, log: () => {} });
+    try {
+      const code = 'import random, threading\nprint(random.getrandbits(60), threading.active_count())';
+      const rs = await pool.runBatch([{ code }, { code }]);
+      for (const r of rs) assert.equal(r.status, 'ok', r.stderr);
+      assert.notEqual(rs[0].stdout, rs[1].stdout);
+      assert.match(rs[0].stdout, / 1\n$/);
+    } finally {
+      await pool.close();
+    }
+  });
+
   test('isolation none runs, with a loud warning', async () => {
     const logs: string[] = [];
     const pool = await SandboxPool.start({ isolation: 'none', slots: 1, log: (l) => logs.push(l) });
