@@ -1181,7 +1181,6 @@ class Broker:
                     self.write_stdin(key.fd, call)
                 else:
                     self.on_pipe(which, call, key.fd)
-            timeout = self.check_deadlines() if self.timed else None
             self.flush()
             # after the answers went out: neither the wipe nor a spare's fork is on their latency
             if self.dirty:
@@ -1191,6 +1190,7 @@ class Broker:
                 self.dirty.clear()
                 self.dispatch()
             self.refill()
+            timeout = self.check_deadlines() if self.timed else None  # last: dispatch may have started clocks
 
 
 if __name__ == "__main__":
