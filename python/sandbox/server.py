@@ -438,8 +438,6 @@ def plain_fork_blocker(hooks, early):
     ~50 copy-on-write faults per child, and with threading imported (numpy imports it) ~150, 0.7 ms. In a
     zygote with a single thread that holds no lock, the hooks of threading, logging and lock re-inits
     have nothing to repair, and random's reseed is done by the child itself. Any other hook keeps os.fork."""
-    if not CFG.get("plainFork", True):
-        return "disabled by config"
     if early:
         return f"{', '.join(early)} imported before the zygote could see the at-fork hooks"
     if len(os.listdir("/proc/self/task")) != 1:
@@ -462,12 +460,14 @@ def plain_fork_blocker(hooks, early):
 
 def use_plain_fork(hooks, early):
     global fork
+    if not CFG.get("plainFork", True):
+        return  # os.fork, as asked
     why = plain_fork_blocker(hooks, early)
-    fork = os.fork if why else _libc_fork
     if why:
         RESEED.clear()  # os.fork runs random's own hook
-    if why and why != "disabled by config":
         log(f"children are forked with os.fork ({why}), which costs 0.1-0.7 ms more per call")
+    else:
+        fork = _libc_fork
 
 
 def wipe(slot):
@@ -641,8 +641,8 @@ def preload():
     """Import configured modules and pay one-time lazy initialisations (compile() builds the AST
     types on first use, about 1.5 ms) once, so forked children inherit them copy-on-write."""
     global STDIO, MAIN
-    # threading and random are deliberately not imported here: their at-fork hooks run Python code
-    # in every child and cost ~0.5 ms of copy-on-write faults per call. A snippet imports them itself.
+    # threading, random and logging must not be imported before the preloads: the at-fork hooks they
+    # register are only recognised (and glibc's fork used, see plain_fork_blocker) when seen here.
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # what a normal interpreter does
     os.environ.clear()
     os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", OPENBLAS_NUM_THREADS="1",
