@@ -212,7 +212,7 @@ if (want('floor')) {
   // with glibc's fork as the zygote calls it (no CPython after-fork work). CPU of parent and children per
   // fork bounds calls/s at cores / that.
   const script = `
-import os, sys, gc, time, resource, ctypes, json, selectors, socket, struct, types
+import _socket, ctypes, gc, json, os, resource, select, signal, struct, sys, types
 code = compile("print(1+1)", "<s>", "exec")
 null = os.open("/dev/null", os.O_WRONLY)
 gc.collect(); gc.freeze(); gc.disable()

@@ -1,20 +1,14 @@
-"""rstar2 sandbox: broker + zygote that run untrusted Python snippets, one fresh fork per call.
+"""rstar2 sandbox: the broker, which runs untrusted Python snippets through a zygote, one fresh fork per call.
 
 Started by src/sandbox/pool.ts, normally inside one bubblewrap sandbox per pool, as
     /usr/bin/python3 -I -S server.py CONFIG_JSON
 
 Processes:
-  broker  talks to Node over stdin/stdout, owns every request's bytes, creates each call's pipes.
-  zygote  forked before any request exists; preloads modules, then only forks children. It never
-          sees code or stdin, so a child (a copy of the zygote) cannot find other requests in memory.
-  child   one per call: own pipes on fds 0-2, Landlock, rlimits, per-slot uid, clean fds, then exec.
-          With prefork (default) each idle slot holds a spare child, confined and blocked reading its
-          stdin; a request takes the oldest spare and only its limits and payload are left to send.
-
-Broker -> zygote (SOCK_SEQPACKET, pipes passed as fds): R = fork a child (for a request, or a spare),
-  S = fork a session, K = kill; the zygote answers each child's end with ZRES once it has killed what
-  the child left behind. The zygote does nothing else: after every fork each page it writes is a
-  copy-on-write fault, so wall clocks and the scratch wipe live in the broker.
+  broker  (this file) talks to Node over stdin/stdout, owns every request's bytes, creates each call's
+          pipes, keeps the wall clocks and wipes the slots.
+  zygote  a fresh interpreter started before any request exists, running zygote.py: it preloads
+          modules, then forks one child per call (and the session processes). zygote.py describes both
+          and the broker <-> zygote messages.
 
 Node -> broker frame (little endian): u32 len | u32 id | u32 timeout_ms | u32 mem_mb | payload
   The child's stdin gets u32 timeout_ms | u32 mem_mb (flags included), then the payload verbatim:
@@ -27,447 +21,69 @@ Node -> broker frame (little endian): u32 len | u32 id | u32 timeout_ms | u32 me
   payload is only u32 sid; the session is killed, nothing is answered for the frame itself.
 Broker -> Node frame: u32 len | u32 id | u32 hdr_len | hdr JSON | stdout bytes | stderr bytes.
   id 0 is a control frame (ready / log / sessionGone).
-
-Sessions: a session process is forked by the zygote like a child and confined the same way
-(own slot: scratch dir, uid, Landlock domain; rlimits; clean fds), then loops: it receives each
-call's pipes over its own SOCK_SEQPACKET socket, runs the code in its persistent __main__, and
-answers "D". The broker enforces the wall clock; a cell that overruns (or floods output) gets the
-whole session killed by the zygote, and the slot is swept and wiped as for a stateless call.
 """
 
-import builtins
-import errno
-import gc
 import json
+import marshal
 import os
-import resource
 import select
 import selectors
-import signal
 import socket
-import stat
 import struct
 import sys
 import time
 import types
-import ctypes
 
 CFG = json.loads(sys.argv[1])
-SLOTS = int(CFG["slots"])  # stateless slots first, then session slots
-SESSION_SLOTS = int(CFG.get("sessionSlots", 0))
-UID_BASE = int(CFG.get("uidBase", 0))
-SCRATCH = CFG["scratch"]
 MAX_OUT = int(CFG.get("maxOutputBytes", 1 << 20))
-MAX_FETCH = int(CFG.get("maxFetchBytes", 16 << 20))
-FLAG_FETCH = 1 << 31
-FLAG_SESSION = 1 << 30
-FLAG_CLOSE = 1 << 29
-FLAGS = FLAG_FETCH | FLAG_SESSION | FLAG_CLOSE
 KILL_OUT = int(CFG.get("killOutputBytes", 16 << 20))
-NPROC = int(CFG.get("nproc", 32))
-FSIZE = int(CFG.get("fileSizeMb", 16)) << 20
-NOFILE = int(CFG.get("nofile", 256))
-SHM = CFG.get("shmDir", "/dev/shm")
 PREFORK = bool(CFG.get("prefork", True))
-SETUP_FAILED = b"[rstar2-sandbox] setup failed: "
-
-libc = ctypes.CDLL(None, use_errno=True)
-# bound once with fixed argument types: each child calls them, and every Python-level step in a
-# child costs copy-on-write page faults
-_prctl = libc.prctl
-_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-_ll_restrict = libc.syscall
-PID_NS = bool(CFG.get("pidNamespace", False))
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
-REASON_NONE, REASON_TIMEOUT, REASON_OUTPUT, REASON_CLOSED = 0, 1, 2, 3
 INF = float("inf")
-ZRES = struct.Struct("<IiiBIII")  # rid, exit code (-1), signal (0), reason, cpu us, rss kb, leftovers
-ZRUN = struct.Struct("<IIH")  # rid, mem mb, slot
-ZKILL = struct.Struct("<IB")  # rid, reason
-SDONE = struct.Struct("<iII")  # session -> broker after a cell: exit code, cpu us, rss kb
-LIM = struct.Struct("<II")  # broker -> child before the payload: timeout ms, mem mb (bit 31: fetch)
-LIM_HDR = struct.Struct("<IIII")  # LIM followed by HDR, as a stateless child reads them
-FD4 = struct.Struct("<iiii")  # up to 4 fds passed with a zygote message (missing ones read as -1)
-FDS_SPACE = socket.CMSG_SPACE(FD4.size)
-HDR = struct.Struct("<II")  # payload header: code length, files length
+ZYGOTE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
+with open(ZYGOTE_PY, "rb") as _f:
+    ZYGOTE_CODE = compile(_f.read(), ZYGOTE_PY, "exec")
+zygote = types.ModuleType("rstar2_zygote")  # its constants and helpers, shared with the broker
+zygote.CFG = CFG
+sys.modules[zygote.__name__] = zygote
+exec(ZYGOTE_CODE, zygote.__dict__)
+from rstar2_zygote import (  # noqa: E402
+    FLAG_CLOSE, FLAG_FETCH, FLAG_SESSION, FLAGS, LIM, MAX_FETCH, REASON_CLOSED, REASON_NONE, REASON_OUTPUT,
+    REASON_TIMEOUT, SDONE, SESSION_SLOTS, SHM, SLOTS, ZKILL, ZRES, ZRUN, log, slot_dir, slot_uid,
+)
+
+# The zygote's interpreter: it reads CFG and zygote.py's compiled code from fd 4 (marshal, so it neither
+# parses JSON nor compiles source) and talks to the broker on fd 3.
+ZYGOTE_BOOT = """import marshal, os, sys
+with os.fdopen(4, "rb") as f:
+    cfg, code = marshal.load(f)
+m = type(sys)("rstar2_zygote")
+m.CFG = cfg
+sys.modules[m.__name__] = m
+exec(code, m.__dict__)
+m.zygote_main(3)
+"""
 
 
-def log(msg):
-    os.write(2, f"[rstar2-sandbox {os.getpid()}] {msg}\n".encode())
-
-
-def slot_dir(slot):
-    return f"{SCRATCH}/{slot}"
-
-
-def slot_uid(slot):
-    return UID_BASE + slot if UID_BASE else 0
-
-
-# ------------------------------------------------------------------------------------- landlock --
-# One ruleset per slot is built once in the zygote; a child only calls landlock_restrict_self.
-# Syscall numbers 444-446 are the same on every architecture (unified syscall table).
-LL_CREATE, LL_ADD, LL_RESTRICT = 444, 445, 446
-LL_RULESETS = {}
-LL_STATE = {"abi": 0, "reason": "disabled by config"}
-
-
-def landlock_prepare():
-    if not CFG.get("landlock", True):
-        return
-    abi = libc.syscall(LL_CREATE, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
-    if abi < 1:
-        LL_STATE["reason"] = f"kernel has no Landlock (errno {ctypes.get_errno()})"
-        return
-    fs_all = (1 << {1: 13, 2: 14, 3: 15, 4: 15}.get(abi, 16)) - 1
-    net_all = 3 if abi >= 4 else 0  # BIND_TCP | CONNECT_TCP handled with no port allowed
-    scoped = 3 if abi >= 6 else 0  # abstract unix sockets and signals stay inside the domain
-    size = 8 if abi < 4 else (16 if abi < 6 else 24)
-    attr = struct.pack("=QQQ", fs_all, net_all, scoped)
-    read = 1 | 4 | 8  # EXECUTE | READ_FILE | READ_DIR
-    dev = 2 | 4 | 8  # WRITE_FILE | READ_FILE | READ_DIR
-    shm = dev | (1 << 5) | (1 << 8) | ((1 << 14) if abi >= 3 else 0)  # + REMOVE_FILE MAKE_REG TRUNCATE
-    file_bits = 1 | 2 | 4 | ((1 << 14) if abi >= 3 else 0)
-
-    def add(rs, path, access):
+def start_zygote():
+    """Starts the zygote; returns (pid, the broker's end of its socket)."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    r, w = os.pipe()
+    pid = os.fork()  # before any request is read: the zygote never holds request data
+    if pid == 0:
         try:
-            pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        except OSError:
-            return
-        try:
-            if not stat.S_ISDIR(os.fstat(pfd).st_mode):
-                access &= file_bits
-            rule = ctypes.create_string_buffer(struct.pack("=Qi", access & fs_all, pfd), 12)
-            if libc.syscall(LL_ADD, rs, 1, rule, 0) != 0:
-                log(f"landlock rule for {path} failed (errno {ctypes.get_errno()})")
+            os.dup2(b.fileno(), 3)
+            os.dup2(r, 4)
+            os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", ZYGOTE_BOOT])
         finally:
-            os.close(pfd)
-
-    for slot in range(SLOTS):
-        rs = libc.syscall(LL_CREATE, ctypes.create_string_buffer(attr, 24), size, 0)
-        if rs < 0:
-            LL_STATE["reason"] = f"landlock_create_ruleset failed (errno {ctypes.get_errno()})"
-            for fd in LL_RULESETS.values():
-                os.close(fd)
-            LL_RULESETS.clear()
-            return
-        for path in CFG.get("readPaths", []):
-            add(rs, path, read)
-        add(rs, "/dev", dev)
-        add(rs, SHM, shm)
-        add(rs, slot_dir(slot), fs_all)
-        LL_RULESETS[slot] = rs
-    LL_STATE.update(abi=abi, reason="")
-
-
-# ---------------------------------------------------------------------------------------- child --
-STDIO = None
-MAIN = None  # the snippets' __main__, made in the zygote: every child starts with its own pristine copy
-
-
-def read_exact(fd, n):
-    first = os.read(fd, n) if n else b""
-    if len(first) == n:  # the usual case, kept short: each Python step in a child costs page faults
-        return first
-    if not first:
-        raise EOFError("request payload cut short")
-    parts = [first]
-    n -= len(first)
-    while n > 0:
-        b = os.read(fd, min(n, 1 << 20))
-        if not b:
-            raise EOFError("request payload cut short")
-        parts.append(b)
-        n -= len(b)
-    return b"".join(parts)
-
-
-HOME_BYTES = {}
-
-
-def set_home(slot):
-    """HOME and TMPDIR point at the slot's scratch dir. Written below os.environ's mapping with bytes
-    encoded in the zygote: os.environ.__setitem__ cost ~30 copy-on-write faults per call."""
-    home = HOME_BYTES[slot]
-    for key in (b"HOME", b"TMPDIR"):
-        os.putenv(key, home)
-        os.environ._data[key] = home
-
-
-def child_main(slot, fds):
-    """Runs in the forked child; never returns. It is set up before its request exists (a pre-forked spare
-    waits, confined, in the first read); the request's own limits arrive with its payload."""
-    try:
-        os.dup2(fds[0], 0)
-        os.dup2(fds[1], 1)
-        os.dup2(fds[2], 2)
-        # no_new_privs and empty supplementary groups are inherited from the zygote
-        rs = LL_RULESETS.get(slot)
-        if rs is not None and _ll_restrict(LL_RESTRICT, rs, 0) != 0:
-            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
-        if len(fds) > 3:  # after Landlock: fd 3 may have been a ruleset
-            os.dup2(fds[3], 3)  # result pipe for fetched files
-        os.closerange(len(fds) if len(fds) > 3 else 3, 1 << 20)  # broker socket, rulesets, other calls' pipes
-        os.setsid()
-        if not PID_NS:  # inside a PID namespace the whole tree dies with its init anyway
-            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        R = resource
-        R.setrlimit(R.RLIMIT_NPROC, (NPROC, NPROC))
-        R.setrlimit(R.RLIMIT_FSIZE, (FSIZE, FSIZE))
-        R.setrlimit(R.RLIMIT_NOFILE, (NOFILE, NOFILE))
-        R.setrlimit(R.RLIMIT_CORE, (0, 0))
-        R.setrlimit(R.RLIMIT_MSGQUEUE, (0, 0))
-        os.chdir(HOME_BYTES[slot])
-        uid = slot_uid(slot)
-        if uid:
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)  # drops every capability
-            _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # keep /proc/self readable by the snippet
-        timeout_ms, mem_mb, code_len, files_len = LIM_HDR.unpack(read_exact(0, 16))
-        cpu = -(-timeout_ms // 1000) + 1
-        R.setrlimit(R.RLIMIT_CPU, (cpu, cpu + 1))
-        if mem_mb & ~FLAGS:
-            R.setrlimit(R.RLIMIT_AS, ((mem_mb & ~FLAGS) << 20, (mem_mb & ~FLAGS) << 20))
-        if len(fds) > 3 and not mem_mb & FLAG_FETCH:
-            os.close(3)  # a spare always gets a result pipe; this call fetches nothing
-        code = read_exact(0, code_len)
-        fetch = ()
-        if files_len:
-            import base64
-
-            spec = json.loads(read_exact(0, files_len))
-            for name, b64 in spec.get("files", {}).items():
-                with open(name, "wb") as f:  # names were validated by Node; Landlock confines writes
-                    f.write(base64.b64decode(b64))
-            fetch = spec.get("fetch", ())
-        set_home(slot)
-        for rng in RESEED:  # forked children would otherwise share the zygote's RNG state
-            rng.seed()
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed()
-        gc.enable()
-    except BaseException as e:  # noqa: BLE001 - any failure here is the sandbox's, not the snippet's
+            os._exit(3)
+    b.close()
+    os.close(r)
+    with os.fdopen(w, "wb") as f:
         try:
-            os.write(2, SETUP_FAILED + repr(e).encode() + b"\n")
-        finally:
-            os._exit(121)
-    rc = run_code(code, MAIN)
-    try:  # the parts of interpreter shutdown a snippet can observe
-        if "threading" in sys.modules:
-            sys.modules["threading"]._shutdown()
-        if "atexit" in sys.modules:
-            sys.modules["atexit"]._run_exitfuncs()
-    except BaseException:  # noqa: BLE001
-        pass
-    for f in (sys.stdout, sys.stderr):
-        try:
-            f.flush()
-        except BaseException:  # noqa: BLE001
-            rc = rc or 120
-    if fetch:
-        send_fetched(fetch)
-    os._exit(rc & 0xFF)
-
-
-def run_code(code, mod):
-    """exec() one snippet like `python -c`; returns the exit code (SystemExit handled)."""
-    try:
-        exec(compile(code, "<string>", "exec"), mod.__dict__)
-    except SystemExit as e:
-        c = e.code
-        if c is None:
-            return 0
-        if isinstance(c, int):
-            return c
-        try:
-            print(c, file=sys.stderr)
-        except BaseException:  # noqa: BLE001
-            pass
-        return 1
-    except BaseException as e:  # noqa: BLE001
-        try:  # hide our own frames so the traceback reads like `python -c`
-            e = e.with_traceback(e.__traceback__.tb_next)
-            sys.excepthook(type(e), e, e.__traceback__)
-        except BaseException:  # noqa: BLE001
-            pass
-        return 1
-    return 0
-
-
-def session_main(slot, mem_mb, fds):
-    """A warm interpreter pinned to one session; runs in a forked child, never returns."""
-    R = resource
-    try:
-        devnull = os.open("/dev/null", os.O_RDWR)
-        for i in range(3):
-            os.dup2(devnull, i)
-        rs = LL_RULESETS.get(slot)
-        if rs is not None and _ll_restrict(LL_RESTRICT, rs, 0) != 0:
-            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
-        os.dup2(fds[0], 3)  # control socket to the broker
-        os.closerange(4, 1 << 20)
-        os.setsid()
-        if not PID_NS:
-            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        # RLIMIT_CPU: the soft limit is moved before each cell to (cpu used so far + that cell's budget)
-        R.setrlimit(R.RLIMIT_CPU, (5, R.RLIM_INFINITY))
-        if mem_mb:
-            R.setrlimit(R.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
-        R.setrlimit(R.RLIMIT_NPROC, (NPROC, NPROC))
-        R.setrlimit(R.RLIMIT_FSIZE, (FSIZE, FSIZE))
-        R.setrlimit(R.RLIMIT_NOFILE, (NOFILE, NOFILE))
-        R.setrlimit(R.RLIMIT_CORE, (0, 0))
-        R.setrlimit(R.RLIMIT_MSGQUEUE, (0, 0))
-        home = slot_dir(slot)
-        os.chdir(home)
-        uid = slot_uid(slot)
-        if uid:
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-        ctl = socket.socket(fileno=3)
-        set_home(slot)
-        for rng in RESEED:
-            rng.seed()
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed()
-        gc.enable()
-    except BaseException as e:  # noqa: BLE001
-        try:
-            os.write(fds[0], b"E" + repr(e).encode()[:1000])
-        finally:
-            os._exit(121)
-    while True:
-        try:
-            msg, cfds, _, _ = socket.recv_fds(ctl, 64, 4)
-        except OSError:
-            os._exit(0)
-        if not msg or len(cfds) < 3:
-            os._exit(0)
-        (timeout_ms,) = struct.unpack_from("<I", msg)
-        r0, c0 = R.getrusage(R.RUSAGE_SELF), R.getrusage(R.RUSAGE_CHILDREN)
-        for i in range(3):
-            os.dup2(cfds[i], i)
-            os.close(cfds[i])
-        res_fd = cfds[3] if len(cfds) > 3 else -1
-        rc = 120
-        try:
-            used = r0.ru_utime + r0.ru_stime
-            R.setrlimit(R.RLIMIT_CPU, (int(used) + -(-timeout_ms // 1000) + 1, R.RLIM_INFINITY))
-            code_len, files_len = HDR.unpack(read_exact(0, 8))
-            code = read_exact(0, code_len)
-            fetch = ()
-            if files_len:
-                import base64
-
-                spec = json.loads(read_exact(0, files_len))
-                for name, b64 in spec.get("files", {}).items():
-                    with open(name, "wb") as f:
-                        f.write(base64.b64decode(b64))
-                fetch = spec.get("fetch", ())
-            # fresh stdio objects every cell: a cell that replaced sys.stdout does not break the next
-            sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
-            sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__ = STDIO[1:]
-            rc = run_code(code, MAIN)
-            for f in (sys.__stdout__, sys.__stderr__, sys.stdout, sys.stderr):
-                try:
-                    f.flush()
-                except BaseException:  # noqa: BLE001
-                    pass
-            if fetch and res_fd >= 0:
-                send_fetched(fetch, res_fd)
-        except BaseException as e:  # noqa: BLE001 - payload or file errors: report, keep the session
-            try:
-                os.write(2, b"[rstar2-sandbox] session cell failed: " + repr(e).encode() + b"\n")
-            except OSError:
-                pass
-        if res_fd >= 0:
-            os.close(res_fd)
-        devnull = os.open("/dev/null", os.O_RDWR)
-        for i in range(3):
-            os.dup2(devnull, i)  # our copies of the cell's pipes close: the broker sees EOF
-        os.close(devnull)
-        r1, c1 = R.getrusage(R.RUSAGE_SELF), R.getrusage(R.RUSAGE_CHILDREN)
-        cpu = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
-               + c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
-        try:
-            ctl.send(b"D" + SDONE.pack(rc & 0xFF, int(cpu * 1e6), r1.ru_maxrss))
-        except OSError:
-            os._exit(0)
-
-
-def send_fetched(names, fd=3):
-    import base64
-
-    out, total = {}, 0
-    for name in names:
-        try:
-            with open(name, "rb") as f:
-                data = f.read(MAX_FETCH - total + 1)
-        except OSError:
-            continue  # a missing file is simply absent from the result
-        if total + len(data) > MAX_FETCH:
-            break
-        total += len(data)
-        out[name] = base64.b64encode(data).decode()
-    try:
-        view = memoryview(json.dumps(out).encode())
-        while view:
-            view = view[os.write(fd, view):]
-    except OSError:
-        pass
-
-
-# --------------------------------------------------------------------------------------- zygote --
-def _libc_fork():
-    pid = _fork()
-    if pid < 0:
-        raise OSError(ctypes.get_errno(), "fork")
-    return pid
-
-
-_fork = libc.fork
-fork = os.fork
-RESEED = []  # random.Random instances the zygote holds; each child reseeds them, as random's hook would
-
-
-def plain_fork_blocker(hooks, early):
-    """Why children cannot use glibc's fork directly, or None when they can.
-
-    CPython's after-fork work (re-creating the GIL and the import lock, running Python at-fork hooks) cost
-    ~50 copy-on-write faults per child, and with threading imported (numpy imports it) ~150, 0.7 ms. In a
-    zygote with a single thread that holds no lock, the hooks of threading, logging and lock re-inits
-    have nothing to repair, and random's reseed is done by the child itself. Any other hook keeps os.fork."""
-    if early:
-        return f"{', '.join(early)} imported before the zygote could see the at-fork hooks"
-    if len(os.listdir("/proc/self/task")) != 1:
-        return "the zygote has more than one thread"
-    for hook in hooks:
-        after = hook.get("after_in_child")
-        owner = getattr(after, "__self__", None)
-        func = getattr(after, "__func__", after)
-        where = (getattr(func, "__module__", None), getattr(func, "__qualname__", None))
-        if after is None or where in (("threading", "_after_fork"), ("logging", "_after_at_fork_child_reinit_locks")):
-            continue
-        if getattr(after, "__name__", "") == "_at_fork_reinit":  # a lock's
-            continue
-        if where == ("random", "Random.seed") and owner is not None:
-            RESEED.append(owner)
-            continue
-        return f"a preload registered an at-fork hook {where[0]}.{where[1]}"
-    return None
-
-
-def use_plain_fork(hooks, early):
-    global fork
-    if not CFG.get("plainFork", True):
-        return  # os.fork, as asked
-    why = plain_fork_blocker(hooks, early)
-    if why:
-        RESEED.clear()  # os.fork runs random's own hook
-        log(f"children are forked with os.fork ({why}), which costs 0.1-0.7 ms more per call")
-    else:
-        fork = _libc_fork
+            f.write(marshal.dumps((CFG, ZYGOTE_CODE)))
+        except BrokenPipeError:
+            pass  # it died at once; Broker.start reports that
+    return pid, a
 
 
 def wipe(slot):
@@ -499,217 +115,6 @@ def wipe(slot):
                         pass
     except OSError as ex:
         log(f"wipe of slot {slot} failed: {ex}")
-
-
-class Zygote:
-    def __init__(self, sock):
-        self.sock = sock
-        self.jobs = {}  # pid -> [rid, slot, reason, pidfd]
-        self.by_rid = {}
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        tid = os.getpid()
-        self.children_fd = os.open(f"/proc/{tid}/task/{tid}/children", os.O_RDONLY | os.O_CLOEXEC)
-        # A pidfd per child wakes the loop when it exits. No SIGCHLD handler and no wakeup fd: a child
-        # would have to reset both, ~40 copy-on-write faults per call.
-        self.ep = select.epoll()
-        self.ep.register(sock.fileno(), select.EPOLLIN)
-
-    def unknown_children(self):
-        data = os.pread(self.children_fd, 1 << 16, 0)
-        return [p for p in map(int, data.split()) if p not in self.jobs]
-
-    @staticmethod
-    def uid_of(pid):
-        try:
-            with open(f"/proc/{pid}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"Uid:"):
-                        return int(line.split()[1])
-        except (OSError, ValueError):
-            return None
-        return None
-
-    def sweep(self, slot, pid):
-        """Kill every process the call left behind; returns how many there were."""
-        uid = slot_uid(slot)
-        if not uid:  # no uid separation: best effort by session (a snippet can escape it with setsid)
-            left = []
-            for p in self.unknown_children():
-                try:
-                    if os.getsid(p) == pid:
-                        os.kill(p, signal.SIGKILL)
-                        left.append(p)
-                except OSError:
-                    pass
-            for p in left:
-                try:
-                    os.waitpid(p, 0)
-                except OSError:
-                    pass
-            return len(left)
-        left = [p for p in self.unknown_children() if self.uid_of(p) in (uid, None)]
-        if not left:
-            return 0
-        h = os.fork()  # kill(-1) as the slot uid reaches exactly that uid's processes, atomically
-        if h == 0:
-            try:
-                os.setresuid(uid, uid, uid)
-                os.kill(-1, signal.SIGKILL)
-            finally:
-                os._exit(0)
-        os.waitpid(h, 0)
-        # reap, including grandchildren that get re-parented to us while their parents die
-        for _ in range(1000):
-            rest = [p for p in self.unknown_children() if self.uid_of(p) in (uid, None)]
-            if not rest:
-                break
-            for p in rest:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                    os.waitpid(p, 0)
-                except OSError:
-                    pass
-        return len(left)
-
-    def start(self, rid, mem_mb, slot, fds, kind):
-        pid = fork()
-        if pid == 0:
-            if kind == b"S":
-                session_main(slot, mem_mb, fds)
-            child_main(slot, fds)
-        for fd in fds:
-            os.close(fd)
-        pidfd = os.pidfd_open(pid)
-        self.ep.register(pidfd, select.EPOLLIN)
-        self.jobs[pid] = [rid, slot, REASON_NONE, pidfd]
-        self.by_rid[rid] = pid
-
-    def kill(self, rid, reason):
-        pid = self.by_rid.get(rid)
-        if pid is not None and self.jobs[pid][2] == REASON_NONE:
-            self.jobs[pid][2] = reason
-            os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid cannot have been reused
-
-    def reap(self):
-        while True:
-            try:
-                pid, status, ru = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            job = self.jobs.pop(pid, None)
-            if job is None:
-                continue  # an orphan that exited by itself
-            rid, slot, reason, pidfd = job
-            del self.by_rid[rid]
-            self.ep.unregister(pidfd)
-            os.close(pidfd)
-            leftovers = self.sweep(slot, pid)
-            if os.WIFSIGNALED(status):
-                code, sig = -1, os.WTERMSIG(status)
-            else:
-                code, sig = os.WEXITSTATUS(status), 0
-            cpu = ru.ru_utime + ru.ru_stime
-            self.sock.send(ZRES.pack(rid, code, sig, reason, int(cpu * 1e6), ru.ru_maxrss, leftovers))
-
-    def loop(self):
-        sock = self.sock.fileno()
-        while True:
-            exited = False
-            for fd, _ in self.ep.poll():
-                if fd != sock:
-                    exited = True  # a child's pidfd
-                    continue
-                msg, anc, _, _ = self.sock.recvmsg(256, FDS_SPACE)
-                fds = [fd for _, _, data in anc for fd in FD4.unpack_from(data.ljust(16, b"\xff"))
-                       if fd >= 0] if anc else ()
-                if not msg:  # broker gone: take every child with us
-                    for pid in list(self.jobs):
-                        os.kill(pid, signal.SIGKILL)
-                    os._exit(0)
-                kind = msg[0:1]
-                if kind in (b"R", b"S"):
-                    self.start(*ZRUN.unpack_from(msg, 1), fds, kind)
-                elif kind == b"K":
-                    self.kill(*ZKILL.unpack_from(msg, 1))
-            if exited:
-                self.reap()  # also orphans re-parented to us, which have no pidfd of ours
-
-
-def preload():
-    """Import configured modules and pay one-time lazy initialisations (compile() builds the AST
-    types on first use, about 1.5 ms) once, so forked children inherit them copy-on-write."""
-    global STDIO, MAIN
-    # threading, random and logging must not be imported before the preloads: the at-fork hooks they
-    # register are only recognised (and glibc's fork used, see plain_fork_blocker) when seen here.
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # what a normal interpreter does
-    os.environ.clear()
-    os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", OPENBLAS_NUM_THREADS="1",
-                      OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HOME="/", TMPDIR="/")
-    HOME_BYTES.update((slot, os.fsencode(slot_dir(slot))) for slot in range(SLOTS))
-    # Fresh wrappers for fds 0-2, installed here and never written by the zygote, so a child finds them
-    # in place after dup2(). Swapping them in each child cost ~60 copy-on-write faults (~0.2 ms): the
-    # interpreter's original stream objects were torn down there, once per call.
-    STDIO = (open(0, "r", encoding="utf-8", closefd=False),
-             open(1, "w", encoding="utf-8", closefd=False),
-             open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False))
-    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = STDIO
-    sys.argv = ["-c"]
-    failed = []
-    early = sorted({"threading", "random", "logging"} & set(sys.modules))  # hooks registered before we looked
-    hooks = []
-    register_at_fork = os.register_at_fork
-    os.register_at_fork = lambda **kw: (hooks.append(kw), register_at_fork(**kw))[1]
-    try:
-        for m in CFG.get("preload", []):
-            try:
-                __import__(m)
-            except Exception as e:  # noqa: BLE001
-                failed.append(f"{m}: {e!r}")
-    finally:
-        os.register_at_fork = register_at_fork
-    use_plain_fork(hooks, early)
-    with open(os.devnull, "w", encoding="utf-8") as f:
-        exec(compile("import sys\nprint(sum(range(10)), file=f)", "<warmup>", "exec"), {"f": f})
-        saved, sys.stderr = sys.stderr, f
-        try:
-            exec(compile("1 / 0", "<warmup>", "exec"), {})
-        except ZeroDivisionError as e:
-            sys.excepthook(type(e), e, e.__traceback__)
-        finally:
-            sys.stderr = saved
-    MAIN = types.ModuleType("__main__")
-    MAIN.__builtins__ = builtins
-    sys.modules["__main__"] = MAIN
-    landlock_prepare()
-    gc.collect()
-    gc.freeze()  # the collector would otherwise touch, and so copy, every inherited object
-    gc.disable()  # children re-enable it; the zygote allocates almost nothing
-    return failed
-
-
-def zygote_main(sock):
-    devnull = os.open("/dev/null", os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)  # never touch the Node protocol pipes
-    os.close(devnull)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # children inherit it (bwrap sets it too)
-    if UID_BASE:
-        os.setgroups([])  # once here instead of in every child
-    for s in range(SLOTS):
-        d = slot_dir(s)
-        os.makedirs(d, exist_ok=True)
-        uid = slot_uid(s)
-        if uid:
-            os.chown(d, uid, uid)
-        os.chmod(d, 0o700)
-    failed = preload()
-    z = Zygote(sock)
-    sock.send(b"Y" + json.dumps({"landlock": LL_STATE["abi"], "landlockReason": LL_STATE["reason"],
-                                 "preloadFailed": failed, "uidBase": UID_BASE}).encode())
-    z.loop()
 
 
 # --------------------------------------------------------------------------------------- broker --
@@ -744,17 +149,7 @@ class Sess:
 
 class Broker:
     def __init__(self):
-        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.zpid = os.fork()  # before any request is read: the zygote never holds request data
-        if self.zpid == 0:
-            a.close()
-            try:
-                zygote_main(b)
-            except BaseException as e:  # noqa: BLE001
-                log(f"zygote failed: {e!r}")
-            os._exit(3)
-        b.close()
-        self.z = a
+        self.zpid, self.z = start_zygote()
         self.sel = selectors.DefaultSelector()
         self.inbuf = bytearray()
         self.waiting = []
@@ -1194,7 +589,4 @@ class Broker:
 
 
 if __name__ == "__main__":
-    for p in CFG.get("sysPath", []):
-        if os.path.isdir(p) and p not in sys.path:
-            sys.path.append(p)
     Broker().loop()

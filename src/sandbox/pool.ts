@@ -1,6 +1,6 @@
 // SandboxPool: a warm, isolated Python executor pool. One bubblewrap sandbox per pool runs a broker
 // (talks to us over one pipe, binary frames, pipelined) and a clean zygote that forks a fresh child
-// per call. See python/sandbox/server.py for the layers applied to each child.
+// per call. See python/sandbox/zygote.py for the layers applied to each child.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync } from 'node:fs';
 import { availableParallelism, constants as osConstants } from 'node:os';
