@@ -47,8 +47,9 @@ zygote.CFG = CFG
 sys.modules[zygote.__name__] = zygote
 exec(ZYGOTE_CODE, zygote.__dict__)
 from rstar2_zygote import (  # noqa: E402
-    FLAG_CLOSE, FLAG_FETCH, FLAG_SESSION, FLAGS, LIM, MAX_FETCH, REASON_CLOSED, REASON_NONE, REASON_OUTPUT,
-    REASON_TIMEOUT, SDONE, SESSION_SLOTS, SHM, SLOTS, ZKILL, ZRES, ZRUN, log, slot_dir, slot_uid,
+    EXIT, EXIT_MAGIC, FLAG_CLOSE, FLAG_FETCH, FLAG_REPORT, FLAG_SESSION, FLAGS, LIM, MAX_FETCH, REASON_CLOSED,
+    REASON_NONE, REASON_OUTPUT, REASON_TIMEOUT, SDONE, SESSION_SLOTS, SHM, SLOTS, ZKILL, ZRES, ZRUN, log,
+    slot_dir, slot_uid,
 )
 
 # The zygote's interpreter: it reads CFG and zygote.py's compiled code from fd 4 (marshal, so it neither
@@ -120,7 +121,7 @@ def wipe(slot):
 # --------------------------------------------------------------------------------------- broker --
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
-                 "sess", "t0", "deadline", "lost", "stdin")
+                 "sess", "t0", "deadline", "lost", "stdin", "fetch", "answered", "reaped")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -135,6 +136,7 @@ class Call:
         self.deadline = INF
         self.lost = None
         self.stdin = -1
+        self.fetch = self.answered = self.reaped = False
 
 
 class Sess:
@@ -236,7 +238,7 @@ class Broker:
 
     def open_call(self, call, result_pipe):
         """Pipes for one call; returns the child's ends (stdin, stdout, stderr[, result]); our stdin end is
-        call.stdin, our result end call.res until arm_result decides."""
+        call.stdin, our result end call.res."""
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -244,7 +246,7 @@ class Broker:
         if result_pipe:
             res_r, res_w = os.pipe()
             child_fds.append(res_w)
-            call.res = res_r  # registered once the call is known to fetch files
+            call.res = res_r  # read once the child has its request (arm_result)
             os.set_blocking(res_r, False)
         os.set_blocking(out_r, False)
         os.set_blocking(err_r, False)
@@ -254,17 +256,17 @@ class Broker:
         call.stdin = in_w
         return child_fds
 
-    def fork_child(self, call, result_pipe):
-        child_fds = self.open_call(call, result_pipe)
+    def fork_child(self, call):
+        child_fds = self.open_call(call, True)  # used if the call fetches files or reports its exit
         socket.send_fds(self.z, [b"R" + ZRUN.pack(call.rid, 0, call.slot)], child_fds)
         for fd in child_fds:
             os.close(fd)
 
-    def arm_result(self, call, fetch):
-        """Reads the result pipe only for a call that fetches files; otherwise our end closes at once."""
+    def arm_result(self, call, used):
+        """Our end of the call's result pipe, if it has one, is read from now on, or closed if not used."""
         if call.res is None:
             return
-        if fetch:
+        if used:
             self.sel.register(call.res, selectors.EVENT_READ, ("res", call))
             call.res, call.open = bytearray(), 3
         else:
@@ -275,7 +277,10 @@ class Broker:
         """Hands a request to its (already forked) child: limits, then the payload, on its stdin."""
         call.id = cid
         self.start_clock(call, timeout_ms)
-        self.arm_result(call, mem_mb & FLAG_FETCH)
+        call.fetch = bool(mem_mb & FLAG_FETCH)
+        if not self.waiting:  # latency matters more than the child's cost of reporting its own exit
+            mem_mb |= FLAG_REPORT
+        self.arm_result(call, mem_mb & (FLAG_FETCH | FLAG_REPORT))
         self.write_stdin(call.stdin, memoryview(LIM.pack(timeout_ms, mem_mb) + payload))
 
     def dispatch(self):
@@ -286,7 +291,7 @@ class Broker:
             else:
                 call = Call(None, self.free.pop(), self.next_rid())
                 self.calls[call.rid] = call
-                self.fork_child(call, bool(mem_mb & FLAG_FETCH))
+                self.fork_child(call)
             self.begin(call, cid, timeout_ms, mem_mb, payload)
 
     def refill(self):
@@ -296,7 +301,7 @@ class Broker:
             call = Call(None, self.free.pop(), self.next_rid())
             self.calls[call.rid] = call
             self.spares.append(call)
-            self.fork_child(call, True)
+            self.fork_child(call)
 
     # ------------------------------------------------------------------------------ sessions --
     def dispatch_sessions(self):
@@ -331,7 +336,8 @@ class Broker:
         call = Call(cid, s.slot, s.rid, s)
         self.start_clock(call, timeout_ms)
         s.call = call
-        child_fds = self.open_call(call, bool(mem_mb & FLAG_FETCH))
+        call.fetch = bool(mem_mb & FLAG_FETCH)
+        child_fds = self.open_call(call, call.fetch)
         self.arm_result(call, True)
         try:
             socket.send_fds(s.sock, [struct.pack("<I", timeout_ms)], child_fds)
@@ -517,17 +523,42 @@ class Broker:
         call = self.calls.get(res[0])
         if call is None:
             return
+        call.reaped = True
+        if call.answered:  # from its EXIT report; now the slot is free
+            del self.calls[call.rid]
+            self.dirty.append(call.slot)
+            return
         self.timed.discard(call)
         rid, code, sig, reason, cpu_us, rss, leftovers = res
         call.result = (rid, code, sig, reason, self.wall_us(call), cpu_us, rss, leftovers)
         self.drain(call)
         self.maybe_finish(call)
 
+    @staticmethod
+    def take_exit_report(call):
+        """EXIT from the end of a stateless call's result pipe, removed from the fetched bytes; None if absent."""
+        r = call.res
+        if call.sess is not None or not isinstance(r, bytearray) or len(r) < EXIT.size:
+            return None
+        magic, code, cpu_us, rss = EXIT.unpack_from(r, len(r) - EXIT.size)
+        if magic != EXIT_MAGIC:
+            return None
+        del r[-EXIT.size:]
+        return code, cpu_us, rss
+
     def maybe_finish(self, call):
-        res = call.result
-        if res is None or call.open:
+        if call.open or call.answered:
             return
-        if call.sess is None:
+        report = self.take_exit_report(call)
+        if call.result is None:  # no word from the zygote yet; a child that ended normally wrote EXIT
+            if report is None or call.id is None:
+                return
+            code, cpu_us, rss = report
+            self.timed.discard(call)
+            call.result = (call.rid, code, 0, REASON_NONE, self.wall_us(call), cpu_us, rss, 0)
+        res = call.result
+        call.answered = True
+        if call.sess is None and call.reaped:
             del self.calls[call.rid]
             self.dirty.append(call.slot)
         if call.id is None:  # a spare that died before its request came
@@ -551,7 +582,7 @@ class Broker:
         if call.lost:
             hdr["sl"] = call.lost
         res = b""
-        if call.res is not None:
+        if call.fetch and call.res is not None:
             res = bytes(call.res)
             hdr["f"] = len(res)
         self.send(call.id, hdr, bytes(call.out), bytes(call.err) + res)

@@ -48,7 +48,8 @@ MAX_FETCH = int(CFG.get("maxFetchBytes", 16 << 20))
 FLAG_FETCH = 1 << 31
 FLAG_SESSION = 1 << 30
 FLAG_CLOSE = 1 << 29
-FLAGS = FLAG_FETCH | FLAG_SESSION | FLAG_CLOSE
+FLAG_REPORT = 1 << 28  # set by the broker: the child writes EXIT (see report_exit)
+FLAGS = FLAG_FETCH | FLAG_SESSION | FLAG_CLOSE | FLAG_REPORT
 NPROC = int(CFG.get("nproc", 32))
 FSIZE = int(CFG.get("fileSizeMb", 16)) << 20
 NOFILE = int(CFG.get("nofile", 256))
@@ -70,6 +71,8 @@ ZKILL = struct.Struct("<IB")  # rid, reason
 SDONE = struct.Struct("<iII")  # session -> broker after a cell: exit code, cpu us, rss kb
 LIM = struct.Struct("<II")  # broker -> child before the payload: timeout ms, mem mb (bit 31: fetch)
 LIM_HDR = struct.Struct("<IIII")  # LIM followed by HDR, as a stateless child reads them
+EXIT = struct.Struct("<IiII")  # stateless child -> broker, last on its result pipe: magic, exit code, cpu us, rss kb
+EXIT_MAGIC = 0x54495845  # b"EXIT"
 FD4 = struct.Struct("<iiii")  # up to 4 fds passed with a zygote message (missing ones read as -1)
 FDS_SPACE = _socket.CMSG_SPACE(FD4.size)
 HDR = struct.Struct("<II")  # payload header: code length, files length
@@ -219,8 +222,8 @@ def child_main(slot, fds):
         R.setrlimit(R.RLIMIT_CPU, (cpu, cpu + 1))
         if mem_mb & ~FLAGS:
             R.setrlimit(R.RLIMIT_AS, ((mem_mb & ~FLAGS) << 20, (mem_mb & ~FLAGS) << 20))
-        if len(fds) > 3 and not mem_mb & FLAG_FETCH:
-            os.close(3)  # a spare always gets a result pipe; this call fetches nothing
+        if len(fds) > 3 and not mem_mb & (FLAG_FETCH | FLAG_REPORT):
+            os.close(3)  # a spare always gets a result pipe; this call does not use it
         code = read_exact(0, code_len)
         fetch = ()
         if files_len:
@@ -257,7 +260,24 @@ def child_main(slot, fds):
             rc = rc or 120
     if fetch:
         send_fetched(fetch)
+    if mem_mb & FLAG_REPORT:
+        report_exit(rc & 0xFF)
     os._exit(rc & 0xFF)
+
+
+def report_exit(rc):
+    """Writes EXIT last on the result pipe and closes the pipes, so the broker answers now instead of after
+    this process's teardown and the zygote's report (idle p50 1.52 vs 1.77 ms), which still frees the slot.
+    It costs the child ~0.06 ms, so the broker asks for it only when no request waits. The snippet could
+    forge it, but only for its own result; a child killed or crashed writes none."""
+    R = resource
+    s, c = R.getrusage(R.RUSAGE_SELF), R.getrusage(R.RUSAGE_CHILDREN)  # what wait4 would report
+    cpu_us = int((s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime) * 1e6)
+    try:
+        os.write(3, EXIT.pack(EXIT_MAGIC, rc, cpu_us, max(s.ru_maxrss, c.ru_maxrss)))
+    except OSError:
+        pass
+    os.closerange(0, 4)  # a process's own exit closes its fds only after unmapping its memory
 
 
 def run_code(code, mod):

@@ -279,3 +279,34 @@ describe('pre-forked spares (bwrap)', { skip, timeout: 60_000 }, () => {
     }
   });
 });
+
+describe('answers from the child exit report (bwrap)', { skip, timeout: 60_000 }, () => {
+  test('the slot is given out again only after the zygote swept what the call left behind', async () => {
+    const pool = await SandboxPool.start({ slots: 1, log: () => {} });
+    try {
+      // The daemon closes every fd, so the call's pipes end as soon as the snippet does and the idle broker
+      // answers from the child's EXIT report; the next call on the same slot must not find the daemon.
+      const first = await pool.run({
+        code:
+          'import os, time\npid = os.fork()\nif pid == 0:\n    os.closerange(0, 1024)\n    time.sleep(30)\n' +
+          '    os._exit(0)\nprint(pid)',
+      });
+      assert.equal(first.status, 'ok', JSON.stringify(first));
+      assert.equal(first.exitCode, 0);
+      assert.ok(first.peakMemoryKb > 0 && first.cpuMs >= 0);
+      const pid = Number(first.stdout);
+      const next = await pool.run({
+        code: `import os\ntry:\n    os.kill(${pid}, 0)\n    print("alive")\nexcept ProcessLookupError:\n    print("gone")`,
+      });
+      assert.equal(next.stdout, 'gone\n', JSON.stringify(next));
+      const [exit3, fetched] = [
+        await pool.run({ code: 'import sys\nsys.exit(3)' }),
+        await pool.run({ code: 'open("o.txt", "w").write("hi")', fetchFiles: ['o.txt'] }),
+      ];
+      assert.equal(exit3.exitCode, 3);
+      assert.equal(Buffer.from(fetched.files?.['o.txt'] ?? '', 'base64').toString(), 'hi');
+    } finally {
+      await pool.close();
+    }
+  });
+});
