@@ -87,26 +87,53 @@ def start_zygote():
     return pid, a
 
 
+EMPTY_SIZE = {}  # dir -> its st_size when empty, for dirs whose size counts their entries
+
+
+def learn_empty_size(d):
+    """Records the size of d, now empty, if its size counts its entries (tmpfs: 20 bytes each; ext4 does not),
+    found by trying. wipe then recognises an empty dir with one stat instead of listing it (~10 syscalls)."""
+    try:
+        with os.scandir(d) as it:
+            if next(it, None) is not None:
+                return
+        empty = os.stat(d).st_size
+        probe = os.path.join(d, ".rstar2-size-probe")
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        try:
+            one = os.stat(d).st_size
+        finally:
+            os.unlink(probe)
+        if one > empty == os.stat(d).st_size:
+            EMPTY_SIZE[d] = empty
+    except OSError:
+        pass
+
+
 def wipe(slot):
     """Empties a slot's scratch dir and its uid's files in /dev/shm. The broker does it once the zygote has
     reported the slot's processes dead, before the slot is given out again."""
     d = slot_dir(slot)
     uid = slot_uid(slot)
     try:
-        with os.scandir(d) as it:
-            entries = list(it)
-        for e in entries:
-            try:
-                if e.is_dir(follow_symlinks=False):
-                    import shutil
+        st = os.stat(d)
+        if EMPTY_SIZE.get(d, -1) != st.st_size or st.st_mode & 0o7777 != 0o700:
+            with os.scandir(d) as it:
+                entries = list(it)
+            for e in entries:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        import shutil
 
-                    shutil.rmtree(e.path, ignore_errors=True)
-                else:
-                    os.unlink(e.path)
-            except OSError as ex:
-                log(f"wipe of {e.path} failed: {ex}")
-        os.chmod(d, 0o700)  # the owner (the slot uid) may have changed it; only root could chown
-        if uid and SHM:
+                        shutil.rmtree(e.path, ignore_errors=True)
+                    else:
+                        os.unlink(e.path)
+                except OSError as ex:
+                    log(f"wipe of {e.path} failed: {ex}")
+            os.chmod(d, 0o700)  # the owner (the slot uid) may have changed it; only root could chown
+            if d not in EMPTY_SIZE:
+                learn_empty_size(d)
+        if uid and SHM and EMPTY_SIZE.get(SHM, -1) != os.stat(SHM).st_size:
             with os.scandir(SHM) as it:
                 for e in it:
                     try:
@@ -154,6 +181,9 @@ class Broker:
         self.zpid, self.z = start_zygote()
         self.sel = selectors.DefaultSelector()
         self.inbuf = bytearray()
+        # reused for every read: a fresh 1 MiB bytes per read was an mmap, page faults and an munmap
+        self.rbuf = bytearray(1 << 20)
+        self.rview = memoryview(self.rbuf)
         self.waiting = []
         self.free = list(range(SLOTS - SESSION_SLOTS - 1, -1, -1))
         self.sess_free = list(range(SLOTS - 1, SLOTS - SESSION_SLOTS - 1, -1))
@@ -200,6 +230,8 @@ class Broker:
             os._exit(3)
         info = json.loads(msg[1:])
         info["ready"] = True
+        if SHM:
+            learn_empty_size(SHM)
         self.send(0, info)
         self.flush()
         os.set_blocking(0, False)
@@ -209,12 +241,12 @@ class Broker:
 
     def on_node(self):
         try:
-            chunk = os.read(0, 1 << 20)
+            n = os.readv(0, [self.rbuf])
         except BlockingIOError:
             return
-        if not chunk:  # Node closed the pipe: shut down; the zygote kills its children
+        if not n:  # Node closed the pipe: shut down; the zygote kills its children
             os._exit(0)
-        self.inbuf += chunk
+        self.inbuf += self.rview[:n]
         buf = self.inbuf
         pos = 0
         while len(buf) - pos >= 16:

@@ -309,4 +309,25 @@ describe('answers from the child exit report (bwrap)', { skip, timeout: 60_000 }
       await pool.close();
     }
   });
+
+  test('the one slot is wiped after every call, also where wipe skips an empty dir', async () => {
+    const pool = await SandboxPool.start({ slots: 1, log: () => {} });
+    const check =
+      'import os\nprint(sorted(os.listdir(".")), sorted(os.listdir("/dev/shm")), oct(os.stat(".").st_mode & 0o777))';
+    try {
+      const dirty = [
+        'import os\nos.mkdir("d")\nopen("d/x", "w").write("1")\nopen(".hidden", "w")\nopen("/dev/shm/s", "w")',
+        'import os\nos.chmod(".", 0o500)', // an empty dir the snippet made unwritable
+        'import os\nopen("gone", "w").close()\nos.unlink("gone")\nos.symlink("/etc/passwd", "ln")',
+      ];
+      for (const code of dirty) {
+        const r = await pool.run({ code });
+        assert.equal(r.status, 'ok', `${code}: ${JSON.stringify(r)}`);
+        const after = await pool.run({ code: check });
+        assert.equal(after.stdout, '[] [] 0o700\n', `after ${code}`);
+      }
+    } finally {
+      await pool.close();
+    }
+  });
 });
