@@ -79,11 +79,11 @@ def start_zygote():
             os._exit(3)
     b.close()
     os.close(r)
-    with os.fdopen(w, "wb") as f:
-        try:
+    try:
+        with os.fdopen(w, "wb") as f:
             f.write(marshal.dumps((CFG, ZYGOTE_CODE)))
-        except BrokenPipeError:
-            pass  # it died at once; Broker.start reports that
+    except BrokenPipeError:
+        pass  # it died at once; Broker.start reports that
     return pid, a
 
 
