@@ -667,6 +667,18 @@ def preload():
     return failed
 
 
+def anon_kb():
+    """Resident anonymous memory: fork copies its page tables into every child, whose exit unmaps them."""
+    try:
+        with open("/proc/self/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Anonymous:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def zygote_main(fd):
     """The zygote process's entry (server.py's ZYGOTE_BOOT); fd is its socket to the broker."""
     try:
@@ -692,7 +704,7 @@ def zygote_main(fd):
         failed = preload()
         z = Zygote(sock)
         sock.send(b"Y" + json.dumps({"landlock": LL_STATE["abi"], "landlockReason": LL_STATE["reason"],
-                                     "preloadFailed": failed, "uidBase": UID_BASE}).encode())
+                                     "preloadFailed": failed, "uidBase": UID_BASE, "anonKb": anon_kb()}).encode())
         z.loop()
     except BaseException as e:  # noqa: BLE001
         log(f"zygote failed: {e!r}")

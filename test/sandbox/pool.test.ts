@@ -5,6 +5,7 @@ import { SandboxPool } from '../../src/sandbox/pool.js';
 
 const skip = findBwrap() ? false : 'bubblewrap not installed';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+let bareZygoteMb = 0;
 
 describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
   let pool: SandboxPool;
@@ -13,6 +14,11 @@ describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
   });
   after(async () => {
     await pool?.close();
+  });
+
+  test('the zygote is small: a fresh interpreter with the sandbox modules only', async () => {
+    bareZygoteMb = pool.info.zygoteMb;
+    assert.ok(bareZygoteMb >= 2 && bareZygoteMb <= 6, `${bareZygoteMb} MiB`);
   });
 
   test('runs code, reports exit codes, stderr tracebacks and stdin', async () => {
@@ -206,6 +212,8 @@ describe('SandboxPool faults and admission', { skip, timeout: 120_000 }, () => {
       for (const col of [0, 1, 2])
         assert.equal(new Set(rows.map((row) => row[col])).size, 3, `column ${col}`);
       assert.ok(rows.every((row) => row[3] === '1'));
+      // numpy makes the zygote (whose memory every call's fork copies) several times the bare one
+      assert.ok(pool.info.zygoteMb > 3 * bareZygoteMb, `${pool.info.zygoteMb} vs ${bareZygoteMb} MiB`);
     } finally {
       await pool.close();
     }
