@@ -1,5 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
+import { isLayout, LAYOUTS, type Layout, parseFieldMap } from '../data/index.js';
 import { EmbeddedEngine } from '../engines/embedded.js';
 import { BACKENDS, type Backend, remoteEngine } from '../engines/factory.js';
 import { FakeEngine } from '../engines/fake.js';
@@ -18,7 +19,7 @@ import {
 import { appendJsonl } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
 import { type RolloutOptions, streamRollouts, type TurnBoundary } from './loop.js';
-import { loadProblems } from './problems.js';
+import { loadRolloutProblems } from './problems.js';
 import { agentTemplate } from './template.js';
 
 interface RolloutFlags {
@@ -28,6 +29,8 @@ interface RolloutFlags {
   tokenizer?: string;
   template: string;
   data: string;
+  layout: string;
+  map?: string;
   limit?: string;
   n: string;
   out: string;
@@ -83,7 +86,13 @@ export function registerAgentCommands(program: Command): void {
       'tokenizer.json or its directory (default: --model; fake: a char tokenizer)',
     )
     .option('--template <name>', "chat template: rstar2, qwen, compact, 'tokenizer', or a file", 'rstar2')
-    .requiredOption('--data <file>', 'problems JSONL: {id, problem, answer} per line')
+    .requiredOption(
+      '--data <file>',
+      'problems: a .jsonl or .parquet file, a directory of them, or a glob; rows in the verl, DAPO-Math or ' +
+        "plain {id, problem, answer} layout (see 'rstar2 data inspect --help')",
+    )
+    .option('--layout <name>', `problem row layout: auto, ${LAYOUTS.join(', ')}`, 'auto')
+    .option('--map <fields>', 'problem fields from other dotted paths, e.g. question=q,answer=extra_info.gt')
     .option('--limit <k>', 'use only the first k problems')
     .option('--n <k>', 'samples per problem', '8')
     .requiredOption('--out <file>', 'trajectories JSONL (appended as they finish; truncated at start)')
@@ -121,6 +130,9 @@ export function registerAgentCommands(program: Command): void {
       }
       if (!BACKENDS.includes(f.backend as Backend))
         throw new Error(`--backend must be one of ${BACKENDS.join(', ')}`);
+      if (f.layout !== 'auto' && !isLayout(f.layout)) {
+        throw new Error(`--layout must be auto or one of ${LAYOUTS.join(', ')}`);
+      }
       const n = num('n', f.n, true);
       const config = {
         engines: f.engine,
@@ -128,6 +140,8 @@ export function registerAgentCommands(program: Command): void {
         model: f.model ?? null,
         template: f.template,
         data: f.data,
+        layout: f.layout as Layout | 'auto',
+        map: f.map ? parseFieldMap(f.map) : null,
         limit: f.limit === undefined ? null : num('limit', f.limit, true),
         n,
         out: f.out,
@@ -152,7 +166,11 @@ export function registerAgentCommands(program: Command): void {
         console.log(JSON.stringify(config, null, 2));
         return;
       }
-      const problems = loadProblems(f.data, config.limit ?? undefined);
+      const problems = await loadRolloutProblems(f.data, {
+        layout: config.layout,
+        map: config.map ?? undefined,
+        limit: config.limit ?? undefined,
+      });
       const tokPath = f.tokenizer ?? f.model;
       const onlyFake = f.engine.every((e) => e === 'fake');
       if (!tokPath && !onlyFake) throw new Error('--model (or --tokenizer) is required to tokenize prompts');

@@ -1,6 +1,6 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { readJsonl } from '../util/jsonl.js';
+import { loadProblemsSync } from '../data/index.js';
 import type { BenchProblem } from './score.js';
 
 // Benchmarks are JSONL files of {id, problem, answer}. Named ones are looked up in RSTAR2_BENCH_DIR first,
@@ -32,24 +32,14 @@ export function resolveBench(name: string): string {
   );
 }
 
-/** Reads and validates a benchmark JSONL; numeric answers become strings. */
+/**
+ * A benchmark's problems through src/data (any layout it reads; every row needs a gold answer). Synchronous, so
+ * JSONL only; src/data's async loadProblems also reads Parquet.
+ */
 export function loadProblems(path: string): BenchProblem[] {
-  if (!existsSync(path)) throw new Error(`benchmark file not found: ${path}`);
-  const rows = readJsonl<Record<string, unknown>>(path);
-  const seen = new Set<string>();
-  const out = rows.map((r, i) => {
-    const where = `${path}:${i + 1}`;
-    if (r === null || typeof r !== 'object') throw new Error(`${where}: expected an object`);
-    const id = typeof r.id === 'number' ? String(r.id) : r.id;
-    const answer = typeof r.answer === 'number' ? String(r.answer) : r.answer;
-    if (typeof id !== 'string' || id === '') throw new Error(`${where}: missing string field 'id'`);
-    if (typeof r.problem !== 'string' || r.problem === '')
-      throw new Error(`${where}: missing string field 'problem'`);
-    if (typeof answer !== 'string') throw new Error(`${where}: missing string field 'answer'`);
-    if (seen.has(id)) throw new Error(`${where}: duplicate id '${id}'`);
-    seen.add(id);
-    return { id, problem: r.problem, answer };
-  });
-  if (out.length === 0) throw new Error(`benchmark file is empty: ${path}`);
-  return out;
+  return loadProblemsSync(path, { requireAnswer: true }).map((p) => ({
+    id: p.id,
+    problem: p.question,
+    answer: p.answer as string,
+  }));
 }

@@ -1,0 +1,253 @@
+import { parseToolCalls } from '../agent/parser.js';
+import { PYTHON_TOOL_NAME } from '../tokenizer/tools.js';
+import { kindOf, readRows, resolveFiles } from './files.js';
+
+// SFT data: conversations in OpenAI's chat format, or instruction rows turned into one. ChatExample is what
+// the SFT stage renders; chatSegments gives the assistant and tool turns as the text a rollout contains, so
+// demonstrations and the policy's own samples tokenize the same way.
+
+export const ROLES = ['system', 'user', 'assistant', 'tool'] as const;
+export type Role = (typeof ROLES)[number];
+
+export interface ToolCall {
+  type: 'function';
+  id?: string;
+  function: { name: string; arguments: Record<string, unknown> }; // JSON-string arguments arrive parsed
+}
+
+// Structurally a tokenizer ChatMessage, so examples render through ChatTemplate as they are.
+export interface Message {
+  role: Role;
+  content: string;
+  tool_calls?: ToolCall[];
+  tool_call_id?: string;
+}
+
+export interface ChatExample {
+  messages: Message[];
+}
+
+export const SFT_LAYOUTS = ['messages', 'alpaca', 'prompt-response', 'question-answer'] as const;
+export type SftLayout = (typeof SFT_LAYOUTS)[number];
+
+const SFT_HELP =
+  'messages ({messages: [{role, content, tool_calls?}]}), alpaca ({instruction, input?, output}), ' +
+  'prompt-response ({prompt, response}), question-answer ({question, answer_text})';
+
+export function detectSftLayout(row: Record<string, unknown>): SftLayout | null {
+  if ('messages' in row) return 'messages';
+  if ('instruction' in row && 'output' in row) return 'alpaca';
+  if ('prompt' in row && 'response' in row) return 'prompt-response';
+  if ('question' in row && 'answer_text' in row) return 'question-answer';
+  return null;
+}
+
+function str(row: Record<string, unknown>, key: string, where: string): string {
+  const v = row[key];
+  if (typeof v !== 'string' || v.trim() === '') {
+    throw new Error(`${where}: field '${key}' must be a non-empty string, got ${kindOf(v)}`);
+  }
+  return v;
+}
+
+function toolCall(v: unknown, at: string): ToolCall {
+  const c = (typeof v === 'object' && v !== null ? v : {}) as Record<string, unknown>;
+  const fn = c.function as Record<string, unknown> | undefined;
+  if (typeof fn !== 'object' || fn === null || typeof fn.name !== 'string' || fn.name === '') {
+    throw new Error(`${at}: expected {type: 'function', function: {name, arguments}}, got ${kindOf(v)}`);
+  }
+  if (c.type !== undefined && c.type !== 'function') {
+    throw new Error(`${at}.type: only 'function' tool calls exist here, got ${JSON.stringify(c.type)}`);
+  }
+  let args: unknown = fn.arguments ?? {};
+  if (typeof args === 'string') {
+    try {
+      args = JSON.parse(args);
+    } catch (e) {
+      throw new Error(`${at}.function.arguments: not valid JSON (${(e as Error).message})`);
+    }
+  }
+  if (typeof args !== 'object' || args === null || Array.isArray(args)) {
+    throw new Error(`${at}.function.arguments: must be a JSON object, got ${kindOf(args)}`);
+  }
+  const call: ToolCall = {
+    type: 'function',
+    function: { name: fn.name, arguments: args as Record<string, unknown> },
+  };
+  if (typeof c.id === 'string') call.id = c.id;
+  return call;
+}
+
+function message(v: unknown, at: string): Message {
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    throw new Error(`${at}: expected an object, got ${kindOf(v)}`);
+  const m = v as Record<string, unknown>;
+  if (!(ROLES as readonly unknown[]).includes(m.role)) {
+    throw new Error(`${at}.role: must be one of ${ROLES.join(', ')}, got ${JSON.stringify(m.role)}`);
+  }
+  const role = m.role as Role;
+  const calls = m.tool_calls ?? [];
+  if (!Array.isArray(calls)) throw new Error(`${at}.tool_calls: must be a list, got ${kindOf(calls)}`);
+  if (calls.length > 0 && role !== 'assistant')
+    throw new Error(`${at}.tool_calls: only assistant messages call tools`);
+  // OpenAI sends content: null on an assistant turn that only calls tools
+  const content = m.content ?? (calls.length > 0 ? '' : undefined);
+  if (typeof content !== 'string') throw new Error(`${at}.content: must be a string, got ${kindOf(content)}`);
+  const out: Message = { role, content };
+  if (calls.length > 0) out.tool_calls = calls.map((c, i) => toolCall(c, `${at}.tool_calls[${i}]`));
+  if (role === 'tool' && typeof m.tool_call_id === 'string') out.tool_call_id = m.tool_call_id;
+  return out;
+}
+
+/** One SFT row (any SftLayout) → a checked ChatExample; errors name `where` and the field. */
+export function chatExampleFromRow(row: Record<string, unknown>, where: string): ChatExample {
+  const layout = detectSftLayout(row);
+  let messages: Message[];
+  switch (layout) {
+    case null:
+      throw new Error(
+        `${where}: unknown SFT layout; fields seen: ${Object.keys(row).join(', ') || '(none)'}; tried ${SFT_HELP}`,
+      );
+    case 'messages': {
+      if (!Array.isArray(row.messages))
+        throw new Error(`${where}: field 'messages' must be a list, got ${kindOf(row.messages)}`);
+      messages = row.messages.map((m, i) => message(m, `${where}: messages[${i}]`));
+      break;
+    }
+    case 'alpaca': {
+      const input = row.input === undefined || row.input === null ? '' : String(row.input);
+      const instruction = str(row, 'instruction', where);
+      const user = input.trim() === '' ? instruction : `${instruction}\n\n${input}`;
+      messages = [
+        { role: 'user', content: user },
+        { role: 'assistant', content: str(row, 'output', where) },
+      ];
+      break;
+    }
+    case 'prompt-response':
+      messages = [
+        { role: 'user', content: str(row, 'prompt', where) },
+        { role: 'assistant', content: str(row, 'response', where) },
+      ];
+      break;
+    case 'question-answer':
+      messages = [
+        { role: 'user', content: str(row, 'question', where) },
+        { role: 'assistant', content: str(row, 'answer_text', where) },
+      ];
+      break;
+  }
+  const ex = { messages };
+  try {
+    chatSegments(ex);
+  } catch (e) {
+    throw new Error(`${where}: ${(e as Error).message}`);
+  }
+  return ex;
+}
+
+/** SFT examples from JSONL or Parquet files (path, directory or glob); every row is checked as it is read. */
+export async function loadChatExamples(spec: string, opts: { limit?: number } = {}): Promise<ChatExample[]> {
+  const out: ChatExample[] = [];
+  for await (const { row, where } of readRows(resolveFiles(spec, 'examples'))) {
+    out.push(chatExampleFromRow(row, where));
+    if (opts.limit !== undefined && out.length >= opts.limit) break;
+  }
+  if (out.length === 0) throw new Error(`no examples: ${spec} has no rows`);
+  return out;
+}
+
+/**
+ * How tool calls are written out:
+ * - 'compact': JSON.stringify({name, arguments}), the text the quickstart's demos teach (recipe toolCallText),
+ *   so SFT data and the rollouts of a model trained on it match token for token. Default.
+ * - 'template': what the shipped chat templates (Qwen/Hermes tool format) render for a tool_calls message,
+ *   `{"name": "N", "arguments": ` + Python json.dumps separators; for models pretrained on that format.
+ */
+export type ToolCallStyle = 'compact' | 'template';
+
+// Python's json.dumps (and Jinja's tojson) with its default ', ' and ': ' separators.
+function pyJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(pyJson).join(', ')}]`;
+  if (typeof v === 'object' && v !== null) {
+    return `{${Object.entries(v)
+      .filter(([, x]) => x !== undefined)
+      .map(([k, x]) => `${JSON.stringify(k)}: ${pyJson(x)}`)
+      .join(', ')}}`;
+  }
+  return JSON.stringify(v);
+}
+
+/**
+ * One `<tool_call>` block as the model writes it. Python-tool arguments are put in the order rollouts use,
+ * code then input, with input '' when absent (as recipe toolCallText writes every call).
+ */
+export function toolCallBlock(
+  name: string,
+  args: Record<string, unknown>,
+  style: ToolCallStyle = 'compact',
+): string {
+  const { code, input, ...rest } = args;
+  const a = name === PYTHON_TOOL_NAME ? { code, input: input ?? '', ...rest } : args;
+  const json =
+    style === 'compact'
+      ? JSON.stringify({ name, arguments: a })
+      : `{"name": "${name}", "arguments": ${pyJson(a)}}`;
+  return `<tool_call>\n${json}\n</tool_call>`;
+}
+
+/** A turn after the prompt: generated text (trained on) or the tool responses the loop appends (masked). */
+export type ChatSegment = { role: 'assistant'; text: string } | { role: 'tool'; texts: string[] };
+
+/**
+ * An example as a rollout: the prompt messages (system/user before the first assistant turn), then assistant
+ * turns and tool turns in order. An assistant turn's text is its content and its tool calls joined by '\n', as
+ * the chat templates lay them out; it is the text after the generation prompt (for rstar2, after the
+ * `<reason>` that prompt opens), without the end-of-turn token. Consecutive tool messages form one tool turn
+ * (the loop answers all of a turn's calls in one user turn). Throws on a conversation a rollout cannot produce.
+ */
+export function chatSegments(
+  ex: ChatExample,
+  opts: { toolCallStyle?: ToolCallStyle } = {},
+): { prompt: Message[]; segments: ChatSegment[] } {
+  const msgs = ex.messages;
+  const start = msgs.findIndex((m) => m.role === 'assistant');
+  if (start < 0) throw new Error('no assistant message to learn from');
+  const prompt = msgs.slice(0, start);
+  const stray = prompt.findIndex((m) => m.role === 'tool');
+  if (stray >= 0) throw new Error(`messages[${stray}]: tool message before the first assistant message`);
+  if (!prompt.some((m) => m.role === 'user'))
+    throw new Error('no user message before the first assistant message');
+  const segments: ChatSegment[] = [];
+  let callsPending = false;
+  msgs.slice(start).forEach((m, k) => {
+    const i = start + k;
+    if (m.role === 'assistant') {
+      if (callsPending)
+        throw new Error(
+          `messages[${i}]: assistant message where the tool responses to the calls before it belong`,
+        );
+      const calls = (m.tool_calls ?? []).map((c) =>
+        toolCallBlock(c.function.name, c.function.arguments, opts.toolCallStyle),
+      );
+      const text = [m.content, ...calls].filter((s) => s !== '').join('\n');
+      if (text === '') throw new Error(`messages[${i}]: empty assistant message`);
+      segments.push({ role: 'assistant', text });
+      callsPending = calls.length > 0 || parseToolCalls(m.content).length > 0;
+    } else if (m.role === 'tool') {
+      const last = segments.at(-1);
+      if (last?.role === 'tool') last.texts.push(m.content);
+      else if (callsPending) segments.push({ role: 'tool', texts: [m.content] });
+      else throw new Error(`messages[${i}]: tool message without a tool call before it`);
+      callsPending = false;
+    } else {
+      throw new Error(
+        `messages[${i}]: ${m.role} message after the first assistant message (a rollout has one prompt; split the conversation)`,
+      );
+    }
+  });
+  if (callsPending) throw new Error('the last assistant message calls a tool that never answers');
+  if (segments.at(-1)?.role !== 'assistant')
+    throw new Error('the conversation ends with a tool message, not an assistant answer');
+  return { prompt, segments };
+}

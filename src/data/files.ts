@@ -1,0 +1,139 @@
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { resolve } from 'node:path';
+import type { AsyncBuffer, FileMetaData } from 'hyparquet';
+import { globSync, isDynamicPattern } from 'tinyglobby';
+
+// Reading rows from data files: JSONL (one object a line) and Parquet, from a path, a directory or a glob.
+// Every row carries where it came from, so each error downstream can name the file and line (JSONL, 1-based,
+// as an editor shows it) or row (Parquet, 0-based, as pandas' iloc and datasets' ds[i] index it).
+
+export interface SourceRow {
+  row: Record<string, unknown>;
+  where: string; // 'file.jsonl:12' or 'file.parquet row 11'
+  index: number; // position among all rows read, across files
+}
+
+// .json is left out of directories and globs: dataset folders hold dataset_info.json and the like.
+const DATA_EXT = /\.(jsonl|ndjson|parquet)$/;
+
+/** Files named by a path, a directory (its data files, recursively) or a glob; sorted, absolute. */
+export function resolveFiles(spec: string, noun = 'rows'): string[] {
+  if (existsSync(spec)) {
+    if (!statSync(spec).isDirectory()) return [resolve(spec)];
+    const inside = globSync('**/*.{jsonl,ndjson,parquet}', { cwd: spec, absolute: true }).sort();
+    if (inside.length === 0) throw new Error(`no ${noun}: directory ${spec} has no .jsonl or .parquet files`);
+    return inside;
+  }
+  if (!isDynamicPattern(spec)) throw new Error(`no ${noun}: file not found: ${spec}`);
+  const files = globSync(spec, { absolute: true, onlyFiles: true })
+    .filter((f) => DATA_EXT.test(f))
+    .sort();
+  if (files.length === 0) throw new Error(`no ${noun}: no .jsonl or .parquet file matches '${spec}'`);
+  return files;
+}
+
+export const isParquet = (file: string) => file.endsWith('.parquet');
+
+function jsonlRows(file: string, text: string, start: number): SourceRow[] {
+  const out: SourceRow[] = [];
+  text.split('\n').forEach((line, i) => {
+    if (line.trim() === '') return;
+    const where = `${file}:${i + 1}`;
+    let row: unknown;
+    try {
+      row = JSON.parse(line);
+    } catch (e) {
+      throw new Error(`${where}: malformed JSON line (${(e as Error).message})`);
+    }
+    if (typeof row !== 'object' || row === null || Array.isArray(row)) {
+      throw new Error(`${where}: expected a JSON object, got ${kindOf(row)}`);
+    }
+    out.push({ row: row as Record<string, unknown>, where, index: start + out.length });
+  });
+  return out;
+}
+
+// Parquet INT64 arrives as BigInt; JSON-shaped records want numbers (or strings where a number would round).
+function plain(v: unknown): unknown {
+  if (typeof v === 'bigint') {
+    return v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= BigInt(Number.MIN_SAFE_INTEGER)
+      ? Number(v)
+      : String(v);
+  }
+  if (Array.isArray(v)) return v.map(plain);
+  if (v instanceof Date) return v.toISOString();
+  if (v instanceof Uint8Array) return Buffer.from(v).toString('utf8');
+  if (typeof v === 'object' && v !== null) {
+    const o: Record<string, unknown> = {};
+    for (const [k, x] of Object.entries(v)) if (x !== undefined) o[k] = plain(x);
+    return o;
+  }
+  return v;
+}
+
+/**
+ * Rows of every file in order. Parquet is read one row group at a time, so stopping early (a limit) reads
+ * only the groups needed and a large file is never held twice in memory.
+ */
+export async function* readRows(files: string[]): AsyncGenerator<SourceRow> {
+  let index = 0;
+  for (const file of files) {
+    if (!isParquet(file)) {
+      for (const r of jsonlRows(file, readFileSync(file, 'utf8'), index)) {
+        index++;
+        yield r;
+      }
+      continue;
+    }
+    // loaded on first use: every rstar2 command imports this module, few read Parquet
+    const { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects } = await import('hyparquet');
+    const { compressors } = await import('hyparquet-compressors');
+    let buffer: AsyncBuffer;
+    let metadata: FileMetaData;
+    try {
+      buffer = await asyncBufferFromFile(file);
+      metadata = await parquetMetadataAsync(buffer);
+    } catch (e) {
+      throw new Error(`${file}: not a readable Parquet file (${(e as Error).message})`);
+    }
+    let rowStart = 0;
+    for (const group of metadata.row_groups) {
+      const rowEnd = rowStart + Number(group.num_rows);
+      const rows = await parquetReadObjects({ file: buffer, metadata, rowStart, rowEnd, compressors });
+      for (let i = 0; i < rows.length; i++) {
+        yield { row: plain(rows[i]) as Record<string, unknown>, where: `${file} row ${rowStart + i}`, index };
+        index++;
+      }
+      rowStart = rowEnd;
+    }
+  }
+}
+
+/** JSONL only, for callers that cannot await; Parquet needs the async readRows. */
+export function readRowsSync(files: string[]): SourceRow[] {
+  const out: SourceRow[] = [];
+  for (const file of files) {
+    if (isParquet(file)) {
+      throw new Error(`${file}: Parquet is read asynchronously; use the async loader (loadProblems)`);
+    }
+    out.push(...jsonlRows(file, readFileSync(file, 'utf8'), out.length));
+  }
+  return out;
+}
+
+export function kindOf(v: unknown): string {
+  if (v === undefined) return 'nothing';
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  return typeof v === 'object' ? 'an object' : `a ${typeof v}`;
+}
+
+/** Value at a dotted path ('extra_info.index', 'prompt.0.content'); undefined when any step is missing. */
+export function getPath(row: unknown, path: string): unknown {
+  let v: unknown = row;
+  for (const key of path.split('.')) {
+    if (typeof v !== 'object' || v === null) return undefined;
+    v = (v as Record<string, unknown>)[key];
+  }
+  return v;
+}
