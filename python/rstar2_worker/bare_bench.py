@@ -45,7 +45,7 @@ class BareBench:
         ids = torch.randint(0, m.cfg.vocab_size, (B, T), generator=self.g)
         adv = torch.randn(B, 1, generator=self.g)
         t0 = time.perf_counter()
-        logp = torch.log_softmax(m(ids)[:, :-1].float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        logp = torch.log_softmax(m(ids, drop_last=True).float(), -1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
         ratio = torch.exp(logp - logp.detach())
         loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(0.8, 1.28)).mean()
         loss.backward()

@@ -1,10 +1,11 @@
-"""Hugging Face checkpoint directories: config.json + model.safetensors (or sharded *.safetensors).
+"""Hugging Face checkpoint directories: config.json + model.safetensors, or shards + model.safetensors.index.json.
 
 The safetensors format is parsed directly (the package may be absent): u64 LE header length, a JSON
 header {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then raw bytes.
 """
 import json
 import os
+import re
 import struct
 
 import torch
@@ -32,7 +33,10 @@ def read_safetensors(path):
     (n,) = struct.unpack("<Q", data[:8])
     if n > len(data) - 8:
         raise ValueError(f"{path}: corrupt safetensors header length {n}")
-    header = json.loads(data[8 : 8 + n].decode("utf-8"))
+    try:
+        header = json.loads(data[8 : 8 + n].decode("utf-8"))
+    except ValueError as e:
+        raise ValueError(f"{path}: unreadable safetensors header ({e})") from None
     base = 8 + n
     out = {}
     for name, spec in header.items():
@@ -42,6 +46,8 @@ def read_safetensors(path):
         if dtype is None:
             raise ValueError(f"{path}: tensor {name} has unsupported dtype {spec['dtype']}")
         b, e = spec["data_offsets"]
+        if e > len(data) - base:
+            raise ValueError(f"{path}: tensor {name} ends at byte {e} of a {len(data) - base}-byte data section (truncated file?)")
         buf = bytearray(data[base + b : base + e])  # writable copy: torch.frombuffer wants one
         t = torch.frombuffer(buf, dtype=dtype) if e > b else torch.empty(0, dtype=dtype)
         out[name] = t.reshape(spec["shape"])
@@ -68,19 +74,92 @@ def write_safetensors(path, tensors, metadata=None):
     os.replace(tmp, path)
 
 
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+SHARD_RE = re.compile(r"^model-\d{5}-of-\d{5}\.safetensors$")
+
+
 def read_state_dict(directory):
-    single = os.path.join(directory, "model.safetensors")
-    index = os.path.join(directory, "model.safetensors.index.json")
+    single = os.path.join(directory, SINGLE)
+    index = os.path.join(directory, INDEX)
     if os.path.exists(single):
         return read_safetensors(single)
     if os.path.exists(index):
         with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-        sd = {}
-        for name in files:
-            sd.update(read_safetensors(os.path.join(directory, name)))
+            try:
+                weight_map = json.load(f).get("weight_map")
+            except ValueError as e:
+                raise ValueError(f"{index}: not valid JSON ({e})") from None
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ValueError(f"{index}: no \"weight_map\" object naming each tensor's file")
+        sd, held = {}, {}
+        for name in sorted(set(weight_map.values())):
+            path = os.path.join(directory, name)
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{index}: weight_map names shard {name}, which is missing from {directory}")
+            part = read_safetensors(path)
+            held[name] = set(part)
+            sd.update(part)
+        wrong = [k for k, f in weight_map.items() if k not in held[f]]
+        if wrong:
+            raise ValueError(f"{index}: weight_map puts tensor {wrong[0]} in {weight_map[wrong[0]]}, which does not hold it")
         return sd
-    raise FileNotFoundError(f"{directory}: no model.safetensors or model.safetensors.index.json")
+    hint = ""
+    if any(os.path.exists(os.path.join(directory, n)) for n in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        hint = " (it has pytorch_model.bin weights; only safetensors are read: convert them)"
+    raise FileNotFoundError(f"{directory}: no weights: neither {SINGLE} nor {INDEX}{hint}")
+
+
+def shard_groups(names, nbytes, shards=None, max_bytes=None):
+    """Tensor names (in order) grouped into shard files. `shards`: exactly that many files (fewer only when
+    there are fewer tensors), cut where the running byte count first reaches each k/shards of the total.
+    `max_bytes`: Hugging Face's `max_shard_size` rule (a new file when the next tensor would overflow the
+    current one; a tensor over the limit gets a file of its own). Neither: one file."""
+    if shards and shards > 1:
+        n, s = len(names), min(shards, len(names))
+        cum = [0]
+        for name in names:
+            cum.append(cum[-1] + nbytes[name])
+        cuts, lo = [], 1
+        for k in range(1, s):
+            i = next((j for j in range(lo, n) if cum[j] * s >= k * cum[-1]), n)
+            i = min(i, n - (s - k))  # every later file still gets a tensor
+            cuts.append(i)
+            lo = i + 1
+        return [names[a:b] for a, b in zip([0] + cuts, cuts + [n])]
+    if max_bytes:
+        groups, size = [[]], 0
+        for name in names:
+            if groups[-1] and size + nbytes[name] > max_bytes:
+                groups.append([])
+                size = 0
+            groups[-1].append(name)
+            size += nbytes[name]
+        return groups
+    return [list(names)]
+
+
+def write_state_dict(directory, sd, shards=None, max_bytes=None):
+    """Writes model.safetensors, or Hugging Face shards model-0000i-of-0000n.safetensors plus
+    model.safetensors.index.json; then removes weight files of the other layout, since a stale
+    model.safetensors would be read in preference to a new index."""
+    names = list(sd)  # module order: embeddings first, then layer by layer, as HF's writer orders them
+    nbytes = {n: sd[n].numel() * sd[n].element_size() for n in names}
+    groups = shard_groups(names, nbytes, shards, max_bytes)
+    if len(groups) == 1:
+        write_safetensors(os.path.join(directory, SINGLE), sd)
+        keep = {SINGLE}
+    else:
+        files = [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
+        for f, g in zip(files, groups):
+            write_safetensors(os.path.join(directory, f), {n: sd[n] for n in g})
+        weight_map = {n: f for f, g in zip(files, groups) for n in g}
+        write_json(os.path.join(directory, INDEX), {"metadata": {"total_size": sum(nbytes.values())}, "weight_map": weight_map})
+        keep = set(files) | {INDEX}
+    for name in os.listdir(directory):
+        if name not in keep and (name in (SINGLE, INDEX) or SHARD_RE.match(name)):
+            os.remove(os.path.join(directory, name))
+    return sorted(keep)
 
 
 def read_config(directory):
@@ -88,7 +167,10 @@ def read_config(directory):
     if not os.path.exists(path):
         raise FileNotFoundError(f"{directory}: no config.json (not a Hugging Face model directory)")
     with open(path) as f:
-        return json.load(f)
+        try:
+            return json.load(f)
+        except ValueError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
 
 
 def write_json(path, obj):

@@ -152,7 +152,9 @@ class DecoderModel(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """forward(ids, pad_left=None) → logits. `pad_left[b]` leading positions of row b are padding."""
+    """forward(ids, pad_left=None) → logits. `pad_left[b]` leading positions of row b are padding.
+    `drop_last`: no logits for the last position (nothing to score there); with a 150K vocabulary, slicing the
+    hidden states instead of the logits saves a vocab-sized buffer and its zero-filled gradient."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -181,13 +183,14 @@ class CausalLM(nn.Module):
             x = layer(x, pos, self.rope, bias, None if caches is None else caches[i], cache_at)
         return self.model.norm(x)
 
-    def forward(self, ids, pad_left=None):
+    def forward(self, ids, pad_left=None, drop_last=False):
         B, T = ids.shape
         pad_left = torch.zeros(B, dtype=torch.long) if pad_left is None else pad_left
         idx = torch.arange(T)
         pos = (idx.unsqueeze(0) - pad_left.unsqueeze(1)).clamp(min=0)
         bias = attn_bias(pad_left, idx, idx, ids.dtype)
-        return self.lm_head(self.hidden(ids, pos, bias))
+        h = self.hidden(ids, pos, bias)
+        return self.lm_head(h[:, :-1] if drop_last else h)
 
     def new_cache(self, B, S, dtype=torch.float32):
         c = self.cfg

@@ -6,11 +6,17 @@ import time
 import torch
 import torch.distributed as dist
 
-from .checkpoint import read_config, read_state_dict, write_json, write_safetensors
+from .checkpoint import read_config, read_state_dict, write_json, write_state_dict
 from .detok import Detok
 from .model import CausalLM, Config, attn_bias, count_params
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "generation_config.json",
+    "special_tokens_map.json",
+)
 
 
 class Policy:
@@ -46,7 +52,9 @@ class Policy:
         raw = read_config(directory)
         mt = raw.get("model_type", "qwen2")
         if mt not in ("qwen2", "qwen3"):
-            raise ValueError(f"{directory}: model_type {mt!r} is not supported (the built-in model covers qwen2 and qwen3)")
+            raise ValueError(
+                f"{os.path.join(directory, 'config.json')}: model_type {mt!r} is not supported (the built-in model covers qwen2 and qwen3)"
+            )
         cfg = Config(raw)
         model = CausalLM(cfg)
         sd = {k: v.float() for k, v in read_state_dict(directory).items()}
@@ -57,8 +65,7 @@ class Policy:
         if missing or unexpected:
             raise ValueError(f"{directory}: weights do not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}")
         self.cfg, self.model, self.src_dir = cfg, model, directory
-        tok = os.path.join(directory, "tokenizer.json")
-        self.detok = Detok(tok) if os.path.exists(tok) else None
+        self.detok = None  # built on the first stop-string request: parsing a 150K-entry tokenizer.json takes ~0.6 s
         self.opt, self.pending_opt_state, self.step = None, None, 0
         restored = False
         opt_path = os.path.join(directory, "optimizer.pt")
@@ -71,7 +78,7 @@ class Policy:
             restored = True
         return self._info(restored)
 
-    def save(self, directory, with_optimizer):
+    def save(self, directory, with_optimizer, shards=None, max_shard_bytes=None):
         self._need_model()
         os.makedirs(directory, exist_ok=True)
         sd = {k: v for k, v in self.model.state_dict().items()}
@@ -80,7 +87,7 @@ class Policy:
         raw = dict(self.cfg.raw)
         raw.setdefault("torch_dtype", "float32")
         write_json(os.path.join(directory, "config.json"), raw)
-        write_safetensors(os.path.join(directory, "model.safetensors"), sd)
+        files = write_state_dict(directory, sd, shards, max_shard_bytes)
         if self.src_dir and os.path.abspath(self.src_dir) != os.path.abspath(directory):
             for name in TOKENIZER_FILES:
                 src = os.path.join(self.src_dir, name)
@@ -96,7 +103,7 @@ class Policy:
             tmp = os.path.join(directory, "optimizer.pt.tmp")
             torch.save(st, tmp)
             os.replace(tmp, os.path.join(directory, "optimizer.pt"))
-        return {"dir": directory}
+        return {"dir": directory, "files": files}
 
     def _need_model(self):
         if self.model is None:
@@ -115,9 +122,12 @@ class Policy:
         stop_ids = set(int(x) for x in sp.get("stopTokenIds", []) or [])
         stop_strs = [s.encode("utf-8") for s in sp.get("stopStrings", []) or [] if s]
         if stop_strs and self.detok is None:
-            raise ValueError(
-                "stopStrings need a tokenizer.json next to the loaded model; map stop strings to stopTokenIds instead"
-            )
+            tok = os.path.join(self.src_dir or "", "tokenizer.json")
+            if not (self.src_dir and os.path.exists(tok)):
+                raise ValueError(
+                    "stopStrings need a tokenizer.json next to the loaded model; map stop strings to stopTokenIds instead"
+                )
+            self.detok = Detok(tok)
         if max_new < 0 or temperature < 0 or not (0 < top_p <= 1):
             raise ValueError(f"bad sampling params: maxNewTokens={max_new} temperature={temperature} topP={top_p}")
         V = self.cfg.vocab_size
@@ -190,7 +200,7 @@ class Policy:
         with torch.no_grad():
             for mb in micro_batches(seqs, budget):
                 ids, _ = pad_right([seqs[i] for i in mb])
-                logits = self.model(ids)[:, :-1].float()
+                logits = self.model(ids, drop_last=True).float()
                 if temperature != 1.0:
                     logits = logits / temperature
                 logp_all = torch.log_softmax(logits, -1)
@@ -258,7 +268,7 @@ class Policy:
             ids, valid = pad_right([seqs[i] for i in idx])
             mask, _ = pad_right([masks[i] for i in idx])
             mask = mask[:, 1:].float()
-            logits = model(ids)[:, :-1].float()
+            logits = model(ids, drop_last=True).float()
             logp_all = torch.log_softmax(logits, -1)
             logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
             with torch.no_grad():

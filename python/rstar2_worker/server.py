@@ -31,7 +31,7 @@ def handle(policy, h, a):
     if op == "load":
         return policy.load(h["dir"]), None
     if op == "save":
-        return policy.save(h["dir"], bool(h.get("optimizer"))), None
+        return policy.save(h["dir"], bool(h.get("optimizer")), h.get("shards"), h.get("maxShardBytes")), None
     if op == "generate":
         prompts = ragged(a["ids"], a["lens"])
         ids, lps, finish = policy.generate(prompts, h.get("sampling") or {})

@@ -181,6 +181,12 @@ export class Tokenizer {
     return id;
   }
 
+  /** The config's bos_token, if it names one (Qwen's is null: nothing is prepended). */
+  get bos(): number | undefined {
+    const name = tokenContent(this.config.bos_token);
+    return name === undefined ? undefined : this.idOf(name);
+  }
+
   /** Padding: the config's pad_token, else <|endoftext|>, else eos. */
   get pad(): number {
     const name = tokenContent(this.config.pad_token);

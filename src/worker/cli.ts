@@ -9,22 +9,49 @@ export function registerWorkerCommands(program: Command): void {
   model
     .command('init')
     .description(
-      'Create a small from-scratch model directory (config.json, model.safetensors, tokenizer.json, generation_config.json)',
+      'Create a small from-scratch model directory (config.json, safetensors weights, tokenizer files, generation_config.json)',
     )
     .requiredOption('--out <dir>', 'directory to create')
     .option('--config <preset>', `model size preset: ${Object.keys(MODEL_PRESETS).join(' | ')}`, 'tiny')
+    .option(
+      '--tokenizer <dir>',
+      "take the vocabulary and special ids from this directory's tokenizer.json + tokenizer_config.json and copy them (default: a new char tokenizer)",
+    )
+    .option('--shards <n>', 'write the weights as n HF shards + model.safetensors.index.json', '1')
     .option('--seed <n>', 'weight initialisation seed', '0')
     .option('--force', 'write into a non-empty directory', false)
-    .action(async (o: { out: string; config: string; seed: string; force: boolean }) => {
-      const seed = Number(o.seed);
-      if (!Number.isInteger(seed) || seed < 0)
-        throw new Error(`--seed must be a non-negative integer, got ${o.seed}`);
-      if (!(o.config in MODEL_PRESETS)) {
-        throw new Error(`--config must be one of ${Object.keys(MODEL_PRESETS).join(', ')}, got ${o.config}`);
-      }
-      const info = await initModelDir({ preset: o.config as ModelPreset, out: o.out, seed, force: o.force });
-      console.log(
-        `${o.out}: ${o.config} model, ${(info.params / 1e6).toFixed(2)}M parameters, vocab ${info.config.vocab_size}`,
-      );
-    });
+    .action(
+      async (o: {
+        out: string;
+        config: string;
+        tokenizer?: string;
+        shards: string;
+        seed: string;
+        force: boolean;
+      }) => {
+        const seed = Number(o.seed);
+        if (!Number.isInteger(seed) || seed < 0)
+          throw new Error(`--seed must be a non-negative integer, got ${o.seed}`);
+        const shards = Number(o.shards);
+        if (!Number.isInteger(shards) || shards < 1)
+          throw new Error(`--shards must be a positive integer, got ${o.shards}`);
+        if (!(o.config in MODEL_PRESETS)) {
+          throw new Error(
+            `--config must be one of ${Object.keys(MODEL_PRESETS).join(', ')}, got ${o.config}`,
+          );
+        }
+        const info = await initModelDir({
+          preset: o.config as ModelPreset,
+          out: o.out,
+          seed,
+          force: o.force,
+          tokenizer: o.tokenizer,
+          shards,
+        });
+        console.log(
+          `${o.out}: ${o.config} model, ${(info.params / 1e6).toFixed(2)}M parameters, vocab ${info.config.vocab_size}` +
+            (shards > 1 ? `, ${shards} shards` : ''),
+        );
+      },
+    );
 }

@@ -292,11 +292,18 @@ export class PolicyWorker {
     });
   }
 
-  async save(dir: string, opts: SaveOptions = {}): Promise<void> {
+  /** Writes config.json, the weights and (with `optimizer`) optimizer.pt; returns the weight files written. */
+  async save(dir: string, opts: SaveOptions = {}): Promise<string[]> {
     const abs = resolve(dir);
-    await this.enqueue(() =>
-      this.send('save', { dir: abs, optimizer: Boolean(opts.optimizer) }, {}, 'rank0'),
+    const { shards, maxShardBytes } = opts;
+    if (shards !== undefined && !(Number.isInteger(shards) && shards >= 1))
+      throw new Error(`save: shards must be a positive integer, got ${shards}`);
+    if (maxShardBytes !== undefined && !(Number.isInteger(maxShardBytes) && maxShardBytes >= 1))
+      throw new Error(`save: maxShardBytes must be a positive integer, got ${maxShardBytes}`);
+    const f = await this.enqueue(() =>
+      this.send('save', { dir: abs, optimizer: Boolean(opts.optimizer), shards, maxShardBytes }, {}, 'rank0'),
     );
+    return (f.header.result as { files: string[] }).files;
   }
 
   async generate(prompts: number[][], sampling: SamplingParams): Promise<GenerateResult[]> {

@@ -99,4 +99,9 @@ export interface LogprobsResult {
 
 export interface SaveOptions {
   optimizer?: boolean; // also write optimizer.pt (optimizer, step, RNG states) for exact resume
+  // Hugging Face sharded layout (model-0000i-of-0000n.safetensors + model.safetensors.index.json):
+  // `shards` files exactly (balanced by bytes, whole tensors), or a new file whenever one would pass
+  // `maxShardBytes` (HF's max_shard_size rule). Neither, or a plan of one file: model.safetensors.
+  shards?: number;
+  maxShardBytes?: number;
 }
