@@ -1,5 +1,6 @@
 // Reward verifier benchmark: integer checks/s (target ≥ 20,000/s), median/p99 ms on LaTeX expression
-// pairs (target median ≤ 1 ms), pool throughput, and FP/FN rates on the labelled set.
+// pairs (target median ≤ 1 ms), pool throughput, FP/FN rates on the labelled set, and agreement with
+// Math-Verify's own test cases; strict and reference profiles side by side.
 // Run: flock /tmp/bench.lock node --import tsx bench/reward.ts
 import { readdirSync, readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
@@ -24,18 +25,22 @@ function quantile(xs: number[], q: number): number {
 // 1. Integer answers: a short response with a boxed integer vs the gold, in-thread.
 const ints = answers.filter((a) => /^-?\d+$/.test(a));
 const intPairs = ints.map((a, i) => [`so the answer is \\boxed{${i % 3 === 0 ? Number(a) + 1 : a}}.`, a]);
-for (const [p, g] of intPairs.slice(0, 2000)) verify(p, g); // warm-up
-const intRuns: number[] = [];
-for (let run = 0; run < 5; run++) {
-  let n = 0;
-  const t0 = performance.now();
-  while (performance.now() - t0 < 400) {
-    for (const [p, g] of intPairs) verify(p, g);
-    n += intPairs.length;
+function checksPerSecond(profile: VerifyProfile): number {
+  for (const [p, g] of intPairs.slice(0, 2000)) verify(p, g, { profile }); // warm-up
+  const runs: number[] = [];
+  for (let run = 0; run < 5; run++) {
+    let n = 0;
+    const t0 = performance.now();
+    while (performance.now() - t0 < 400) {
+      for (const [p, g] of intPairs) verify(p, g, { profile });
+      n += intPairs.length;
+    }
+    runs.push(n / ((performance.now() - t0) / 1000));
   }
-  intRuns.push(n / ((performance.now() - t0) / 1000));
+  return quantile(runs, 0.5);
 }
-const intRate = quantile(intRuns, 0.5);
+const intRate = checksPerSecond('strict');
+const refIntRate = checksPerSecond('reference');
 
 // 2. LaTeX expressions: every non-integer benchmark answer against its rewritings (and itself).
 const latexPairs: [string, string][] = [];
@@ -43,15 +48,20 @@ for (const a of answers.filter((x) => !/^-?\d+$/.test(x))) {
   latexPairs.push([`\\boxed{${a}}`, a]);
   for (const r of rewritings(a)) latexPairs.push([`\\boxed{${r.pred}}`, a]);
 }
-for (const [p, g] of latexPairs) verify(p, g); // warm-up
-const times: number[] = [];
-for (let rep = 0; rep < 3; rep++) {
-  for (const [p, g] of latexPairs) {
-    const t0 = performance.now();
-    verify(p, g);
-    times.push(performance.now() - t0);
+function latexTimes(profile: VerifyProfile): number[] {
+  for (const [p, g] of latexPairs) verify(p, g, { profile }); // warm-up
+  const times: number[] = [];
+  for (let rep = 0; rep < 3; rep++) {
+    for (const [p, g] of latexPairs) {
+      const t0 = performance.now();
+      verify(p, g, { profile });
+      times.push(performance.now() - t0);
+    }
   }
+  return times;
 }
+const times = latexTimes('strict');
+const refTimes = latexTimes('reference');
 
 // 3. Pool throughput on the integer pairs (worker threads; includes message passing).
 const pool = new VerifierPool({ size: 2 });
@@ -84,18 +94,48 @@ function rates(profile: VerifyProfile) {
 }
 const strict = rates('strict');
 const lenient = rates('lenient');
+const reference = rates('reference');
+
+// 5. Agreement with Math-Verify's own test cases (each row under the settings its test used).
+const mvCases = readFileSync(new URL('test/reward/math-verify-cases.jsonl', root), 'utf8')
+  .split('\n')
+  .filter((l) => l.trim())
+  .map((l) => JSON.parse(l));
+function agreement(profile: VerifyProfile) {
+  let agree = 0;
+  let fp = 0;
+  for (const c of mvCases) {
+    const r = verify(c.pred, c.gold, { profile, floatRounding: c.precision, targets: c.match_types });
+    if (r.correct === c.expected) agree++;
+    else if (r.correct) fp++;
+  }
+  return { agree, fp, fn: mvCases.length - agree - fp };
+}
 
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
 console.log(`integer checks/s (in-thread, median of 5): ${Math.round(intRate)}  (target >= 20000)`);
+console.log(`integer checks/s, reference profile:        ${Math.round(refIntRate)}`);
 console.log(`integer checks/s (pool of 2 workers):       ${Math.round(poolRate)}`);
-console.log(
-  `latex pairs: n=${times.length} median ${quantile(times, 0.5).toFixed(3)} ms  p99 ${quantile(times, 0.99).toFixed(3)} ms  max ${Math.max(...times).toFixed(1)} ms  (target median <= 1 ms)`,
-);
+for (const [name, ts] of [
+  ['strict', times],
+  ['reference', refTimes],
+] as const) {
+  console.log(
+    `latex pairs (${name}): n=${ts.length} median ${quantile(ts, 0.5).toFixed(3)} ms  p99 ${quantile(ts, 0.99).toFixed(3)} ms  max ${Math.max(...ts).toFixed(1)} ms  (target median <= 1 ms)`,
+  );
+}
 for (const [name, r] of [
   ['strict', strict],
   ['lenient', lenient],
+  ['reference', reference],
 ] as const) {
   console.log(
     `labelled set (${labelled.length} pairs, ${r.neg} wrong answers) ${name}: false positives ${r.fp} (${pct(r.fpRate)}), false negatives ${r.fn} (${pct(r.fnRate)})`,
+  );
+}
+for (const profile of ['strict', 'lenient', 'reference'] as const) {
+  const a = agreement(profile);
+  console.log(
+    `Math-Verify's cases (${mvCases.length}) ${profile}: agree ${a.agree} (${pct(a.agree / mvCases.length)}), false positives ${a.fp}, false negatives ${a.fn}`,
   );
 }

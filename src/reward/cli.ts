@@ -4,6 +4,7 @@ import { streamJsonl } from '../util/jsonl.js';
 import { extractAnswer } from './extract.js';
 import { VerifierPool } from './pool.js';
 import type { VerifyProfile } from './types.js';
+import { PROFILE_NAMES } from './verify.js';
 
 const CHUNK = 512;
 
@@ -15,16 +16,22 @@ export function registerRewardCommands(program: Command): void {
         'stdout with "correct" and "reason" added (plus "extracted", "matched_by")',
     )
     .argument('<file>', 'JSONL file with pred and gold fields')
-    .option('--profile <name>', 'strict (default reward) or lenient (PRIME leniencies)', 'strict')
+    .option(
+      '--profile <name>',
+      'strict (default reward), lenient (PRIME leniencies), reference (PRIME or Math-Verify, as rStar2), integer (boxed integers only)',
+      'strict',
+    )
     .option('--extract-only', 'only extract the answer from pred; adds "extracted" and "source"')
     .option('--no-extract', 'pred is already a bare answer (skip extraction from a response)')
     .option('--timeout-ms <n>', 'time limit per check in ms', '1000')
     .option('--workers <n>', 'worker threads (default: min(4, cores))')
     .action(async (file: string, o: Record<string, string | boolean | undefined>) => {
-      const profile = String(o.profile) as VerifyProfile;
-      if (profile !== 'strict' && profile !== 'lenient') {
-        throw new Error(`--profile must be strict or lenient, got ${JSON.stringify(o.profile)}`);
+      if (!PROFILE_NAMES.includes(o.profile as VerifyProfile)) {
+        throw new Error(
+          `--profile must be one of ${PROFILE_NAMES.join(', ')} (got ${JSON.stringify(o.profile)})`,
+        );
       }
+      const profile = o.profile as VerifyProfile;
       const timeoutMs = Number(o.timeoutMs);
       if (!Number.isFinite(timeoutMs) || timeoutMs <= 0)
         throw new Error(`--timeout-ms must be a positive number`);

@@ -187,3 +187,180 @@ export function extractGold(gold: string): string {
   const m = /^\s*(?:\$\$?|\\\[|\\\()([\s\S]*?)(?:\$\$?|\\\]|\\\))\s*$/.exec(gold);
   return (m ? m[1] : gold).trim();
 }
+
+// ---- the reference profile: Math-Verify's extraction ------------------------------------------------
+
+export type Target = 'latex' | 'expr';
+
+interface Span {
+  start: number;
+  end: number;
+  text: string;
+  source: AnswerSource;
+  joined?: number; // math environments joined into this one (Math-Verify joins up to 6)
+}
+
+// Math-Verify's "last" box mode: walking left from the last box, an earlier box joins when fewer than 10
+// characters sit between them, or fewer than 70 that contain a separator and the contents differ.
+function joinBoxesMathVerify(boxes: Box[], s: string): string {
+  const parts = [boxes[boxes.length - 1].content.trim()];
+  for (let i = boxes.length - 2; i >= 0; i--) {
+    const gap = s.slice(boxes[i].end, boxes[i + 1].start);
+    const content = boxes[i].content.trim();
+    const near =
+      gap.length < 10 || (gap.length < 70 && /\b(?:and|or)\b|[,;]/.test(gap) && content !== parts[0]);
+    if (!near) break;
+    if (content !== parts[0]) parts.unshift(content);
+  }
+  return parts.join(', ');
+}
+
+// Math environments with Math-Verify's delimiters: `$$…$$` and `\[…\]` may span lines, `$…$` and `\(…\)`
+// may not, ` […] ` needs spaces around it; a bare `\frac{n}{m}` of plain numbers counts too.
+const MV_ENVS = [
+  /(?<!\\)\$\$((?:[^$]|\$(?!\$))+?)(?<!\\)\$\$/g,
+  /(?<!\\)\\\[([\s\S]+?)(?<!\\)\\\]/g,
+  /(?<![\\\d$])\$((?:\\\$|[^\n$])+?)(?<!\\)\$/g,
+  /(?<!\\)\\\(((?:[^\\\n]|\\(?!\)))+?)(?<!\\)\\\)/g,
+  /(?<=\s)\[([^\n\][]+?)\](?=\s)/g,
+  /(-?\\frac\{-?\d+(?:[.,]\d+)?\}\{-?\d+(?:[.,]\d+)?\})/g,
+];
+const PERCENT_TAIL = /^\s*(?:\\?%|[Pp]ercent(?:age)?|[Pp]ct)/;
+
+function latexSpans(s: string): Span[] {
+  const out: Span[] = [];
+  for (const re of MV_ENVS) {
+    for (const m of s.matchAll(re)) {
+      let end = m.index + m[0].length;
+      let text = m[1].trim();
+      const pct = PERCENT_TAIL.exec(s.slice(end));
+      if (pct) {
+        end += pct[0].length;
+        text = `${text}\\%`;
+      }
+      out.push({ start: m.index, end, text, source: 'math-env' });
+    }
+  }
+  // Environments joined by "and"/"or"/"," form one answer (a set), as "$1$, $2$ and $3$".
+  out.sort((a, b) => a.start - b.start);
+  const merged: Span[] = [];
+  for (const sp of out) {
+    const prev = merged.at(-1);
+    const joinable = prev && sp.start >= prev.end && (prev.joined ?? 1) < 6;
+    if (joinable && /^\s*(?:,?\s*(?:and|or)|,)\s*$/.test(s.slice(prev.end, sp.start))) {
+      merged[merged.length - 1] = {
+        ...prev,
+        end: sp.end,
+        text: `${prev.text}, ${sp.text}`,
+        joined: (prev.joined ?? 1) + 1,
+      };
+    } else if (!prev || sp.start >= prev.end) merged.push(sp);
+  }
+  return merged;
+}
+
+// Plain numbers (thousands groups with comma or space, decimal point or comma, percent words, a currency
+// sign in front) and digit-led arithmetic (`2/3`, `(1/2) / (3/4)`), each after a space, `=` or the start.
+const MV_NUMBER =
+  /(?<=^|[\s=])(?:\*\*)?[$€£¥₹]?(-?[1-9]\d{0,2}(?:[ ,]\d{3})+(?:\.\d+)?|-?\d+[.,]\d+|\.\d+|-?\d+)(\s*(?:%|[Pp]ercent|\s*[Pp]ercentage|\s*[Pp]ct))?/g;
+// (Runs are bounded, unlike Math-Verify's, so a printed table of numbers cannot make matching quadratic.)
+const MV_EXPR =
+  /(?<=^|[\s=])(-?\(?-?\d[\d.\s+\-*×/^()÷]{0,80}[+\-*×/^()÷][\d.\s+\-*×/^()÷]{1,80}\)?)(?=[.,:\s)$]|$)/g;
+
+function numberText(int: string, pct: string | undefined): string {
+  // `1 000` / `1,000` are thousands, `2,74` / `0,111` decimal commas (a group of three only after 1-999).
+  const t = /^-?[1-9]\d{0,2}(?:[ ,]\d{3})+/.test(int) ? int.replace(/[ ,]/g, '') : int.replace(',', '.');
+  return pct ? `${t}%` : t;
+}
+
+function exprSpans(s: string): Span[] {
+  const out: Span[] = [];
+  for (const m of s.matchAll(MV_NUMBER)) {
+    const text = numberText(m[1], m[2]);
+    out.push({ start: m.index, end: m.index + m[0].length, text, source: 'last-number' });
+  }
+  for (const m of s.matchAll(MV_EXPR)) {
+    const text = m[1].replace(/[\s.]+$/, '').trim();
+    out.push({ start: m.index, end: m.index + m[1].trimEnd().length, text, source: 'last-number' });
+  }
+  return out;
+}
+
+// Rightmost first (by end, then the longer), as Math-Verify orders matches within one priority.
+function rightmost(spans: Span[]): Span | null {
+  let best: Span | null = null;
+  for (const sp of spans) {
+    if (!best || sp.end > best.end || (sp.end === best.end && sp.start < best.start)) best = sp;
+  }
+  return best;
+}
+
+function allSpans(s: string, targets: Target[]): Span[] {
+  const found = [
+    ...(targets.includes('latex') ? latexSpans(s) : []),
+    ...(targets.includes('expr') ? exprSpans(s) : []),
+  ];
+  return found.sort((a, b) => a.start - b.start || b.end - a.end);
+}
+
+// An anchor phrase followed (within `reach` characters) by an answer; the rightmost such answer.
+function anchored(s: string, spans: Span[], anchor: RegExp, reach: number, after?: RegExp): Span | null {
+  let best: Span | null = null;
+  let i = 0;
+  for (const m of s.matchAll(anchor)) {
+    const at = m.index + m[0].length;
+    while (i < spans.length && spans[i].start < at) i++;
+    const sp = spans[i];
+    if (!sp || sp.start > at + reach || (after && !after.test(s.slice(sp.end)))) continue;
+    if (!best || sp.end > best.end) best = sp;
+  }
+  return best;
+}
+
+/**
+ * Math-Verify's extraction (the reference reward's `parse` of the response): by priority, "final answer
+ * is X. I hope" or the last `\boxed{}` group, then "final answer … is X", "answer: X", "answer … X", and
+ * last the rightmost math environment or (with the `expr` target) plain number or arithmetic.
+ */
+export function extractReference(text: string, targets: Target[] = ['latex', 'expr']): Extracted | null {
+  // Spans are the costly part and a boxed answer rarely needs them: computed on first use.
+  let memo: Span[] | null = null;
+  const spans = () => {
+    memo ??= allSpans(text, targets);
+    return memo;
+  };
+  const hope = /final answer is/i.test(text)
+    ? anchored(text, spans(), /final answer is:?\s*/gi, 0, /^\.?\s?I hope/)
+    : null;
+  const boxes = targets.includes('latex') ? findBoxes(text) : [];
+  const lastBox = boxes.at(-1);
+  if (lastBox && (!hope || lastBox.end >= hope.end)) {
+    // A box inside a math environment takes every box of that environment (Math-Verify's "all" mode).
+    const env =
+      boxes.length > 1 && /\$|\\[([]/.test(text)
+        ? spans().find((sp) => sp.source === 'math-env' && sp.start <= lastBox.start && lastBox.end <= sp.end)
+        : undefined;
+    const inEnv = env ? boxes.filter((b) => b.start >= env.start && b.end <= env.end) : [];
+    const answer =
+      inEnv.length > 1 ? inEnv.map((b) => b.content.trim()).join(', ') : joinBoxesMathVerify(boxes, text);
+    return { answer, source: 'boxed' };
+  }
+  if (hope) return { answer: hope.text, source: 'final-answer-is' };
+  const fa = anchored(text, spans(), /final answer[\s\S]{0,100}?\s+is:?\s*/gi, 0);
+  if (fa) return { answer: fa.text, source: 'final-answer-is' };
+  const ac = anchored(text, spans(), /answer:/gi, 50) ?? anchored(text, spans(), /answer/gi, 50);
+  if (ac) return { answer: ac.text, source: 'answer-colon' };
+  const last = rightmost(spans());
+  return last && { answer: last.text, source: last.source };
+}
+
+/**
+ * The reference profile's gold: a bare answer is taken whole (the reference wraps it in `\boxed{}`); a gold
+ * that is itself a response (boxes, math delimiters, "final answer") or read with numbers only is
+ * extracted like a response.
+ */
+export function extractReferenceGold(gold: string, targets: Target[] = ['latex', 'expr']): string {
+  const response = /\\boxed|\\fbox|\$|\\\(|\\\[|final answer/i.test(gold);
+  if (response || !targets.includes('latex')) return extractReference(gold, targets)?.answer ?? gold.trim();
+  return gold.trim();
+}

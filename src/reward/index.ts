@@ -1,5 +1,13 @@
-export { type Extracted, extractAnswer, extractGold } from './extract.js';
+export { type Extracted, extractAnswer, extractGold, extractReference } from './extract.js';
 export { normalise, RULES } from './normalise.js';
 export { type PoolOptions, VerifierPool, type VerifyItem } from './pool.js';
 export type { VerifyOptions, VerifyProfile, VerifyResult } from './types.js';
-export { DEFAULTS, PROFILES, scoreTrajectoryText, verify } from './verify.js';
+export {
+  checkProfile,
+  DEFAULTS,
+  PROFILE_NAMES,
+  PROFILES,
+  type Scored,
+  scoreTrajectory,
+  verify,
+} from './verify.js';

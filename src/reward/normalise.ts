@@ -196,10 +196,69 @@ export interface Normalised {
   applied: string[];
 }
 
-export function normalise(s: string): Normalised {
+// Math-Verify's (latex2sympy2_extended's) readings that the reference profile adds, applied before RULES.
+export const REFERENCE_RULES: Rule[] = [
+  {
+    name: 'doubled-backslash',
+    // `\\frac` from over-escaped JSON; a matrix keeps its `\\` row breaks.
+    apply: (s) => (/matrix|array/.test(s) ? s : s.replace(/\\\\(?=[a-zA-Z])/g, '\\')),
+  },
+  { name: 'text-variants', apply: (s) => s.replace(/\\text(?:normal|bf|it|rm)(?![a-zA-Z])/g, '\\text') },
+  // `\quadx_{2}` (no space) is still a quad followed by x.
+  { name: 'quad', apply: (s) => s.replace(/\\q?quad/g, ' ') },
+  { name: 'spaced-thousands-braces', apply: (s) => s.replace(/\s*\{\s*,\s*\}/g, ',') },
+  {
+    name: 'glued-and-or',
+    // `(11,7)or(7,11)`: "and"/"or" outside words separate items even without spaces.
+    apply: (s) =>
+      s
+        .replace(/,?\s*\\text\{\s*(?:and|or)\s*\}/g, ',')
+        .replace(/(?<![a-zA-Z\\]),?\s*(?:and|or)(?![a-zA-Z])/g, ','),
+  },
+  {
+    name: 'approx',
+    // `x = 1/3 \approx 0.33` keeps the exact part; `x \approx 11` is an assignment (turned into `=` later).
+    apply: (s) => {
+      const at = s.lastIndexOf('\\approx');
+      if (at < 0) return s;
+      const left = s.slice(0, at);
+      return /^\s*[a-zA-Z](?:_\{?\w+\}?)?\s*$/.test(left) ? s : left;
+    },
+  },
+  // A ratio `7:32` is a quotient (latex2sympy reads `:` as division).
+  { name: 'ratio', apply: (s) => s.replace(/(?<=[\w})\]])\s*:\s*(?=[\w{(\\-])/g, '/') },
+  {
+    name: 'semicolon-groups',
+    // `p=5,q=2;p=7,q=2` is two tuples: `;` separates elements, `,` the parts of one.
+    apply: (s) => {
+      const groups = splitTopLevel(s, ';');
+      if (groups.length < 2 || !groups.some((g) => splitTopLevel(g, ',').length > 1)) return s;
+      return groups.map((g) => (splitTopLevel(g, ',').length > 1 ? `(${g.trim()})` : g.trim())).join(', ');
+    },
+  },
+];
+
+function splitTopLevel(s: string, sep: string): string[] {
+  const out: string[] = [];
+  let depth = 0;
+  let from = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s[i];
+    if ('([{'.includes(c)) depth++;
+    else if (')]}'.includes(c)) depth--;
+    else if (c === sep && depth === 0) {
+      out.push(s.slice(from, i));
+      from = i + 1;
+    }
+  }
+  out.push(s.slice(from));
+  return out;
+}
+
+export function normalise(s: string, rules: Rule[] = RULES): Normalised {
   const applied: string[] = [];
   let cur = s;
-  for (const r of RULES) {
+  for (const r of rules) {
     const next = r.apply(cur);
     if (next !== cur) applied.push(r.name);
     cur = next;

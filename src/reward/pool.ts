@@ -5,8 +5,8 @@
 import { availableParallelism } from 'node:os';
 import type { Worker } from 'node:worker_threads';
 import { startWorker } from '../util/worker.js';
-import type { VerifyOptions, VerifyResult } from './types.js';
-import { DEFAULTS } from './verify.js';
+import type { VerifyOptions, VerifyProfile, VerifyResult } from './types.js';
+import { checkProfile, DEFAULTS, erroredScore, type Scored, toScored } from './verify.js';
 
 export interface VerifyItem {
   pred: string;
@@ -49,6 +49,7 @@ export class VerifierPool {
   private readonly graceMs: number;
 
   constructor(private readonly opts: PoolOptions = {}) {
+    if (opts.defaults?.profile !== undefined) checkProfile(opts.defaults.profile);
     this.size = Math.max(1, opts.size ?? Math.min(4, availableParallelism()));
     this.graceMs = opts.graceMs ?? 1000;
     for (let i = 0; i < this.size; i++) this.slots.push(this.spawn());
@@ -131,10 +132,26 @@ export class VerifierPool {
 
   verify(item: VerifyItem): Promise<VerifyResult> {
     if (this.closed) return Promise.reject(new Error('VerifierPool is closed'));
+    if (item.opts?.profile !== undefined) {
+      try {
+        checkProfile(item.opts.profile);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    }
     return new Promise((resolve) => {
       this.queue.push({ id: this.nextId++, item, resolve });
       this.pump();
     });
+  }
+
+  /** `scoreTrajectory` off the main thread: the same rule for errored trajectories, the check in a worker. */
+  async score(t: { text: string; finish?: string }, gold: string, profile?: VerifyProfile): Promise<Scored> {
+    const errored = erroredScore(t);
+    if (errored) return errored;
+    return toScored(
+      await this.verify({ pred: t.text, gold, opts: profile === undefined ? undefined : { profile } }),
+    );
   }
 
   /** Results in input order; never rejects for a single bad item (it gets an error result). */

@@ -1,4 +1,8 @@
-export type VerifyProfile = 'strict' | 'lenient';
+/**
+ * integer: the quickstart's reward (a boxed integer, nothing else); strict: the default reward; lenient:
+ * strict plus PRIME's leniencies; reference: what rStar2's reward accepts (PRIME or Math-Verify).
+ */
+export type VerifyProfile = 'integer' | 'strict' | 'lenient' | 'reference';
 
 export interface VerifyResult {
   correct: boolean;
@@ -15,8 +19,15 @@ export interface VerifyResult {
 }
 
 export interface VerifyOptions {
-  /** strict (default reward) or lenient (adds PRIME's leniencies: ×100 percent, π≈3.14, 1e-4 tolerance). */
+  /** strict (default reward), lenient (adds PRIME's leniencies: ×100 percent, π≈3.14, 1e-4 tolerance), integer, reference. */
   profile?: VerifyProfile;
+  /** Decimals both sides are rounded to when either is a decimal (Math-Verify's `float_rounding`); default 6. */
+  floatRounding?: number;
+  /**
+   * reference profile only: what Math-Verify may extract from either side, math environments (`latex`) and
+   * plain numbers or arithmetic (`expr`). Default both, as the reference reward reads a response.
+   */
+  targets?: ('latex' | 'expr')[];
   /** false: `pred` is already the answer (no extraction from a response). Default true. */
   extract?: boolean;
   /** Time limit per check in ms (default 1000). In-thread checks stop cooperatively; the pool kills. */

@@ -1,7 +1,14 @@
 import { casValue } from './cas.js';
 import { type CompareOptions, Comparer, evalNum, floatsAgree, freeVars, Timeout } from './compare.js';
-import { extractAnswer, extractGold } from './extract.js';
-import { normalise } from './normalise.js';
+import {
+  type Extracted,
+  extractAnswer,
+  extractGold,
+  extractReference,
+  extractReferenceGold,
+  findBoxes,
+} from './extract.js';
+import { normalise, REFERENCE_RULES, RULES } from './normalise.js';
 import { type Node, ParseError, parseAnswer } from './parse.js';
 import type { VerifyOptions, VerifyProfile, VerifyResult } from './types.js';
 
@@ -13,10 +20,28 @@ export const DEFAULTS = {
   seed: 1234,
 };
 
-/** The named profiles. `strict` is the default reward; `lenient` adds the reference PRIME grader's leniencies. */
-const DEFAULT_FLOAT_ROUNDING = 6;
+export const PROFILE_NAMES: readonly VerifyProfile[] = ['integer', 'strict', 'lenient', 'reference'];
 
-export const PROFILES: Record<VerifyProfile, Omit<CompareOptions, 'seed' | 'deadline'>> = {
+const KNOWN = new Set<unknown>(PROFILE_NAMES);
+
+/** Throws the error every entry point gives for a profile name that does not exist. */
+export function checkProfile(name: unknown): VerifyProfile {
+  if (!KNOWN.has(name)) {
+    throw new Error(`unknown verify profile ${JSON.stringify(name)} (valid: ${PROFILE_NAMES.join(', ')})`);
+  }
+  return name as VerifyProfile;
+}
+
+/**
+ * The comparison settings of the named profiles (`integer` compares boxed integers only and has none).
+ * `strict` is the default reward; `lenient` adds the reference PRIME grader's leniencies; `reference` is
+ * PRIME's leniencies plus Math-Verify's extraction and readings, i.e. what rStar2's "PRIME or
+ * Math-Verify" reward accepts.
+ */
+export const PROFILES: Record<
+  Exclude<VerifyProfile, 'integer'>,
+  Omit<CompareOptions, 'seed' | 'deadline'>
+> = {
   strict: {
     floatRounding: 6,
     relTol: 0,
@@ -24,6 +49,7 @@ export const PROFILES: Record<VerifyProfile, Omit<CompareOptions, 'seed' | 'dead
     piAs314: false,
     percentAsUnit: true,
     points: 12,
+    mathVerify: false,
   },
   lenient: {
     floatRounding: 6,
@@ -32,18 +58,35 @@ export const PROFILES: Record<VerifyProfile, Omit<CompareOptions, 'seed' | 'dead
     piAs314: true,
     percentAsUnit: true,
     points: 12,
+    mathVerify: false,
+  },
+  reference: {
+    floatRounding: 6,
+    relTol: 1e-4,
+    percentTimes100: true,
+    piAs314: true,
+    percentAsUnit: true,
+    points: 12,
+    mathVerify: true,
   },
 };
 
+const NOTHING = { extracted: null, normalised: null, matchedBy: null, source: null, goldNormalised: null };
+
+const REFERENCE_PIPELINE = [...REFERENCE_RULES, ...RULES];
+
 const INT = /^\s*[-+]?\d+\s*$/;
 
-function parse(s: string): Node | string {
+function parse(s: string, lastEquation = false): Node | string {
   try {
     return parseAnswer(s);
   } catch (e) {
     // A RangeError from absurd nesting is as much "does not parse" as a syntax error.
-    if (e instanceof ParseError || e instanceof RangeError) return e.message;
-    throw e;
+    if (!(e instanceof ParseError || e instanceof RangeError)) throw e;
+    // Math-Verify's fallback: an unparsable chain `a = b = c` (no list) is read as its last part.
+    const parts = s.split(/(?<![<>!])=/);
+    if (lastEquation && parts.length > 2 && !/[,;]/.test(s)) return parse(parts.at(-1) as string);
+    return e.message;
   }
 }
 
@@ -53,30 +96,56 @@ function squash(s: string): string {
 
 /** Compares a model response (or a bare answer with `extract: false`) against a gold answer. */
 export function verify(pred: string, gold: string, opts: VerifyOptions = {}): VerifyResult {
-  const profile = opts.profile ?? DEFAULTS.profile;
-  if (!(profile in PROFILES))
-    throw new Error(`unknown verify profile ${JSON.stringify(profile)} (strict|lenient)`);
+  const profile = checkProfile(opts.profile ?? DEFAULTS.profile);
   if (typeof pred !== 'string' || typeof gold !== 'string')
     throw new Error('verify: pred and gold must be strings');
   const maxIn = opts.maxInputChars ?? DEFAULTS.maxInputChars;
-  const maxAns = opts.maxAnswerChars ?? DEFAULTS.maxAnswerChars;
   const notes: string[] = [];
   let text = pred;
   if (text.length > maxIn) {
     text = text.slice(text.length - maxIn);
     notes.push(`prediction truncated to its last ${maxIn} chars`);
   }
-  const base = { extracted: null, normalised: null, matchedBy: null, source: null, goldNormalised: null };
-  const ex = opts.extract === false ? { answer: text.trim(), source: 'whole' } : extractAnswer(text);
+  if (profile === 'integer') return verifyInteger(text, gold, opts.extract !== false, notes);
+  const reference = profile === 'reference';
+  const ex: Extracted | null =
+    opts.extract === false
+      ? { answer: text.trim(), source: 'whole' }
+      : reference
+        ? extractReference(text, opts.targets)
+        : extractAnswer(text);
   if (!ex || ex.answer === '') {
     return {
-      ...base,
+      ...NOTHING,
       correct: false,
       status: 'no-answer',
       reason: join('no answer found in prediction', notes),
     };
   }
-  const withEx = { ...base, extracted: ex.answer, source: ex.source };
+  const r = check(ex, gold, profile, opts, notes);
+  // The reference reward is PRIME or Math-Verify, and PRIME reads the last \boxed{} alone, where
+  // Math-Verify may join it with earlier boxes.
+  if (reference && !r.correct && opts.extract !== false) {
+    const last = findBoxes(text).at(-1)?.content.trim();
+    if (last && last !== ex.answer) {
+      const prime = check({ answer: last, source: 'boxed' }, gold, profile, opts, notes);
+      if (prime.correct) return { ...prime, reason: `${prime.reason} (PRIME's last \\boxed{})` };
+    }
+  }
+  return r;
+}
+
+// Everything after extraction: the gold, normalisation, parsing and comparison.
+function check(
+  ex: Extracted,
+  gold: string,
+  profile: Exclude<VerifyProfile, 'integer'>,
+  opts: VerifyOptions,
+  notes: string[],
+): VerifyResult {
+  const reference = profile === 'reference';
+  const maxAns = opts.maxAnswerChars ?? DEFAULTS.maxAnswerChars;
+  const withEx = { ...NOTHING, extracted: ex.answer, source: ex.source };
   if (ex.answer.length > maxAns) {
     return {
       ...withEx,
@@ -85,7 +154,7 @@ export function verify(pred: string, gold: string, opts: VerifyOptions = {}): Ve
       reason: join(`extracted answer longer than ${maxAns} chars`, notes),
     };
   }
-  const goldAns = extractGold(gold);
+  const goldAns = reference ? extractReferenceGold(gold, opts.targets) : extractGold(gold);
   if (goldAns.length > maxAns * 10) throw new Error(`gold answer longer than ${maxAns * 10} chars`);
 
   // Fast path: two integers need no normalisation or parsing.
@@ -114,9 +183,11 @@ export function verify(pred: string, gold: string, opts: VerifyOptions = {}): Ve
       reason: join(`number base ${bp} != ${bg}`, notes),
     };
   }
-  const np = normalise(ex.answer);
-  const ng = normalise(goldAns);
+  const rules = reference ? REFERENCE_PIPELINE : RULES;
+  const np = normalise(ex.answer, rules);
+  const ng = normalise(goldAns, rules);
   const res = { ...withEx, normalised: np.text, goldNormalised: ng.text };
+  const floatRounding = opts.floatRounding ?? PROFILES[profile].floatRounding;
   if (np.text === '')
     return {
       ...res,
@@ -133,11 +204,11 @@ export function verify(pred: string, gold: string, opts: VerifyOptions = {}): Ve
       reason: join('identical after normalisation', notes),
     };
   }
-  const g = parse(ng.text);
-  const p = parse(np.text);
+  const g = parse(ng.text, reference);
+  const p = parse(np.text, reference);
   if (typeof g === 'string' || typeof p === 'string') {
     const which = typeof g === 'string' ? `gold does not parse (${g})` : `answer does not parse (${p})`;
-    const byCas = casCompare(ng.text, g, np.text, p, PROFILES[profile].relTol);
+    const byCas = casCompare(ng.text, g, np.text, p, PROFILES[profile].relTol, floatRounding);
     if (byCas === true) {
       return {
         ...res,
@@ -154,6 +225,7 @@ export function verify(pred: string, gold: string, opts: VerifyOptions = {}): Ve
   }
   const cmp = new Comparer({
     ...PROFILES[profile],
+    floatRounding,
     seed: opts.seed ?? DEFAULTS.seed,
     deadline: Date.now() + (opts.timeoutMs ?? DEFAULTS.timeoutMs),
   });
@@ -193,11 +265,12 @@ function casCompare(
   pt: string,
   p: Node | string,
   relTol: number,
+  floatRounding: number,
 ): boolean | null {
   const a = scalarValue(gt, g);
   const b = scalarValue(pt, p);
   if (a === null || b === null) return null;
-  if (/\d\.\d|\.\d/.test(gt) || /\d\.\d|\.\d/.test(pt)) return floatsAgree(a, b, DEFAULT_FLOAT_ROUNDING);
+  if (/\d\.\d|\.\d/.test(gt) || /\d\.\d|\.\d/.test(pt)) return floatsAgree(a, b, floatRounding);
   const tol = Math.max(relTol, 1e-10);
   return Math.abs(a - b) <= tol * Math.max(1, Math.abs(a), Math.abs(b));
 }
@@ -212,11 +285,78 @@ function join(reason: string, notes: string[]): string {
   return notes.length ? `${reason}; ${notes.join('; ')}` : reason;
 }
 
-/** The trainer's and eval's entry point: a whole trajectory text scored against a gold answer. */
-export function scoreTrajectoryText(
-  text: string,
+// The integer profile (the quickstart's reward): only a \boxed{} answer counts, compared as an integer
+// after dropping spaces, commas, `$` and a `\text{}` wrapper. The fallbacks (last number, ...) would credit
+// a copied tool stdout that the model never turned into an answer.
+function asInteger(s: string): string | null {
+  const t = s.replace(/[\s,$]/g, '').replace(/^\\text\{(.*)\}$/, '$1');
+  return /^[-+]?\d+$/.test(t) ? BigInt(t).toString() : null;
+}
+
+function verifyInteger(text: string, gold: string, extract: boolean, notes: string[]): VerifyResult {
+  const ex: Extracted | null = extract ? extractAnswer(text) : { answer: text.trim(), source: 'whole' };
+  const want = asInteger(gold);
+  const got = ex && (ex.source === 'boxed' || !extract) ? asInteger(ex.answer) : null;
+  const correct = got !== null && got === want;
+  const why = !ex
+    ? 'no answer found in prediction'
+    : got === null
+      ? extract && ex.source !== 'boxed'
+        ? `only a \\boxed{} answer counts (found ${ex.source})`
+        : 'boxed answer is not an integer'
+      : want === null
+        ? 'gold is not an integer'
+        : correct
+          ? 'equal integers'
+          : `integer ${got} != ${want}`;
+  return {
+    correct,
+    extracted: ex?.answer ?? null,
+    normalised: got,
+    goldNormalised: want,
+    matchedBy: correct ? 'integer' : null,
+    source: ex?.source ?? null,
+    status: correct ? 'equal' : !ex || (extract && ex.source !== 'boxed') ? 'no-answer' : 'not-equal',
+    reason: join(why, notes),
+  };
+}
+
+/** What train, eval and rollout record for one trajectory. */
+export interface Scored {
+  reward: number;
+  correct: boolean;
+  extracted: string | null;
+  matchedBy: string | null;
+  reason: string;
+}
+
+/** A trajectory that ended in an error (engine or tool failure) scores 0 whatever its text says. */
+export function erroredScore(t: { finish?: string }): Scored | null {
+  if (t.finish !== 'error') return null;
+  return {
+    reward: 0,
+    correct: false,
+    extracted: null,
+    matchedBy: null,
+    reason: 'trajectory finished with an error',
+  };
+}
+
+export function toScored(r: VerifyResult): Scored {
+  return {
+    reward: r.correct ? 1 : 0,
+    correct: r.correct,
+    extracted: r.extracted,
+    matchedBy: r.matchedBy,
+    reason: r.reason,
+  };
+}
+
+/** The one reward: a whole trajectory (its text and how it finished) scored against a gold answer. */
+export function scoreTrajectory(
+  t: { text: string; finish?: string },
   gold: string,
   profile: VerifyProfile = 'strict',
-): VerifyResult {
-  return verify(text, gold, { profile });
+): Scored {
+  return erroredScore(t) ?? toScored(verify(t.text, gold, { profile }));
 }

@@ -63,7 +63,7 @@ test('rstar2 verify: bad input gets a clear error', { timeout: 60_000 }, () => {
   assert.notEqual(r.status, 0);
   assert.match(r.stderr, /bad\.jsonl:1: missing "gold"/);
   const p = run(['verify', file, '--profile', 'loose']);
-  assert.match(p.stderr, /--profile must be strict or lenient/);
+  assert.match(p.stderr, /--profile must be one of integer, strict, lenient, reference \(got "loose"\)/);
   const m = run(['verify', join(dir, 'none.jsonl')]);
   assert.match(m.stderr, /file not found/);
 });

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { extractAnswer, extractGold, findBoxes } from '../../src/reward/extract.js';
+import { extractAnswer, extractGold, extractReference, findBoxes } from '../../src/reward/extract.js';
 
 const CASES: [string, string | null, string | null][] = [
   // [response, expected answer, expected source]
@@ -56,4 +56,46 @@ test('gold answers are taken whole unless boxed or wrapped in $', () => {
   assert.equal(extractGold('$\\frac12$'), '\\frac12');
   assert.equal(extractGold('\\boxed{5}'), '5');
   assert.equal(extractGold(' x \\in [-2,7] '), 'x \\in [-2,7]');
+});
+
+// Math-Verify's extraction, as the reference profile reads a response.
+const REFERENCE_CASES: [string, string | null, string | null][] = [
+  ['so \\boxed{42}.', '42', 'boxed'],
+  // Boxes join when under 10 characters apart, or under 70 with a separator between them.
+  ['\\boxed{1} papers and \\boxed{2} bins', '1, 2', 'boxed'],
+  ['\\boxed{1} no no no no no \\boxed{2}', '2', 'boxed'],
+  ['\\boxed{3}. After checking, it is \\boxed{7}', '3, 7', 'boxed'],
+  ['$\\boxed{35} ++++++ \\boxed{4}$', '35, 4', 'boxed'],
+  // The rightmost "final answer is X. I hope" beats an earlier box.
+  ['\\boxed{1}. The final answer is $2$. I hope it is correct.', '2', 'final-answer-is'],
+  ['Final Answer: The volume of $ABCD$ is 120. I hope it is correct.', '120', 'final-answer-is'],
+  ['The answer is $(1,2)$ and that is it', '(1,2)', 'answer-colon'],
+  // Without an anchor: the rightmost environment, number or arithmetic.
+  ['we find $x=3$ and then $y = 4$ so', 'y = 4', 'math-env'],
+  ['$1$, $2$ and $3$', '1, 2, 3', 'math-env'],
+  ['there are 12 of them, see $d = 90/n$ above. So 12 it is', '12', 'last-number'],
+  ['so P(A) = 2/3. <|im_start|>user', '2/3', 'last-number'],
+  ['it is 1 000 in total', '1000', 'last-number'],
+  ['Soucis : 2,74 $ a..', '2.74', 'last-number'],
+  ['worth $1,000.99', '1000.99', 'last-number'],
+  ['up by 100%.', '100%', 'last-number'],
+  // A number needs a space, `=` or the start before it; inline math may not span lines.
+  ['AZYUK2A', null, null],
+  ['<answer>7</answer>', null, null],
+  ['Answer $ \n 9 \n $', '9', 'answer-colon'],
+];
+
+for (const [text, answer, source] of REFERENCE_CASES) {
+  test(`extractReference ${JSON.stringify(text).slice(0, 60)}`, () => {
+    const got = extractReference(text);
+    assert.equal(got?.answer ?? null, answer);
+    assert.equal(got?.source ?? null, source);
+  });
+}
+
+test('extractReference with the LaTeX target alone finds no bare numbers', () => {
+  assert.equal(extractReference('Answer $ \n 9 \n $', ['latex']), null);
+  assert.equal(extractReference('it is 1 000', ['latex']), null);
+  // With numbers alone a `$` reads as a currency sign.
+  assert.equal(extractReference('it is $5$', ['expr'])?.answer, '5');
 });

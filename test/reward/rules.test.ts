@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { normalise, RULES, rule } from '../../src/reward/normalise.js';
+import { normalise, REFERENCE_RULES, RULES, rule } from '../../src/reward/normalise.js';
 
 // One or more [input, output] pairs per named rule, applied to that rule alone.
 const CASES: Record<string, [string, string][]> = {
@@ -112,3 +112,46 @@ test('normalise reports the rules that fired, in order', () => {
 test('unknown rule name is a clear error', () => {
   assert.throws(() => rule('nope'), /unknown normalisation rule: nope/);
 });
+
+// The reference profile's extra rules (Math-Verify's readings), applied before RULES.
+const REFERENCE_CASES: Record<string, [string, string][]> = {
+  'doubled-backslash': [
+    ['\\\\frac{1}{2}', '\\frac{1}{2}'],
+    ['\\begin{pmatrix}1 \\\\ x\\end{pmatrix}', '\\begin{pmatrix}1 \\\\ x\\end{pmatrix}'],
+  ],
+  'text-variants': [['125\\textnormal{ miles}', '125\\text{ miles}']],
+  quad: [['x_1=1,\\quadx_2=2', 'x_1=1, x_2=2']],
+  'spaced-thousands-braces': [['14 {, }916', '14,916']],
+  'glued-and-or': [
+    ['(11,7)or(7,11)', '(11,7),(7,11)'],
+    ['6 \\text{ and } 8', '6, 8'],
+    ['\\text{order}', '\\text{order}'],
+  ],
+  approx: [
+    ['x=1/3\\approx1.3', 'x=1/3'],
+    ['x\\approx11', 'x\\approx11'],
+  ],
+  ratio: [
+    ['S_{MBCN}:S=7:32', 'S_{MBCN}/S=7/32'],
+    ['12:00', '12/00'],
+  ],
+  'semicolon-groups': [
+    ['p=5,q=2;p=7,q=2', '(p=5,q=2), (p=7,q=2)'],
+    ['-12;-11;-10', '-12;-11;-10'],
+    ['(0;0;0),(4;-2;6)', '(0;0;0),(4;-2;6)'],
+  ],
+};
+
+test('every reference rule has test cases', () => {
+  assert.deepEqual(
+    REFERENCE_RULES.map((r) => r.name),
+    Object.keys(REFERENCE_CASES),
+  );
+});
+
+for (const r of REFERENCE_RULES) {
+  test(`reference rule ${r.name}`, () => {
+    for (const [inp, out] of REFERENCE_CASES[r.name])
+      assert.equal(r.apply(inp), out, `${r.name}: ${JSON.stringify(inp)}`);
+  });
+}

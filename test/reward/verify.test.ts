@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
-import { scoreTrajectoryText, verify } from '../../src/reward/index.js';
+import { scoreTrajectory, verify } from '../../src/reward/index.js';
 
 interface Labelled {
   gold: string;
@@ -129,11 +129,24 @@ test('bad options and inputs are clear errors', () => {
   assert.throws(() => verify(1 as never, '1'), /must be strings/);
 });
 
-test('scoreTrajectoryText reads a whole multi-turn text', () => {
+test('scoreTrajectory reads a whole multi-turn text', () => {
   const text =
     '<reason>Let me compute with code.</reason><tool_call>{"name":"python"}</tool_call>\n' +
     'output: 1.5\n<reason>So it is 3/2.</reason><answer>The answer is \\boxed{\\frac{3}{2}}</answer>';
-  assert.equal(scoreTrajectoryText(text, '1.5').correct, true);
-  assert.equal(scoreTrajectoryText(text, '2').correct, false);
-  assert.equal(scoreTrajectoryText(text, '3/2', 'lenient').correct, true);
+  assert.deepEqual(scoreTrajectory({ text }, '1.5'), {
+    reward: 1,
+    correct: true,
+    extracted: '\\frac{3}{2}',
+    matchedBy: 'exact-rational',
+    reason: 'equal by exact-rational',
+  });
+  assert.equal(scoreTrajectory({ text }, '2').reward, 0);
+  for (const profile of ['lenient', 'reference'] as const) {
+    assert.equal(scoreTrajectory({ text }, '3/2', profile).correct, true, profile);
+  }
+  // An errored trajectory scores 0 in every profile, whatever its text says.
+  for (const profile of ['integer', 'strict', 'lenient', 'reference'] as const) {
+    const r = scoreTrajectory({ text: '\\boxed{2}', finish: 'error' }, '2', profile);
+    assert.deepEqual([r.reward, r.correct, r.extracted], [0, false, null], profile);
+  }
 });
