@@ -1,26 +1,13 @@
 import { writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { isLayout, LAYOUTS, type Layout, parseFieldMap } from '../data/index.js';
-import { EmbeddedEngine } from '../engines/embedded.js';
-import { BACKENDS, type Backend, remoteEngine } from '../engines/factory.js';
-import { FakeEngine } from '../engines/fake.js';
-import { POLICIES, type Policy, type Reservation, Scheduler } from '../engines/scheduler.js';
-import type { Engine } from '../engines/types.js';
-import { SandboxClient } from '../sandbox/client.js';
-import { SandboxPool } from '../sandbox/pool.js';
-import type { CodeRunner } from '../sandbox/types.js';
-import {
-  buildCharTokenizer,
-  ChatTemplate,
-  type Tokenizer,
-  Tokenizer as TokenizerClass,
-  tokenizerFromFiles,
-} from '../tokenizer/index.js';
+import { BACKENDS, type Backend } from '../engines/factory.js';
+import { POLICIES, type Policy, type Reservation } from '../engines/scheduler.js';
 import { appendJsonl } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
 import { type RolloutOptions, streamRollouts, type TurnBoundary } from './loop.js';
 import { loadRolloutProblems } from './problems.js';
-import { agentTemplate } from './template.js';
+import { openRolloutStack } from './stack.js';
 
 interface RolloutFlags {
   engine: string[];
@@ -57,17 +44,6 @@ function num(name: string, v: string, int = false): number {
     throw new Error(`--${name} must be ${int ? 'an integer' : 'a number'}, got '${v}'`);
   }
   return x;
-}
-
-// A stand-in model for smoke runs without weights: one python call, then a boxed answer.
-function fakeEngine(tok: Tokenizer): Engine {
-  const call =
-    '<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(1+1)", "input": ""}}\n</tool_call><|im_end|>';
-  return new FakeEngine((ids) => {
-    const seen = tok.decode(ids).includes('<tool_response>');
-    const text = seen ? '</reason> <answer>\\boxed{2}</answer><|im_end|>' : `I will compute.\n${call}`;
-    return { outputIds: tok.encode(text, { addSpecialTokens: false }) };
-  });
 }
 
 export function registerAgentCommands(program: Command): void {
@@ -171,62 +147,35 @@ export function registerAgentCommands(program: Command): void {
         map: config.map ?? undefined,
         limit: config.limit ?? undefined,
       });
-      const tokPath = f.tokenizer ?? f.model;
-      const onlyFake = f.engine.every((e) => e === 'fake');
-      if (!tokPath && !onlyFake) throw new Error('--model (or --tokenizer) is required to tokenize prompts');
-      const tok = tokPath ? TokenizerClass.load(tokPath) : tokenizerFromFiles(buildCharTokenizer());
-      const template = agentTemplate(tok, { chat: ChatTemplate.resolve(f.template, tok) });
-
-      const closers: (() => Promise<void>)[] = [];
-      try {
-        const engines: Engine[] = [];
-        for (const spec of f.engine) {
-          if (spec === 'fake') engines.push(fakeEngine(tok));
-          else if (spec === 'embedded') {
-            if (!f.model) throw new Error('--engine embedded needs --model DIR');
-            const { PolicyWorker } = await import('../worker/index.js');
-            const w = await PolicyWorker.start();
-            closers.push(() => w.close());
-            await w.load(f.model);
-            engines.push(new EmbeddedEngine(w, config.capacity ? { capacityTokens: config.capacity } : {}));
-          } else {
-            engines.push(
-              remoteEngine(spec, {
-                backend: f.backend as Backend,
-                capacityTokens: config.capacity ?? undefined,
-              }),
-            );
-          }
-        }
-        const scheduler = await Scheduler.create(engines, {
+      const stack = await openRolloutStack({
+        engines: f.engine,
+        backend: f.backend as Backend,
+        model: f.model,
+        tokenizer: f.tokenizer,
+        template: f.template,
+        sandbox: f.sandbox,
+        capacityTokens: config.capacity ?? undefined,
+        scheduler: {
           policy,
           budgetCoef: config.budgetCoef,
           reservation: config.reservation,
           chunkTokens: config.chunkTokens,
-        });
-        closers.push(() => scheduler.close());
-        let runner: CodeRunner;
-        if (f.sandbox === 'embedded') runner = await SandboxPool.start();
-        else runner = new SandboxClient({ url: f.sandbox });
-        closers.push(() => runner.close());
-
+        },
+      });
+      // Ctrl-C / SIGTERM: in-flight trajectories end as finish 'error' records and are still
+      // written; a second signal exits at once.
+      const ac = new AbortController();
+      const onSignal = () => {
+        if (ac.signal.aborted) process.exit(130);
+        console.error(
+          'rollout: stopping, writing in-flight trajectories as errors (signal again to quit now)',
+        );
+        ac.abort();
+      };
+      process.on('SIGINT', onSignal);
+      process.on('SIGTERM', onSignal);
+      try {
         writeFileSync(f.out, '');
-        // Ctrl-C / SIGTERM: in-flight trajectories end as finish 'error' records and are still
-        // written; a second signal exits at once.
-        const ac = new AbortController();
-        const onSignal = () => {
-          if (ac.signal.aborted) process.exit(130);
-          console.error(
-            'rollout: stopping, writing in-flight trajectories as errors (signal again to quit now)',
-          );
-          ac.abort();
-        };
-        process.on('SIGINT', onSignal);
-        process.on('SIGTERM', onSignal);
-        closers.push(async () => {
-          process.off('SIGINT', onSignal);
-          process.off('SIGTERM', onSignal);
-        });
         const total = problems.length * n;
         const bar = new Progress('rollout', total);
         const finishes: Record<string, number> = {};
@@ -236,9 +185,9 @@ export function registerAgentCommands(program: Command): void {
         let tokens = 0;
         const t0 = Date.now();
         const opts: RolloutOptions = {
-          scheduler,
-          template,
-          runner,
+          scheduler: stack.scheduler,
+          template: stack.template,
+          runner: stack.runner,
           problems,
           n,
           sampling: config.sampling,
@@ -274,7 +223,9 @@ export function registerAgentCommands(program: Command): void {
         );
         if (ac.signal.aborted) process.exitCode = 130;
       } finally {
-        for (const c of closers.reverse()) await c().catch(() => {});
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
+        await stack.close();
       }
     });
 }

@@ -1,11 +1,11 @@
-import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
+import { loadProblems } from '../data/index.js';
 import type { VerifyProfile } from '../reward/types.js';
 import { EVAL_MAX_TOKENS, openBackend } from './backend.js';
-import { listBenchmarks, loadProblems, resolveBench } from './bench.js';
+import { listBenchmarks, resolveBench } from './bench.js';
 import { readEvalDir, rescoreEvalDir, reverifyEvalDir, runEval } from './run.js';
-import type { EvalReport } from './score.js';
+import type { BenchProblem, EvalReport } from './score.js';
 import { openVerifier } from './verify.js';
 
 const num =
@@ -17,6 +17,12 @@ const num =
     }
     return x;
   };
+
+// Through src/data's async loader, so --data may be Parquet, a directory or a glob in any layout it reads.
+async function benchProblems(spec: string, limit?: number): Promise<BenchProblem[]> {
+  const ps = await loadProblems(spec, { requireAnswer: true, limit });
+  return ps.map((p) => ({ id: p.id, problem: p.question, answer: p.answer as string }));
+}
 
 function summary(r: EvalReport): string {
   const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
@@ -44,7 +50,11 @@ export function registerEvalCommands(program: Command): void {
     .option('--sandbox <where>', "'embedded' (local bubblewrap pool) or a sandbox service URL", 'embedded')
     .option('--max-turns <n>', 'assistant turns per trajectory', num('--max-turns', 1, 1000, true), 5)
     .option('--bench <name>', 'named benchmark: aime24, aime25, hmmt25, math500, ...')
-    .option('--data <file>', 'benchmark JSONL with id, problem, answer')
+    .option(
+      '--data <file>',
+      'problems with gold answers: a .jsonl or .parquet file, a directory of them, or a glob; verl, DAPO-Math ' +
+        'or plain {id, problem, answer} rows',
+    )
     .option('--k <n>', 'samples per problem', num('--k', 1, 1024, true), 16)
     .option(
       '--temperature <t>',
@@ -78,9 +88,8 @@ export function registerEvalCommands(program: Command): void {
       if (Boolean(o.bench) === Boolean(o.data))
         throw new Error('give exactly one of --bench NAME or --data FILE');
       const dataFile = resolve(o.data ?? resolveBench(o.bench));
-      const bench: string = o.bench ?? dataFile.replace(/^.*\//, '').replace(/\.jsonl$/, '');
-      let problems = loadProblems(dataFile);
-      if (o.limit) problems = problems.slice(0, o.limit);
+      const bench: string = o.bench ?? dataFile.replace(/^.*\//, '').replace(/\.(jsonl|parquet)$/, '');
+      const problems = await benchProblems(dataFile, o.limit);
       const out = resolve(o.out ?? `evals/${bench}-k${o.k}-t${o.temperature}`);
       const backend = await openBackend({
         model: o.model,
@@ -140,8 +149,11 @@ export function registerEvalCommands(program: Command): void {
     .option('--verify-profile <name>', "with --reverify: strict or lenient (default: the eval's own)")
     .action(async (dir: string, o: { reverify?: boolean; verifyProfile?: string }) => {
       const { config } = readEvalDir(dir);
-      let problems = existsSync(config.dataFile) ? loadProblems(config.dataFile) : undefined;
-      if (problems && config.limit) problems = problems.slice(0, config.limit);
+      // a data file that is gone (or a glob that no longer matches) leaves the saved gold answers to score by
+      const problems = await benchProblems(config.dataFile, config.limit).catch((e: Error) => {
+        if (e.message.startsWith('no problems:')) return undefined;
+        throw e;
+      });
       let report: EvalReport;
       if (o.reverify) {
         const verifier = openVerifier((o.verifyProfile ?? config.verifyProfile ?? 'strict') as VerifyProfile);

@@ -59,7 +59,7 @@ test('rstar2 rollout: --print-config and clear errors for bad input', () => {
   const n = cli(['--engine', 'fake', '--data', data, '--out', 'x', '--n', 'lots']);
   assert.match(n.stderr, /--n must be an integer, got 'lots'/);
   const nomodel = cli(['--engine', 'http://127.0.0.1:1', '--data', data, '--out', 'x']);
-  assert.match(nomodel.stderr, /--model \(or --tokenizer\) is required/);
+  assert.match(nomodel.stderr, /prompts need a tokenizer: give --tokenizer PATH .* or --model DIR/);
 });
 
 test('loadProblems accepts the data/ format and names bad rows', () => {

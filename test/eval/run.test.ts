@@ -197,9 +197,25 @@ test('CLI: eval with the fake engine, then eval-rescore', { timeout: 60_000 }, (
   assert.match(e.stderr, /--k must be an integer/);
   const u = run('eval', '--engine', 'http://127.0.0.1:9', '--data', data, '--out', join(d, 'u'));
   assert.notEqual(u.status, 0);
-  assert.match(u.stderr, /--engine URL needs --tokenizer PATH/);
+  assert.match(u.stderr, /prompts need a tokenizer: give --tokenizer PATH/);
   const m = run('eval', '--data', data);
   assert.match(m.stderr, /exactly one of --model DIR or --engine URL/);
+});
+
+test('CLI: eval --data reads Parquet in the verl layout', { timeout: 60_000 }, () => {
+  const out = join(dir(), 'ev');
+  const data = join(import.meta.dirname, '../fixtures/data/verl-arith.parquet');
+  const env = { ...process.env, RSTAR2_NO_PROGRESS: '1' };
+  const args = ['bin/rstar2.js', 'eval', '--engine', 'fake:1', '--data', data, '--k', '2', '--limit', '5'];
+  const r = spawnSync(process.execPath, [...args, '--out', out], { encoding: 'utf8', env });
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /verl-arith: avg@2 100\.0% .*\(5 problems, 10 samples/);
+  const saved = readJsonl<Trajectory>(join(out, 'trajectories.jsonl'));
+  assert.equal(saved.length, 10);
+  assert.ok(saved.every((t) => t.correct === true && /^\d+$/.test(t.gold ?? '')));
+  const b = spawnSync(process.execPath, ['bin/rstar2.js', 'eval-rescore', out], { encoding: 'utf8', env });
+  assert.equal(b.status, 0, b.stderr);
+  assert.match(b.stdout, /\(5 problems, 10 samples/);
 });
 
 test('eval-rescore --reverify re-checks saved answers with the reward verifier', {

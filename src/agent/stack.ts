@@ -1,0 +1,154 @@
+import { type BatchGenerator, EmbeddedEngine } from '../engines/embedded.js';
+import { BACKENDS, type Backend, remoteEngine } from '../engines/factory.js';
+import { FakeEngine } from '../engines/fake.js';
+import { Scheduler, type SchedulerOptions } from '../engines/scheduler.js';
+import type { Engine } from '../engines/types.js';
+import { SandboxClient } from '../sandbox/client.js';
+import { SandboxPool, type SandboxPoolOptions } from '../sandbox/pool.js';
+import type { CodeRunner, RunRequest, RunResult } from '../sandbox/types.js';
+import { buildCharTokenizer, ChatTemplate, Tokenizer, tokenizerFromFiles } from '../tokenizer/index.js';
+import { type BatchingOptions, BatchingRunner } from './batching.js';
+import type { AgentTemplate } from './loop.js';
+import { agentTemplate } from './template.js';
+
+// Everything a rollout runs on, opened in one place so that `rstar2 rollout`, eval, chat and the trainer
+// generate with the same template, scheduler and sandbox and cannot drift apart.
+
+export interface StackOptions {
+  /**
+   * Engine instances (the caller keeps ownership), or specs: 'embedded' (on `worker`, else on a new torch worker
+   * that loads `model`), 'fake' (a scripted smoke model: one python call, then \boxed{2}), sglang+URL,
+   * vllm+URL, llamacpp+URL, or a plain URL served by `backend`.
+   */
+  engines: (Engine | string)[];
+  backend?: Backend; // for plain URLs; default sglang
+  model?: string; // model directory: weights for 'embedded', and the default tokenizer
+  /** An already started and loaded worker for 'embedded' (the trainer's PolicyWorker, which also trains). */
+  worker?: BatchGenerator;
+  capacityTokens?: number; // KV capacity of each engine opened from a spec, instead of what it reports
+  /** Instance, or tokenizer.json / its directory. Default: `model`; a char tokenizer when every engine is 'fake'. */
+  tokenizer?: Tokenizer | string;
+  /** Instance, or a name (rstar2, qwen, compact), 'tokenizer' (the model's own) or a file. Default rstar2. */
+  template?: ChatTemplate | string;
+  /** Instance (the caller keeps ownership), 'embedded' (a local sandbox pool) or a sandbox service URL. */
+  sandbox?: CodeRunner | string;
+  sandboxOptions?: SandboxPoolOptions; // for 'embedded': slots, timeoutMs, isolation, log, …
+  /** Merge tool calls of concurrent trajectories into runBatch calls (one HTTP request to a service). */
+  batching?: boolean | BatchingOptions;
+  scheduler?: SchedulerOptions;
+  /** Sees each tool execution as it finishes (chat shows code and output live). */
+  onTool?: (req: RunRequest, res: RunResult) => void;
+}
+
+export interface RolloutStack {
+  tokenizer: Tokenizer;
+  chat: ChatTemplate;
+  template: AgentTemplate;
+  engines: Engine[];
+  scheduler: Scheduler;
+  runner: CodeRunner; // the one to hand the agent loop (observed and batched as asked)
+  /** Closes what the stack opened itself: never a passed-in engine, worker or runner. */
+  close(): Promise<void>;
+}
+
+// A stand-in model for smoke runs without weights: one python call, then a boxed answer.
+function scriptedEngine(tok: Tokenizer): Engine {
+  const call =
+    '<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(1+1)", "input": ""}}\n</tool_call><|im_end|>';
+  return new FakeEngine((ids) => {
+    const seen = tok.decode(ids).includes('<tool_response>');
+    const text = seen ? '</reason> <answer>\\boxed{2}</answer><|im_end|>' : `I will compute.\n${call}`;
+    return { outputIds: tok.encode(text, { addSpecialTokens: false }) };
+  });
+}
+
+function openTokenizer(o: StackOptions): Tokenizer {
+  if (o.tokenizer instanceof Tokenizer) return o.tokenizer;
+  const path = o.tokenizer ?? o.model;
+  if (path) return Tokenizer.load(path);
+  if (o.engines.every((e) => e === 'fake')) return tokenizerFromFiles(buildCharTokenizer());
+  throw new Error(
+    'prompts need a tokenizer: give --tokenizer PATH (tokenizer.json or its directory) or --model DIR',
+  );
+}
+
+function observed(runner: CodeRunner, onTool: (req: RunRequest, res: RunResult) => void): CodeRunner {
+  return {
+    run: async (req) => {
+      const res = await runner.run(req);
+      onTool(req, res);
+      return res;
+    },
+    runBatch: async (reqs) => {
+      const res = await runner.runBatch(reqs);
+      for (const [i, r] of reqs.entries()) onTool(r, res[i]);
+      return res;
+    },
+    close: () => runner.close(),
+  };
+}
+
+export async function openRolloutStack(o: StackOptions): Promise<RolloutStack> {
+  if (o.engines.length === 0) throw new Error('a rollout stack needs at least one engine');
+  if (o.backend && !BACKENDS.includes(o.backend)) {
+    throw new Error(`--backend must be one of ${BACKENDS.join(', ')}`);
+  }
+  const tokenizer = openTokenizer(o);
+  const chat =
+    o.template instanceof ChatTemplate ? o.template : ChatTemplate.resolve(o.template ?? 'rstar2', tokenizer);
+  const closers: (() => Promise<void>)[] = [];
+  const close = async () => {
+    for (const c of closers.splice(0).reverse()) await c().catch(() => {});
+  };
+  try {
+    const capacity = o.capacityTokens ? { capacityTokens: o.capacityTokens } : {};
+    const engines: Engine[] = [];
+    for (const e of o.engines) {
+      if (typeof e !== 'string') engines.push(e);
+      else if (e === 'fake') engines.push(scriptedEngine(tokenizer));
+      else if (e === 'embedded') {
+        let worker = o.worker;
+        if (!worker) {
+          if (!o.model) throw new Error('--engine embedded needs --model DIR');
+          const { PolicyWorker } = await import('../worker/index.js');
+          const w = await PolicyWorker.start();
+          closers.push(() => w.close());
+          await w.load(o.model);
+          worker = w;
+        }
+        // close() on an EmbeddedEngine closes its worker, so the engine is never closed here: the worker is
+        // closed above when the stack started it, and left alone when it was passed in
+        engines.push(new EmbeddedEngine(worker, capacity));
+      } else {
+        const remote = remoteEngine(e, { backend: o.backend, ...capacity });
+        closers.push(() => remote.close());
+        engines.push(remote);
+      }
+    }
+    const scheduler = await Scheduler.create(engines, o.scheduler);
+    closers.push(() => scheduler.close());
+    let runner: CodeRunner;
+    if (typeof o.sandbox === 'object') runner = o.sandbox;
+    else {
+      const where = o.sandbox ?? 'embedded';
+      const base =
+        where === 'embedded' ? await SandboxPool.start(o.sandboxOptions) : new SandboxClient({ url: where });
+      closers.push(() => base.close());
+      runner = base;
+    }
+    if (o.onTool) runner = observed(runner, o.onTool);
+    if (o.batching) runner = new BatchingRunner(runner, o.batching === true ? {} : o.batching);
+    return {
+      tokenizer,
+      chat,
+      template: agentTemplate(tokenizer, { chat }),
+      engines,
+      scheduler,
+      runner,
+      close,
+    };
+  } catch (e) {
+    await close();
+    throw e;
+  }
+}

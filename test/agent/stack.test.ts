@@ -1,0 +1,100 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { runRollouts } from '../../src/agent/loop.js';
+import { openRolloutStack } from '../../src/agent/stack.js';
+import type { BatchGenerator } from '../../src/engines/embedded.js';
+import { FakeEngine } from '../../src/engines/fake.js';
+import { buildCharTokenizer, tokenizerFromFiles } from '../../src/tokenizer/index.js';
+import { FakeRunner } from './helpers.js';
+
+test('a stack with the scripted fake engine and an in-process runner runs a trajectory', async () => {
+  const runner = new FakeRunner();
+  const seen: string[] = [];
+  const stack = await openRolloutStack({
+    engines: ['fake'],
+    sandbox: runner,
+    onTool: (_req, res) => seen.push(res.stdout),
+  });
+  try {
+    const [t] = await runRollouts({
+      problems: [{ id: 'a', question: 'What is 1+1?', gold: '2' }],
+      n: 1,
+      scheduler: stack.scheduler,
+      template: stack.template,
+      runner: stack.runner,
+    });
+    assert.equal(t.finish, 'answered', t.error);
+    assert.equal(t.numToolCalls, 1);
+    assert.match(t.text, /<tool_response>\nTool call success\nstdout: 2\n/);
+    assert.match(t.text, /\\boxed\{2\}/);
+    assert.equal(runner.requests.length, 1);
+    assert.deepEqual(seen, ['2\n']);
+    assert.deepEqual(
+      stack.engines.map((e) => e.name),
+      ['fake'],
+    );
+  } finally {
+    await stack.close();
+  }
+});
+
+test('close() closes only what the stack opened', { timeout: 60_000 }, async () => {
+  const closed: string[] = [];
+  const engine = new FakeEngine(() => ({ outputIds: [] }), { name: 'mine' });
+  engine.close = async () => void closed.push('engine');
+  // the trainer's worker both generates and trains: the stack must leave it running
+  const worker: BatchGenerator = {
+    generate: async (ps) => ps.map(() => ({ outputIds: [], logprobs: [], finishReason: 'stop' as const })),
+    close: async () => void closed.push('worker'),
+  };
+  const runner = new FakeRunner();
+  runner.close = async () => void closed.push('runner');
+  const stack = await openRolloutStack({
+    engines: [engine, 'embedded'],
+    worker,
+    tokenizer: tokenizerFromFiles(buildCharTokenizer()),
+    sandbox: runner,
+    batching: true,
+    onTool: () => {},
+  });
+  assert.deepEqual(
+    stack.engines.map((e) => e.name),
+    ['mine', 'embedded'],
+  );
+  await stack.close();
+  assert.deepEqual(closed, []);
+  await assert.rejects(stack.scheduler.acquire(10), /scheduler is closed/);
+
+  // a sandbox pool it started itself is closed with it
+  const own = await openRolloutStack({
+    engines: ['fake'],
+    sandboxOptions: { isolation: 'none', slots: 1, log: () => {} },
+  });
+  assert.equal((await own.runner.run({ code: 'print(1)' })).stdout, '1\n');
+  await own.close();
+  assert.equal((await own.runner.run({ code: 'print(1)' })).status, 'internal_error');
+});
+
+test('a failure while opening leaves passed-in parts open and names the problem', async () => {
+  const closed: string[] = [];
+  const runner = new FakeRunner();
+  runner.close = async () => void closed.push('runner');
+  const broken = new FakeEngine(() => ({ outputIds: [] }), { name: 'broken' });
+  broken.load = async () => {
+    throw new Error('connection refused');
+  };
+  await assert.rejects(
+    openRolloutStack({
+      engines: ['fake', broken],
+      tokenizer: tokenizerFromFiles(buildCharTokenizer()),
+      sandbox: runner,
+    }),
+    /cannot read KV capacity of broken: connection refused/,
+  );
+  assert.deepEqual(closed, []);
+  await assert.rejects(
+    openRolloutStack({ engines: ['embedded'], tokenizer: tokenizerFromFiles(buildCharTokenizer()) }),
+    /--engine embedded needs --model DIR/,
+  );
+  await assert.rejects(openRolloutStack({ engines: ['http://127.0.0.1:9'] }), /prompts need a tokenizer/);
+});
