@@ -1,4 +1,4 @@
-// Regenerates test/fixtures/data/: small integer-arithmetic word problems in the three shapes real data comes in
+// Regenerates data/samples/: small integer-arithmetic word problems in the three shapes real data comes in
 // (a verl Parquet file, a DAPO-Math JSONL, an SFT chat JSONL with tool calls). Deterministic; the tool responses
 // are what the sandboxed python tool returns for each call, with the execution time pinned to 0.01s.
 // Usage: npx tsx scripts/make-data-fixtures.ts   (needs the sandbox: bubblewrap, python3)
@@ -9,7 +9,7 @@ import { SandboxPool } from '../src/sandbox/pool.js';
 import { executePythonTool, PYTHON_TOOL_NAME } from '../src/sandbox/tool.js';
 import { Rng } from '../src/util/rng.js';
 
-const DIR = 'test/fixtures/data';
+const DIR = 'data/samples';
 
 interface Arith {
   question: string;

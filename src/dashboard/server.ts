@@ -28,7 +28,7 @@ function page(root: string, pollMs: number): string {
 <div id="app">
 <nav><h3>Training runs</h3><ul id="runs"></ul><h3>Evaluations <span title="tick to compare">(☑ compare)</span></h3><ul id="evals"></ul></nav>
 <main>
-<section class="card hidden" id="run-card"><h2 id="run-title"></h2><div class="stats" id="run-stats"></div>
+<section class="card hidden" id="run-card"><h2 id="run-title"></h2><ul class="health hidden" id="run-health"></ul><div class="stats" id="run-stats"></div>
 <div class="filters stages" id="stage-tabs"></div><div class="charts" id="charts"></div><h3>RoC statistics per step</h3><div id="roc"></div></section>
 <section class="card hidden" id="eval-card"><h2 id="eval-title"></h2><div class="stats" id="eval-stats"></div><div id="eval-problems"></div></section>
 <section class="card hidden" id="compare-card"><h2>Evaluations side by side</h2><div id="compare"></div></section>

@@ -1,26 +1,32 @@
-import { existsSync, renameSync, rmSync } from 'node:fs';
-import type { AgentTemplate } from '../agent/loop.js';
+import { existsSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { runRollouts } from '../agent/loop.js';
-import { agentTemplate } from '../agent/template.js';
+import { toRolloutProblem } from '../agent/problems.js';
+import { openRolloutStack, type RolloutStack } from '../agent/stack.js';
 import type { Trajectory } from '../agent/trajectory.js';
+import {
+  type ChatExample,
+  chatSegments,
+  loadChatExamples,
+  loadProblems,
+  type ToolCallStyle,
+} from '../data/index.js';
 import { EmbeddedEngine } from '../engines/embedded.js';
-import { Scheduler } from '../engines/scheduler.js';
 import type { WeightSyncEngine } from '../engines/types.js';
-import { SandboxPool } from '../sandbox/pool.js';
 import type { CodeRunner } from '../sandbox/types.js';
 import {
   buildCharTokenizer,
-  ChatTemplate,
+  PYTHON_TOOL_SCHEMA,
   saveTokenizer,
-  type Tokenizer,
+  type TemplateName,
   type TokenizerFiles,
   tokenizerFromFiles,
+  trainBpeTokenizer,
 } from '../tokenizer/index.js';
 import { PolicyWorker } from '../worker/client.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
 import type { TrainOptions, TrainSequence, TrainStats } from '../worker/types.js';
 import type { Recipe } from './config.js';
-import type { SftDemo } from './tasks.js';
 import type { PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
 
 // The embedded backend: one torch worker both generates (through the agent loop and the KV-budget scheduler)
@@ -39,6 +45,54 @@ export interface EmbeddedBackendOptions {
   syncDir?: string;
 }
 
+/** tokenizer.json and tokenizer_config.json of a model directory, copied into every checkpoint as they are. */
+function readTokenizerFiles(dir: string): TokenizerFiles {
+  const read = (name: string, required: boolean) => {
+    const p = join(dir, name);
+    if (!existsSync(p)) {
+      if (required)
+        throw new Error(`model.path ${dir}: no ${name} (the tokenizer comes from the model directory)`);
+      return {};
+    }
+    try {
+      return JSON.parse(readFileSync(p, 'utf8'));
+    } catch (e) {
+      throw new Error(`model.path ${p}: not valid JSON: ${(e as Error).message}`);
+    }
+  };
+  if (!existsSync(dir)) throw new Error(`model.path ${dir}: no such directory`);
+  return { tokenizerJson: read('tokenizer.json', true), config: read('tokenizer_config.json', false) };
+}
+
+/**
+ * The text a preset's BPE tokenizer is trained on: every data file the recipe names (SFT turns as rendered,
+ * questions and answers), read in order, so the same recipe always builds the same tokenizer.
+ */
+async function recipeCorpus(recipe: Recipe): Promise<string[]> {
+  const out: string[] = [];
+  const problems = async (files: string[]) => {
+    for (const f of files) for (const p of await loadProblems(f)) out.push(p.question, p.answer ?? '');
+  };
+  for (const st of recipe.stages) {
+    if (!st.data.files)
+      throw new Error(
+        `tokenizer.kind 'bpe' is trained on the recipe's data files, and stage ${st.name} has none (data.files)`,
+      );
+    if (st.type === 'rl') await problems(st.data.files);
+    else
+      for (const f of st.data.files)
+        for (const ex of await loadChatExamples(f)) {
+          const r = chatSegments(ex, { toolCallStyle: recipe.tokenizer.toolCallStyle });
+          out.push(
+            ...r.prompt.map((m) => m.content),
+            ...r.segments.flatMap((g) => (g.role === 'tool' ? g.texts : [g.text])),
+          );
+        }
+  }
+  if (recipe.eval.files) await problems(recipe.eval.files);
+  return out;
+}
+
 interface RemoteSync {
   engines: WeightSyncEngine[];
   dir: string;
@@ -49,16 +103,13 @@ interface RemoteSync {
 export class EmbeddedBackend implements PolicyBackend {
   private constructor(
     private readonly worker: PolicyWorker,
-    private readonly tokenizer: Tokenizer,
     private readonly files: TokenizerFiles,
-    private readonly template: AgentTemplate,
-    private readonly scheduler: Scheduler,
-    private readonly runner: CodeRunner,
-    private readonly ownsRunner: boolean,
+    private readonly stack: RolloutStack,
+    private readonly toolCallStyle: ToolCallStyle,
     private readonly remote: RemoteSync | null,
   ) {}
 
-  /** A fresh model from the recipe's preset (or `recipe.model.init`), a char tokenizer and a sandbox pool. */
+  /** The recipe's model directory (with its tokenizer) or a fresh preset, on the one rollout stack. */
   static async create(recipe: Recipe, opts: EmbeddedBackendOptions = {}): Promise<EmbeddedBackend> {
     const engines = opts.engines ?? [];
     if (engines.length > 0) {
@@ -69,16 +120,24 @@ export class EmbeddedBackend implements PolicyBackend {
           `engine ${fixed[0].name} cannot load new weights (no update endpoint); train with sglang or vllm engines`,
         );
     }
-    const files = buildCharTokenizer({ template: recipe.tokenizer.template });
+    const dir = recipe.model.path;
+    const template = recipe.tokenizer.template;
+    if (!dir && template === 'model')
+      throw new Error(
+        "tokenizer.template 'model' needs model.path (a model directory with its own template)",
+      );
+    // A model directory brings its own tokenizer; the built-in builders are only for presets.
+    const tpl = template as TemplateName;
+    const files = dir
+      ? readTokenizerFiles(dir)
+      : recipe.tokenizer.kind === 'bpe'
+        ? trainBpeTokenizer(await recipeCorpus(recipe), recipe.tokenizer.vocabSize, { template: tpl })
+        : buildCharTokenizer({ template: tpl });
     const tokenizer = tokenizerFromFiles(files);
     const worker = await PolicyWorker.start({ threads: recipe.model.threads });
-    let runner: CodeRunner | undefined;
     try {
-      if (recipe.model.init) {
-        if (!existsSync(recipe.model.init))
-          throw new Error(`model.init: no checkpoint at ${recipe.model.init}`);
-        await worker.load(recipe.model.init);
-      } else {
+      if (dir) await worker.load(dir);
+      else {
         const preset = MODEL_PRESETS[recipe.model.preset];
         await worker.init(
           {
@@ -90,24 +149,26 @@ export class EmbeddedBackend implements PolicyBackend {
           recipe.seed,
         );
       }
-      runner =
-        opts.runner ??
-        (await SandboxPool.start({
+      // Embedded: the worker both generates and trains, so weights are shared and "sync" is free. Remote: the
+      // worker only trains and the engines load each update from syncDir.
+      const stack = await openRolloutStack({
+        engines: engines.length > 0 ? engines : [new EmbeddedEngine(worker)],
+        tokenizer,
+        template: template === 'model' ? 'tokenizer' : template,
+        sandbox: opts.runner ?? 'embedded',
+        sandboxOptions: {
           slots: recipe.sandbox.workers,
           timeoutMs: recipe.sandbox.timeoutMs,
           isolation: opts.insecureSandbox ? 'none' : 'bwrap',
           log: opts.log,
-        }));
-      const template = agentTemplate(tokenizer, { chat: ChatTemplate.named(recipe.tokenizer.template) });
+        },
+        scheduler: engines.length > 0 ? {} : { pollMs: 0 },
+      });
       const remote =
         engines.length > 0 ? { engines, dir: opts.syncDir as string, version: 0, dirty: true } : null;
-      const scheduler = remote
-        ? await Scheduler.create(engines)
-        : await Scheduler.create([new EmbeddedEngine(worker)], { pollMs: 0 });
-      return new EmbeddedBackend(worker, tokenizer, files, template, scheduler, runner, !opts.runner, remote);
+      return new EmbeddedBackend(worker, files, stack, recipe.tokenizer.toolCallStyle, remote);
     } catch (e) {
       await worker.close();
-      if (runner && !opts.runner) await runner.close();
       throw e;
     }
   }
@@ -133,11 +194,11 @@ export class EmbeddedBackend implements PolicyBackend {
   async rollout(req: RolloutRequest, onDone?: (done: number, total: number) => void): Promise<Trajectory[]> {
     if (this.remote?.dirty) await this.syncWeights(this.remote);
     return runRollouts({
-      problems: req.problems.map((p) => ({ id: p.id, question: p.question, gold: p.answer })),
+      problems: req.problems.map(toRolloutProblem),
       n: req.n,
-      scheduler: this.scheduler,
-      template: this.template,
-      runner: this.runner,
+      scheduler: this.stack.scheduler,
+      template: this.stack.template,
+      runner: this.stack.runner,
       maxTurns: req.maxTurns,
       maxResponseTokens: req.maxResponseTokens,
       sampling: { temperature: req.temperature },
@@ -145,22 +206,59 @@ export class EmbeddedBackend implements PolicyBackend {
     });
   }
 
-  private encode(text: string): number[] {
-    return this.tokenizer.encode(text, { addSpecialTokens: false });
+  promptTokens(question: string): number {
+    return this.stack.template.promptIds(question).length;
   }
 
-  async sftStep(demos: SftDemo[], opts: TrainOptions): Promise<TrainStats> {
-    const sequences: TrainSequence[] = demos.map((d) => {
-      const ids = this.template.promptIds(d.question);
+  private encode(text: string): number[] {
+    return this.stack.tokenizer.encode(text, { addSpecialTokens: false });
+  }
+
+  /**
+   * Chat examples as the rollouts of this template produce them, token for token: the prompt through the chat
+   * template, each assistant turn as generated text plus its stop token (trained on), each tool turn as the
+   * agent loop appends it (masked).
+   */
+  private sftSequences(examples: ChatExample[]): TrainSequence[] {
+    const { tokenizer, chat } = this.stack;
+    const stop = this.stack.template.stopTokenIds[0];
+    return examples.map((ex, i) => {
+      let rendered: ReturnType<typeof chatSegments>;
+      try {
+        rendered = chatSegments(ex, { toolCallStyle: this.toolCallStyle });
+      } catch (e) {
+        throw new Error(`SFT example ${i}: ${(e as Error).message}`);
+      }
+      const ids = chat.promptIds(tokenizer, rendered.prompt, [PYTHON_TOOL_SCHEMA]);
       const mask = ids.map(() => 0);
-      for (const s of d.segments) {
-        const seg = this.encode(s.text);
+      for (const s of rendered.segments) {
+        const seg =
+          s.role === 'assistant' ? [...this.encode(s.text), stop] : this.stack.template.toolTurnIds(s.texts);
         ids.push(...seg);
-        mask.push(...seg.map(() => (s.train ? 1 : 0)));
+        mask.push(...seg.map(() => (s.role === 'assistant' ? 1 : 0)));
       }
       return { ids, mask };
     });
+  }
+
+  async sftStep(examples: ChatExample[], opts: TrainOptions): Promise<TrainStats> {
+    const sequences = this.sftSequences(examples);
     return this.trained(this.worker.trainStep({ loss: 'sft', sequences }, opts));
+  }
+
+  async sftLoss(examples: ChatExample[]): Promise<number> {
+    const seqs = this.sftSequences(examples);
+    const lps = await this.worker.logprobs(seqs.map((s) => s.ids));
+    let sum = 0;
+    let count = 0;
+    for (const [i, { logprobs }] of lps.entries()) {
+      for (const [t, m] of seqs[i].mask.entries()) {
+        if (m === 0) continue;
+        sum -= logprobs[t];
+        count++;
+      }
+    }
+    return sum / Math.max(1, count);
   }
 
   private async trained(step: Promise<TrainStats>): Promise<TrainStats> {
@@ -190,8 +288,7 @@ export class EmbeddedBackend implements PolicyBackend {
   }
 
   async close(): Promise<void> {
-    await this.scheduler.close();
+    await this.stack.close();
     await this.worker.close();
-    if (this.ownsRunner) await this.runner.close();
   }
 }

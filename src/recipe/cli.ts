@@ -5,6 +5,7 @@ import type { Command } from 'commander';
 import { remoteEngine } from '../engines/factory.js';
 import { loadRecipe, type Overrides, parseRecipe, type Recipe } from './config.js';
 import { FakeBackend } from './fake.js';
+import { HealthError } from './health.js';
 import { plotRuns } from './plot.js';
 import { forkRun, type PolicyBackend, Trainer } from './trainer.js';
 
@@ -19,6 +20,9 @@ interface TrainFlags {
   insecureNoSandbox?: boolean;
   engines?: string;
   syncDir?: string;
+  seed?: string;
+  set: string[];
+  strictHealth?: boolean;
 }
 
 async function makeBackend(recipe: Recipe, flags: TrainFlags, runDir: string): Promise<PolicyBackend> {
@@ -44,15 +48,22 @@ async function train(flags: TrainFlags): Promise<void> {
   if (flags.roc !== undefined && flags.roc !== 'on' && flags.roc !== 'off') {
     throw new Error(`--roc must be "on" or "off", got "${flags.roc}"`);
   }
-  const overrides: Overrides = flags.roc ? { roc: flags.roc as 'on' | 'off' } : {};
+  const set = [...flags.set];
+  if (flags.seed !== undefined) {
+    if (!/^-?\d+$/.test(flags.seed)) throw new Error(`--seed must be an integer, got '${flags.seed}'`);
+    set.push(`seed=${flags.seed}`);
+  }
+  if (flags.strictHealth) set.push('health.strict=true');
+  const overrides: Overrides = { set, ...(flags.roc ? { roc: flags.roc as 'on' | 'off' } : {}) };
   let recipe: Recipe;
   let runDir: string;
   if (flags.resume) {
     runDir = flags.resume;
     const cfg = join(runDir, 'config.json');
     if (!existsSync(cfg)) throw new Error(`--resume ${runDir}: no config.json there (not a run directory?)`);
-    recipe = parseRecipe(JSON.parse(readFileSync(cfg, 'utf8')), cfg);
-    if (flags.roc) throw new Error('--roc cannot change a run being resumed; its config.json decides');
+    if (flags.roc || flags.seed !== undefined || flags.set.length > 0)
+      throw new Error('--roc, --seed and --set cannot change a run being resumed; its config.json decides');
+    recipe = parseRecipe(JSON.parse(readFileSync(cfg, 'utf8')), cfg, flags.strictHealth ? { set } : {});
   } else {
     let forkSrc: string | undefined;
     if (flags.fork) {
@@ -92,7 +103,16 @@ async function train(flags: TrainFlags): Promise<void> {
   process.once('SIGTERM', stop);
   try {
     console.error(`run directory: ${runDir}`);
-    const { evals } = await new Trainer(recipe, runDir, backend).run(Boolean(flags.resume));
+    const trainer = new Trainer(recipe, runDir, backend);
+    let evals: { stage: string; step: number; accuracy: number }[];
+    try {
+      ({ evals } = await trainer.run(Boolean(flags.resume)));
+    } catch (e) {
+      if (!(e instanceof HealthError)) throw e;
+      console.error(`${e.message}\nstopped after the last checkpoint; run: ${runDir}`);
+      process.exitCode = 3;
+      return;
+    }
     const first = evals[0];
     const last = evals[evals.length - 1];
     const mins = ((Date.now() - t0) / 60000).toFixed(1);
@@ -102,6 +122,11 @@ async function train(flags: TrainFlags): Promise<void> {
           `${(last.accuracy * 100).toFixed(1)}% (${last.stage} step ${last.step}); ${mins} min; run: ${runDir}`,
       );
     } else console.log(`done in ${mins} min; run: ${runDir}`);
+    if (trainer.warnings.length > 0)
+      console.log(
+        `${trainer.warnings.length} health warning(s); the run may not be learning (see 'health' in metrics.jsonl):\n` +
+          trainer.warnings.map((w) => `  - ${w.message}`).join('\n'),
+      );
   } finally {
     process.off('SIGINT', stop);
     process.off('SIGTERM', stop);
@@ -143,6 +168,14 @@ export function registerRecipeCommands(program: Command): void {
       "start a new run (--out) from another run's checkpoint, e.g. runs/a/sft-step-000150",
     )
     .option('--print-config', 'print the fully resolved recipe (with defaults) and exit')
+    .option('--seed <n>', "the run's seed (model init, data order, sampling); same as --set seed=N")
+    .option(
+      '--set <path=value>',
+      'override a recipe field (repeatable): --set stages.rl.steps=5 --set eval.n=50 (stages by index or name)',
+      (v: string, acc: string[]) => [...acc, v],
+      [] as string[],
+    )
+    .option('--strict-health', 'stop with exit code 3 at the first health warning (the run is not learning)')
     .option(
       '--backend <name>',
       'embedded (torch worker + sandbox) or fake (a 3-parameter stand-in policy)',

@@ -1,5 +1,5 @@
 import { existsSync, readFileSync } from 'node:fs';
-import { isAbsolute, join } from 'node:path';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 import YAML from 'yaml';
 import { z } from 'zod';
 import { TASK_KINDS } from './tasks.js';
@@ -26,8 +26,30 @@ export const RocSchema = z
   })
   .strict();
 
+const FieldMapSchema = z
+  .object({ id: z.string(), question: z.string(), answer: z.string(), source: z.string() })
+  .partial()
+  .strict();
+
+/** Where problems come from: files (any layout data/ reads) or, with `files: null`, the built-in task generator. */
+const FileFields = {
+  files: z
+    .array(z.string())
+    .min(1)
+    .nullable()
+    .default(null)
+    .describe('JSONL/Parquet paths or globs (verl, DAPO or plain rows); null = the built-in task generator'),
+  layout: z.enum(['auto', 'verl', 'dapo', 'plain']).default('auto'),
+  map: FieldMapSchema.default({}).describe('dotted paths overriding where question/answer/id are read'),
+  limit: z.number().int().min(1).nullable().default(null).describe('read at most this many rows'),
+};
+
 const DataSchema = z
   .object({
+    ...FileFields,
+    integerOnly: z.boolean().default(false).describe('keep only problems whose answer is an integer'),
+    dedupe: z.boolean().default(true).describe('drop repeated questions (after normalising case and spaces)'),
+    maxPromptTokens: z.number().int().min(1).nullable().default(null).describe('drop longer prompts'),
     seed: z.number().int().default(1),
     levels: Levels.default([0, 1, 2, 3]),
     kinds: z
@@ -60,6 +82,16 @@ const SftStage = z
       .describe("responses restate the question's expression before answering or calling the tool"),
     data: DataSchema.default(DataSchema.parse({})),
     checkpointEvery: z.number().int().min(1).default(100),
+    gate: z
+      .object({
+        loss: z.number().positive().describe('the stage ends once held-out demo loss is at or below this'),
+        every: z.number().int().min(1).default(25).describe('steps between held-out checks'),
+        heldout: z.number().int().min(1).default(64).describe('demos held out of training for the check'),
+      })
+      .strict()
+      .nullable()
+      .default(null)
+      .describe('a skill gate: `steps` becomes a cap, and a stage that hits it without the gate warns'),
   })
   .strict();
 
@@ -97,23 +129,44 @@ export const RecipeSchema = z
     seed: z.number().int().default(1),
     model: z
       .object({
-        preset: z.enum(['tiny', 'small']).default('tiny'),
-        init: z
+        path: z
           .string()
           .nullable()
           .default(null)
-          .describe('checkpoint dir to start from instead of a fresh model'),
+          .describe(
+            'a Hugging Face model directory (config.json, safetensors, tokenizer.json); null = preset',
+          ),
+        preset: z.enum(['tiny', 'small']).default('tiny').describe('a fresh model when path is null'),
         threads: z.number().int().min(1).default(2),
       })
       .strict()
-      .default({ preset: 'tiny', init: null, threads: 2 }),
+      .default({ path: null, preset: 'tiny', threads: 2 }),
     tokenizer: z
-      .object({ template: z.enum(['compact', 'rstar2', 'qwen', 'quick']).default('compact') })
+      .object({
+        template: z
+          .enum(['compact', 'rstar2', 'qwen', 'quick', 'model'])
+          .default('compact')
+          .describe("chat template; 'model' = the model directory's own (tokenizer_config.json)"),
+        kind: z
+          .enum(['char', 'bpe'])
+          .default('char')
+          .describe(
+            "presets only (a model directory brings its tokenizer): characters, or byte-level BPE trained on the recipe's data files",
+          ),
+        vocabSize: z.number().int().min(300).default(1024).describe('bpe: vocabulary size'),
+        toolCallStyle: z
+          .enum(['compact', 'template'])
+          .default('compact')
+          .describe(
+            "how SFT data's tool calls are written: as rollouts of our models do, or as the template renders them",
+          ),
+      })
       .strict()
-      .default({ template: 'compact' }),
+      .default({ template: 'compact', kind: 'char', vocabSize: 1024, toolCallStyle: 'compact' }),
     eval: z
       .object({
-        n: z.number().int().min(1).default(200),
+        ...FileFields,
+        n: z.number().int().min(1).default(200).describe('problems (the first n of files, or generated)'),
         seed: z.number().int().default(1),
         levels: Levels.default([0, 1, 2, 3]),
         kinds: z
@@ -121,19 +174,46 @@ export const RecipeSchema = z
           .min(1)
           .default([...TASK_KINDS]),
         temperature: z.number().min(0).default(0),
+        samples: z.number().int().min(1).default(1).describe('samples per problem: accuracy is avg@k pass@1'),
         maxResponseTokens: z.number().int().min(16).default(640),
         maxTurns: z.number().int().min(1).default(3),
       })
       .strict()
       .default({
+        files: null,
+        layout: 'auto',
+        map: {},
+        limit: null,
         n: 200,
         seed: 1,
         levels: [0, 1, 2, 3],
         kinds: [...TASK_KINDS],
         temperature: 0,
+        samples: 1,
         maxResponseTokens: 640,
         maxTurns: 3,
       }),
+    health: z
+      .object({
+        zeroRewardSteps: z
+          .number()
+          .int()
+          .min(1)
+          .default(3)
+          .describe('warn after this many RL steps at reward 0'),
+        strict: z.boolean().default(false).describe('stop the run (exit 3) at the first warning'),
+      })
+      .strict()
+      .default({ zeroRewardSteps: 3, strict: false }),
+    reward: z
+      .object({
+        profile: z
+          .enum(['integer', 'strict', 'lenient', 'reference'])
+          .default('strict')
+          .describe("reward/'s verifier profile; one function scores train, eval and rollout"),
+      })
+      .strict()
+      .default({ profile: 'strict' }),
     sandbox: z
       .object({
         workers: z.number().int().min(1).default(2),
@@ -152,10 +232,42 @@ export type RlStageConfig = z.infer<typeof RlStage>;
 
 export interface Overrides {
   roc?: 'on' | 'off';
+  /** `path=value` pairs (`--set`): dotted paths into the recipe, stages by index or name, values as YAML. */
+  set?: string[];
+}
+
+/** Applies `--set a.b.c=value` to a raw (unvalidated) recipe; stages may be addressed by index or name. */
+export function applySets(raw: unknown, sets: string[]): unknown {
+  const root = structuredClone(raw) as Record<string, unknown>;
+  for (const s of sets) {
+    const eq = s.indexOf('=');
+    if (eq <= 0) throw new Error(`--set ${s}: expected path=value, e.g. stages.0.steps=10`);
+    const keys = s.slice(0, eq).split('.');
+    const value = YAML.parse(s.slice(eq + 1));
+    let node: Record<string, unknown> = root;
+    for (const [i, k] of keys.entries()) {
+      let key: string | number = k;
+      if (Array.isArray(node)) {
+        key = /^\d+$/.test(k) ? Number(k) : node.findIndex((x) => (x as { name?: string })?.name === k);
+        if (key < 0 || key >= node.length)
+          throw new Error(`--set ${s}: no element '${k}' in ${keys.slice(0, i).join('.') || 'the recipe'}`);
+      }
+      if (i === keys.length - 1) {
+        (node as Record<string | number, unknown>)[key] = value;
+        break;
+      }
+      const next = (node as Record<string | number, unknown>)[key];
+      if (next === undefined || next === null) (node as Record<string | number, unknown>)[key] = {};
+      else if (typeof next !== 'object')
+        throw new Error(`--set ${s}: ${keys.slice(0, i + 1).join('.')} is a value, not a section`);
+      node = (node as Record<string | number, unknown>)[key] as Record<string, unknown>;
+    }
+  }
+  return root;
 }
 
 export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overrides = {}): Recipe {
-  const r = RecipeSchema.safeParse(raw);
+  const r = RecipeSchema.safeParse(overrides.set?.length ? applySets(raw, overrides.set) : raw);
   if (!r.success) {
     const msgs = r.error.issues.map((i) => `  ${i.path.join('.') || '(root)'}: ${i.message}`);
     throw new Error(`invalid recipe ${source}:\n${msgs.join('\n')}`);
@@ -164,12 +276,16 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
   for (const s of r.data.stages) {
     if (names.has(s.name)) throw new Error(`invalid recipe ${source}: duplicate stage name "${s.name}"`);
     names.add(s.name);
+    if (s.type === 'sft' && s.gate && s.gate.heldout >= s.demos)
+      throw new Error(`invalid recipe ${source}: stage ${s.name}: gate.heldout must be < demos`);
     if (s.type === 'rl' && s.roc.minZeroRewardTraceNum + s.roc.minNonZeroRewardTraceNum > s.groupSize) {
       throw new Error(
         `invalid recipe ${source}: stage ${s.name}: minZeroRewardTraceNum + minNonZeroRewardTraceNum must be <= groupSize`,
       );
     }
   }
+  if (r.data.eval.samples > 1 && r.data.eval.temperature === 0)
+    throw new Error(`invalid recipe ${source}: eval.samples > 1 needs eval.temperature > 0`);
   if (overrides.roc) {
     for (const s of r.data.stages) if (s.type === 'rl') s.roc.doDownSampling = overrides.roc === 'on';
   }
@@ -192,5 +308,26 @@ export function loadRecipe(nameOrPath: string, overrides: Overrides = {}): Recip
   } catch (e) {
     throw new Error(`cannot parse recipe ${path}: ${(e as Error).message}`);
   }
-  return parseRecipe(raw, path, overrides);
+  return parseRecipe(resolvePaths(raw, dirname(path)), path, overrides);
+}
+
+/**
+ * Paths written in a recipe file (model.path, data and eval files) are relative to that file, so a recipe and
+ * its data move together; paths given with --set stay relative to the working directory.
+ */
+function resolvePaths(raw: unknown, base: string): unknown {
+  const r = structuredClone(raw) as {
+    model?: { path?: unknown };
+    eval?: { files?: unknown };
+    stages?: { data?: { files?: unknown } }[];
+  };
+  if (!r || typeof r !== 'object') return raw;
+  const abs = (p: unknown) => (typeof p === 'string' && !isAbsolute(p) ? resolve(base, p) : p);
+  const absAll = (fs: unknown) => (Array.isArray(fs) ? fs.map(abs) : fs);
+  if (r.model && typeof r.model === 'object') r.model.path = abs(r.model.path);
+  if (r.eval && typeof r.eval === 'object') r.eval.files = absAll(r.eval.files);
+  if (Array.isArray(r.stages))
+    for (const st of r.stages)
+      if (st?.data && typeof st.data === 'object') st.data.files = absAll(st.data.files);
+  return r;
 }

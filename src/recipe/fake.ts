@@ -1,9 +1,16 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Trajectory, TurnEvent } from '../agent/trajectory.js';
+import type { ChatExample } from '../data/index.js';
 import { Rng } from '../util/rng.js';
 import type { TrainOptions, TrainStats } from '../worker/types.js';
-import { answerText, toolCallText, toolObservationText } from './tasks.js';
+import {
+  answerText,
+  demoStyle,
+  type Problem as TaskProblem,
+  toolCallText,
+  toolObservationText,
+} from './tasks.js';
 import type { PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
 
 // A three-parameter stand-in policy for exercising the trainer without torch: logits for "call the tool",
@@ -30,7 +37,11 @@ export class FakeBackend implements PolicyBackend {
     this.onRollout?.(req);
     const rng = new Rng(req.seed);
     const out: Trajectory[] = [];
-    for (const prob of req.problems) {
+    for (const p of req.problems) {
+      // the fake knows only the built-in task family: its problems carry the program that solves them
+      const prob = { ...p.meta, ...p } as unknown as TaskProblem;
+      if (typeof prob.code !== 'string')
+        throw new Error('the fake backend needs generated problems (data.files: null)');
       for (let s = 0; s < req.n; s++) {
         const greedy = req.temperature === 0;
         const draw = (logit: number) => (greedy ? logit > 0 : rng.next() < sig(logit));
@@ -101,7 +112,8 @@ export class FakeBackend implements PolicyBackend {
     };
   }
 
-  async sftStep(demos: { style: string }[], opts: TrainOptions): Promise<TrainStats> {
+  async sftStep(examples: ChatExample[], opts: TrainOptions): Promise<TrainStats> {
+    const demos = examples.map((ex) => ({ style: demoStyle(ex) }));
     const frac = (f: (d: { style: string }) => boolean) => demos.filter(f).length / Math.max(1, demos.length);
     const tool = frac((d) => d.style !== 'direct');
     const err = frac((d) => d.style === 'recover') / Math.max(1e-6, tool);
@@ -111,6 +123,11 @@ export class FakeBackend implements PolicyBackend {
     this.p.err += k * (toLogit(err) - this.p.err);
     this.p.copy += k * 0.05;
     return this.stats(opts.lr);
+  }
+
+  /** Falls as the copy skill grows: enough for the SFT gate to pass or not, deterministically. */
+  async sftLoss(): Promise<number> {
+    return 1 - sig(this.p.copy);
   }
 
   async grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats> {

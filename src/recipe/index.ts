@@ -9,17 +9,16 @@ export {
 } from './config.js';
 export { FakeBackend } from './fake.js';
 export { plotRuns } from './plot.js';
-export { integerReward, type RewardFn } from './reward.js';
 export {
   generateProblems,
   type Problem,
-  type SftDemo,
-  sftDemos,
+  sftExamples,
   TASK_KINDS,
   type TaskKind,
 } from './tasks.js';
 export {
   type PolicyBackend,
+  type RewardFn,
   type RolloutRequest,
   type RunState,
   readState,

@@ -1,3 +1,4 @@
+import type { ChatExample, Message, ToolCall } from '../data/index.js';
 import { Rng } from '../util/rng.js';
 
 // The quickstart task family: generated math problems with integer answers where running Python helps.
@@ -71,8 +72,15 @@ export function makeProblem(kind: TaskKind, level: number, rng: Rng): Omit<Probl
       return q(`What is ${a}+${b}?`, a + b, `print(${a}+${b})`);
     }
     case 'mul': {
-      const a = digits(rng, [1, 3, 5, 7][L]);
-      const b = digits(rng, [1, 2, 4, 6][L]);
+      let a: bigint;
+      let b: bigint;
+      // Level 1 keeps only 5-digit products: with operands and answer of fixed length every copy a solution
+      // makes (question -> echo -> print(...), stdout -> \boxed{}) is at one fixed offset, which a tiny
+      // model learns reliably; with 4- and 5-digit answers mixed the stdout copy was not learned in 450 steps.
+      do {
+        a = digits(rng, [1, 3, 5, 7][L]);
+        b = digits(rng, [1, 2, 4, 6][L]);
+      } while (L === 1 && a * b < 10000n);
       return q(`What is ${a}*${b}?`, a * b, `print(${a}*${b})`);
     }
     case 'powmod': {
@@ -147,25 +155,13 @@ export function generateProblems(spec: ProblemSpec): Problem[] {
   return out;
 }
 
-// ---- SFT demos: format only. ----
+// ---- SFT demos: format only, as chat examples (data/'s SFT format, rendered by the one SFT path). ----
 
 export type DemoStyle = 'direct' | 'tool' | 'recover';
 
-export interface Segment {
-  text: string;
-  train: boolean; // false = tool observation (masked out of the loss, as in RL)
-}
-
-export interface SftDemo {
-  problemId: string;
-  question: string;
-  style: DemoStyle;
-  /** Response after the generation prompt (which ends in `<|im_start|>assistant\n<reason>`). */
-  segments: Segment[];
-}
-
 export const TOOL_NAME = 'python_code_with_standard_io';
 
+// The text rollouts contain, for the fake backend and for tests that compare SFT renders with rollouts.
 export function toolCallText(code: string): string {
   return `</reason>\n<tool_call>\n${JSON.stringify({ name: TOOL_NAME, arguments: { code, input: '' } })}\n</tool_call><|im_end|>`;
 }
@@ -197,11 +193,6 @@ export interface DemoMix {
   recover: number;
 }
 
-/**
- * Format-only demos. 'direct' answers without the tool — with the right answer only on level-0 problems and
- * a plausible-looking guess otherwise, so SFT teaches the format but not the arithmetic; 'tool' calls the
- * tool and copies stdout; 'recover' makes a failing call first, then fixes it.
- */
 export interface DemoOptions {
   /**
    * Open every response by restating the question's expression (`<reason>48213*7719</reason>`): a short-range
@@ -216,32 +207,60 @@ export function echoOf(question: string): string {
   return question.replace(/^What is /, '').replace(/\?$/, '');
 }
 
-export function sftDemos(problems: Problem[], mix: DemoMix, seed: number, opts: DemoOptions = {}): SftDemo[] {
+/** The style of a demo, read back from its messages (the fake backend and the tests need it). */
+export function demoStyle(ex: ChatExample): DemoStyle {
+  const calls = ex.messages.filter((m) => m.tool_calls?.length).length;
+  return calls === 0 ? 'direct' : calls === 1 ? 'tool' : 'recover';
+}
+
+/**
+ * Format-only demos as chat examples (the assistant text is what follows the generation prompt's `<reason>`).
+ * 'direct' answers without the tool — with the right answer only on level-0 problems and a plausible-looking
+ * guess otherwise, so SFT teaches the format but not the arithmetic; 'tool' calls the tool and copies stdout;
+ * 'recover' makes a failing call first, then fixes it.
+ */
+export function sftExamples(
+  problems: Problem[],
+  mix: DemoMix,
+  seed: number,
+  opts: DemoOptions = {},
+): ChatExample[] {
   const rng = new Rng(seed);
   const total = mix.direct + mix.tool + mix.recover;
-  if (!(total > 0)) throw new Error('sftDemos: demo mix weights must sum to > 0');
+  if (!(total > 0)) throw new Error('sftExamples: demo mix weights must sum to > 0');
+  const call = (code: string): ToolCall => ({
+    type: 'function',
+    function: { name: TOOL_NAME, arguments: { code, input: '' } },
+  });
+  const answer = (a: string, thought = '') => `${thought}</reason> <answer> \\boxed{${a}} </answer>`;
   return problems.map((p) => {
     const u = rng.next() * total;
     const style: DemoStyle = u < mix.direct ? 'direct' : u < mix.direct + mix.tool ? 'tool' : 'recover';
-    const ok = (stdout: string) => `Tool call success\nstdout: ${stdout}\n\nexecution time: 0.01s`;
-    const segments: Segment[] = [];
     const thought = opts.echo ? echoOf(p.question) : '';
+    const messages: Message[] = [{ role: 'user', content: p.question }];
     if (style === 'direct') {
-      segments.push({
-        text: answerText(p.level === 0 ? p.answer : guess(p.answer, rng), thought),
-        train: true,
+      messages.push({
+        role: 'assistant',
+        content: answer(p.level === 0 ? p.answer : guess(p.answer, rng), thought),
       });
     } else {
       if (style === 'recover') {
         const bad = breakCode(p.code, rng);
-        segments.push({ text: thought + toolCallText(bad.code), train: true });
-        segments.push({ text: toolObservationText(`${bad.tool}\n\nexecution time: 0.01s`), train: false });
+        messages.push({ role: 'assistant', content: `${thought}</reason>`, tool_calls: [call(bad.code)] });
+        messages.push({ role: 'tool', content: `${bad.tool}\n\nexecution time: 0.01s` });
       }
-      segments.push({ text: (style === 'recover' ? '' : thought) + toolCallText(p.code), train: true });
-      segments.push({ text: toolObservationText(ok(p.answer)), train: false });
-      segments.push({ text: answerText(p.answer), train: true });
+      messages.push({
+        role: 'assistant',
+        content: `${style === 'recover' ? '' : thought}</reason>`,
+        tool_calls: [call(p.code)],
+      });
+      messages.push({
+        role: 'tool',
+        content: `Tool call success\nstdout: ${p.answer}\n\nexecution time: 0.01s`,
+      });
+      messages.push({ role: 'assistant', content: answer(p.answer) });
     }
-    return { problemId: p.id, question: p.question, style, segments };
+    return { messages };
   });
 }
 

@@ -10,21 +10,39 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import type { Trajectory } from '../agent/trajectory.js';
+import {
+  type ChatExample,
+  dedupeQuestions,
+  type FilterResult,
+  integerAnswers,
+  loadChatExamples,
+  loadProblems,
+  maxPromptTokens,
+  type Problem,
+} from '../data/index.js';
+import { type Scored, scoreTrajectory } from '../reward/index.js';
 import { type PenaltyOptions, selectAndScore } from '../rl/index.js';
 import { appendJsonl, readJsonlTolerant } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
 import { Rng } from '../util/rng.js';
 import type { TrainOptions, TrainStats } from '../worker/types.js';
 import type { Recipe, RlStageConfig, SftStageConfig, Stage } from './config.js';
-import { integerReward, type RewardFn } from './reward.js';
-import { generateProblems, type Problem, type SftDemo, sftDemos } from './tasks.js';
+import {
+  gainWarning,
+  gateWarning,
+  Health,
+  HealthError,
+  type HealthWarning,
+  sftLossWarning,
+} from './health.js';
+import { generateProblems, type ProblemSpec, sftExamples } from './tasks.js';
 
 // The training loop over a recipe's stages, writing the run directory of docs/RUN_DIR.md. The policy, its
 // engines and the sandbox sit behind PolicyBackend, so the loop is the same for the embedded torch worker,
 // remote engines, and the fakes in tests.
 
 export interface RolloutRequest {
-  problems: Problem[];
+  problems: Problem[]; // every one with an answer
   n: number;
   maxResponseTokens: number;
   maxTurns: number;
@@ -40,9 +58,14 @@ export interface ScoredItem {
 export interface PolicyBackend {
   /** n trajectories per problem, in problem order then sample order; `promptId` is the problem id. */
   rollout(req: RolloutRequest, onDone?: (done: number, total: number) => void): Promise<Trajectory[]>;
-  sftStep(demos: SftDemo[], opts: TrainOptions): Promise<TrainStats>;
+  /** One optimizer step on chat examples, loss on the assistant tokens (tool turns masked, as in RL). */
+  sftStep(examples: ChatExample[], opts: TrainOptions): Promise<TrainStats>;
+  /** Mean loss per trained token over these examples, without training (the SFT gate's held-out check). */
+  sftLoss(examples: ChatExample[]): Promise<number>;
   /** One optimizer step on these trajectories; the new weights reach the rollout engines before the next rollout. */
   grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats>;
+  /** Prompt length in tokens (the maxPromptTokens filter); absent = question characters. */
+  promptTokens?(question: string): number;
   /** Model, tokenizer and optimizer state (for exact resume). */
   save(dir: string): Promise<void>;
   load(dir: string): Promise<void>;
@@ -55,7 +78,12 @@ export interface RunState {
   step: number; // completed steps of that stage
   checkpoint: string; // relative to the run dir
   time: string;
+  /** The stage ended before its step count (its SFT gate was reached). */
+  stageDone?: boolean;
 }
+
+/** Scores one trajectory against its gold answer (default: reward/'s scoreTrajectory with the recipe's profile). */
+export type RewardFn = (t: Trajectory, gold: string) => Scored;
 
 export interface TrainerOptions {
   reward?: RewardFn;
@@ -120,7 +148,11 @@ export function forkRun(srcDir: string, checkpoint: string, dstDir: string, reci
 export class Trainer {
   private readonly reward: RewardFn;
   private readonly log: (line: string) => void;
-  private testSet: Problem[];
+  private testSet: Problem[] = [];
+  private readonly health: Health;
+  private unhealthy: HealthWarning[] = [];
+  /** Every warning of this session, for the closing summary. */
+  readonly warnings: HealthWarning[] = [];
 
   constructor(
     private readonly recipe: Recipe,
@@ -128,16 +160,89 @@ export class Trainer {
     private readonly backend: PolicyBackend,
     private readonly opts: TrainerOptions = {},
   ) {
-    this.reward = opts.reward ?? integerReward;
+    this.reward = opts.reward ?? ((t, gold) => scoreTrajectory(t, gold, recipe.reward.profile));
     this.log = opts.log ?? ((l) => process.stderr.write(`${l}\n`));
-    const e = recipe.eval;
-    this.testSet = generateProblems({
-      seed: e.seed,
-      n: e.n,
-      split: 'test',
-      levels: e.levels,
-      kinds: e.kinds,
-    });
+    this.health = new Health(recipe.health.zeroRewardSteps);
+  }
+
+  /** Problems from the files a data section names, in order, each with a gold answer. */
+  private async fromFiles(d: Recipe['eval'] | RlStageConfig['data']): Promise<Problem[]> {
+    const out: Problem[] = [];
+    for (const f of d.files ?? []) {
+      const left = d.limit === null ? undefined : d.limit - out.length;
+      if (left === 0) break;
+      out.push(
+        ...(await loadProblems(f, { layout: d.layout, map: d.map, requireAnswer: true, limit: left })),
+      );
+    }
+    return out;
+  }
+
+  /**
+   * The built-in task generator writes its rows to `data/<name>.jsonl` in the run directory once, and they are
+   * read back through data/'s loaders like any dataset: generated and file data take one path.
+   */
+  private generated(name: string, rows: () => unknown[]): string {
+    const file = join(this.runDir, 'data', `${name}.jsonl`);
+    if (!existsSync(file)) {
+      mkdirSync(join(this.runDir, 'data'), { recursive: true });
+      writeAtomic(
+        file,
+        rows()
+          .map((r) => JSON.stringify(r) + '\n')
+          .join(''),
+      );
+    }
+    return file;
+  }
+
+  private async generatedProblems(name: string, spec: ProblemSpec): Promise<Problem[]> {
+    const file = this.generated(name, () => generateProblems(spec));
+    return loadProblems(file, { layout: 'plain', requireAnswer: true });
+  }
+
+  private async loadTestSet(): Promise<void> {
+    const e = this.recipe.eval;
+    this.testSet = e.files
+      ? (await this.fromFiles(e)).slice(0, e.n)
+      : await this.generatedProblems('eval', {
+          seed: e.seed,
+          n: e.n,
+          split: 'test',
+          levels: e.levels,
+          kinds: e.kinds,
+        });
+  }
+
+  /** An SFT stage's chat examples: its files, or demos generated from the task family into the run dir. */
+  private async sftData(stage: SftStageConfig): Promise<ChatExample[]> {
+    const d = stage.data;
+    const files = d.files ?? [
+      this.generated(stage.name, () => {
+        const problems = generateProblems({
+          seed: d.seed,
+          n: stage.demos,
+          split: 'train',
+          levels: d.levels,
+          kinds: d.kinds,
+        });
+        return sftExamples(problems, stage.demoMix, seedFor(this.recipe.seed, stage.name, 'demos'), {
+          echo: stage.echo,
+        });
+      }),
+    ];
+    const out: ChatExample[] = [];
+    for (const f of files) {
+      const left = d.limit === null ? undefined : d.limit - out.length;
+      if (left === 0) break;
+      out.push(...(await loadChatExamples(f, { limit: left })));
+    }
+    return out;
+  }
+
+  private filtered<T>(stage: string, r: FilterResult<T>): T[] {
+    if (r.dropped > 0) this.log(`[${stage}] dropped ${r.dropped} problems: ${r.reason}`);
+    return r.kept;
   }
 
   private stageIndexOf(name: string): number {
@@ -183,10 +288,13 @@ export class Trainer {
       writeFileSync(join(this.runDir, 'config.json'), JSON.stringify(this.recipe, null, 2) + '\n');
     }
     this.truncateAfter(state);
+    await this.loadTestSet();
     for (let i = state?.stageIndex ?? 0; i < this.recipe.stages.length; i++) {
       const stage = this.recipe.stages[i];
       const start = state && i === state.stageIndex ? state.step : 0;
       if (start >= stage.steps && stage.steps > 0) continue;
+      if (state?.stageDone && i === state.stageIndex) continue;
+      this.health.resetStage();
       if (stage.type === 'sft') await this.runSft(i, stage, start);
       else await this.runRl(i, stage, start);
     }
@@ -196,7 +304,16 @@ export class Trainer {
     return { evals };
   }
 
-  private async checkpoint(stageIndex: number, stage: Stage, step: number): Promise<void> {
+  /** Reports warnings (terminal + the record they are attached to); strict health stops at the next checkpoint. */
+  private warn(warnings: HealthWarning[], record?: Record<string, unknown>): void {
+    if (warnings.length === 0) return;
+    for (const w of warnings) this.log(`WARNING [health] ${w.message}`);
+    this.warnings.push(...warnings);
+    if (record) record.health = warnings;
+    if (this.recipe.health.strict) this.unhealthy.push(...warnings);
+  }
+
+  private async checkpoint(stageIndex: number, stage: Stage, step: number, stageDone = false): Promise<void> {
     const rel = join('checkpoints', `${stage.name}-step-${pad(step)}`);
     const dir = join(this.runDir, rel);
     rmSync(dir, { recursive: true, force: true });
@@ -211,21 +328,22 @@ export class Trainer {
       step,
       checkpoint: rel,
       time: new Date().toISOString(),
+      ...(stageDone ? { stageDone } : {}),
     };
     writeAtomic(join(this.runDir, 'state.json'), JSON.stringify(state, null, 2) + '\n');
+    if (this.unhealthy.length > 0) throw new HealthError(this.unhealthy);
   }
 
   private async runSft(stageIndex: number, stage: SftStageConfig, start: number): Promise<void> {
-    const train = generateProblems({
-      seed: stage.data.seed,
-      n: stage.demos,
-      split: 'train',
-      levels: stage.data.levels,
-      kinds: stage.data.kinds,
-    });
-    const demos = sftDemos(train, stage.demoMix, seedFor(this.recipe.seed, stage.name, 'demos'), {
-      echo: stage.echo,
-    });
+    const all = await this.sftData(stage);
+    const gate = stage.gate;
+    if (gate && gate.heldout >= all.length)
+      throw new Error(
+        `stage ${stage.name}: gate.heldout ${gate.heldout} leaves no examples of ${all.length} to train on`,
+      );
+    const heldout = gate ? all.slice(all.length - gate.heldout) : [];
+    const demos = gate ? all.slice(0, all.length - gate.heldout) : all;
+    let best = Number.POSITIVE_INFINITY;
     const bar = new Progress(
       `${stage.name}`,
       stage.steps,
@@ -240,18 +358,36 @@ export class Trainer {
         lr: stage.lr,
         warmupSteps: stage.warmupSteps,
       });
-      appendJsonl(join(this.runDir, 'metrics.jsonl'), [
-        {
-          stage: stage.name,
-          step,
-          time: new Date().toISOString(),
-          loss: round(st.loss),
-          grad_norm: round(st.gradNorm),
-          tokens_per_s: Math.round(st.tokensPerS),
-          time_update_s: round((Date.now() - t0) / 1000, 3),
-        },
-      ]);
+      const record: Record<string, unknown> = {
+        stage: stage.name,
+        step,
+        time: new Date().toISOString(),
+        loss: round(st.loss),
+        grad_norm: round(st.gradNorm),
+        tokens_per_s: Math.round(st.tokensPerS),
+        time_update_s: round((Date.now() - t0) / 1000, 3),
+      };
+      const warnings = sftLossWarning(stage.name, step, st.loss);
+      let passed = false;
+      if (gate && (step % gate.every === 0 || step === stage.steps)) {
+        const loss = await this.backend.sftLoss(heldout);
+        record.heldout_loss = round(loss);
+        best = Math.min(best, loss);
+        passed = loss <= gate.loss;
+        if (passed) record.gate = 'reached';
+        else if (step === stage.steps) warnings.push(gateWarning(stage.name, step, best, gate.loss));
+      }
+      this.warn(warnings, record);
+      appendJsonl(join(this.runDir, 'metrics.jsonl'), [record]);
       bar.set(step, `loss=${st.loss.toFixed(3)}`);
+      if (passed) {
+        bar.finish();
+        this.log(
+          `[gate] ${stage.name}: held-out loss ${record.heldout_loss} <= ${gate?.loss} at step ${step}; stage done`,
+        );
+        await this.checkpoint(stageIndex, stage, step, true);
+        return;
+      }
       if (step % stage.checkpointEvery === 0 || step === stage.steps)
         await this.checkpoint(stageIndex, stage, step);
     }
@@ -262,13 +398,13 @@ export class Trainer {
     const e = this.recipe.eval;
     const trajs = await this.backend.rollout({
       problems: this.testSet,
-      n: 1,
+      n: e.samples,
       maxResponseTokens: e.maxResponseTokens,
       maxTurns: e.maxTurns,
       temperature: e.temperature,
       seed: seedFor(this.recipe.seed, stage, step, 'eval'),
     });
-    const gold = new Map(this.testSet.map((p) => [p.id, p.answer]));
+    const gold = new Map(this.testSet.map((p) => [p.id, p.answer ?? '']));
     const correct = trajs.filter((t) => this.reward(t, gold.get(t.promptId) ?? '').correct).length;
     const accuracy = correct / Math.max(1, trajs.length);
     appendJsonl(join(this.runDir, 'evals.jsonl'), [
@@ -277,51 +413,94 @@ export class Trainer {
         step,
         accuracy: round(accuracy),
         n: trajs.length,
+        samples: e.samples,
+        temperature: e.temperature,
         split: 'test',
         tool_calls_mean: round(mean(trajs.map((t) => t.numToolCalls))),
         tool_errors_mean: round(mean(trajs.map((t) => t.numToolErrors))),
       },
     ]);
     this.log(
-      `[eval] ${stage} step ${step}: held-out accuracy ${(accuracy * 100).toFixed(1)}% (n=${trajs.length})`,
+      `[eval] ${stage} step ${step}: held-out accuracy ${(accuracy * 100).toFixed(1)}% ` +
+        `(${this.testSet.length} problems × ${e.samples}, T=${e.temperature})`,
     );
     return accuracy;
   }
 
-  /** The stage's prompt pool; with filter 'unsolved', problems the current policy does not always solve. */
+  /**
+   * The stage's prompt pool: its files (or generated problems) after the row filters, then with filter
+   * 'unsolved' only problems the current policy does not solve in every one of `filterSamples` samples (the
+   * paper's difficulty filter). The policy pass goes in chunks whose counts are appended to
+   * `filter-<stage>.jsonl`, so an interrupted pass resumes where it stopped; the final pool is cached.
+   */
   private async rlPool(stage: RlStageConfig): Promise<Problem[]> {
     const path = join(this.runDir, `pool-${stage.name}.json`);
     if (existsSync(path)) return JSON.parse(readFileSync(path, 'utf8')) as Problem[];
     const d = stage.data;
-    let pool = generateProblems({
-      seed: seedFor(d.seed, stage.name),
-      n: d.filter === 'all' ? 2000 : d.filterPool,
-      split: 'train',
-      levels: d.levels,
-      kinds: d.kinds,
-    });
+    let pool: Problem[] = d.files
+      ? await this.fromFiles(d)
+      : await this.generatedProblems(stage.name, {
+          seed: seedFor(d.seed, stage.name),
+          n: d.filter === 'all' ? 2000 : d.filterPool,
+          split: 'train',
+          levels: d.levels,
+          kinds: d.kinds,
+        });
+    if (d.integerOnly) pool = this.filtered(stage.name, integerAnswers(pool));
+    if (d.dedupe) pool = this.filtered(stage.name, dedupeQuestions(pool));
+    if (d.maxPromptTokens !== null) {
+      const count = this.backend.promptTokens?.bind(this.backend) ?? ((q: string) => q.length);
+      pool = this.filtered(stage.name, maxPromptTokens(pool, d.maxPromptTokens, count));
+    }
+    if (pool.length === 0) throw new Error(`stage ${stage.name}: no problems left after the data filters`);
     if (d.filter === 'unsolved') {
-      const trajs = await this.backend.rollout({
-        problems: pool,
-        n: d.filterSamples,
-        maxResponseTokens: stage.maxResponseTokens,
-        maxTurns: stage.maxTurns,
-        temperature: stage.temperature,
-        seed: seedFor(this.recipe.seed, stage.name, 'filter'),
+      const screened = d.files
+        ? new Rng(seedFor(d.seed, stage.name)).sample(pool, Math.min(d.filterPool, pool.length))
+        : pool;
+      const solved = await this.solvedCounts(stage, screened);
+      pool = this.filtered(stage.name, {
+        kept: screened.filter((p) => (solved.get(p.id) ?? 0) < d.filterSamples),
+        dropped: screened.filter((p) => (solved.get(p.id) ?? 0) >= d.filterSamples).length,
+        reason: `solved in all ${d.filterSamples} samples by the current policy (filter 'unsolved')`,
       });
-      const solved = new Map<string, number>();
-      const gold = new Map(pool.map((p) => [p.id, p.answer]));
-      for (const t of trajs) {
-        if (this.reward(t, gold.get(t.promptId) ?? '').correct)
-          solved.set(t.promptId, (solved.get(t.promptId) ?? 0) + 1);
-      }
-      const before = pool.length;
-      pool = pool.filter((p) => (solved.get(p.id) ?? 0) < d.filterSamples);
-      this.log(`[${stage.name}] filter 'unsolved': ${pool.length}/${before} problems kept`);
+      this.log(`[${stage.name}] filter 'unsolved': ${pool.length}/${screened.length} problems kept`);
       if (pool.length === 0) throw new Error(`stage ${stage.name}: the 'unsolved' filter left no problems`);
     }
     writeAtomic(path, JSON.stringify(pool));
     return pool;
+  }
+
+  /** Correct samples per problem under the current policy, resumable through `filter-<stage>.jsonl`. */
+  private async solvedCounts(stage: RlStageConfig, problems: Problem[]): Promise<Map<string, number>> {
+    const file = join(this.runDir, `filter-${stage.name}.jsonl`);
+    const solved = new Map<string, number>();
+    for (const r of readJsonlTolerant<{ id: string; solved: number }>(file)) solved.set(r.id, r.solved);
+    const todo = problems.filter((p) => !solved.has(p.id));
+    if (solved.size > 0)
+      this.log(`[${stage.name}] filter pass resumed: ${solved.size} problems already screened`);
+    const chunk = Math.max(1, stage.promptsPerStep);
+    for (let i = 0; i < todo.length; i += chunk) {
+      const part = todo.slice(i, i + chunk);
+      const trajs = await this.backend.rollout({
+        problems: part,
+        n: stage.data.filterSamples,
+        maxResponseTokens: stage.maxResponseTokens,
+        maxTurns: stage.maxTurns,
+        temperature: stage.temperature,
+        seed: seedFor(this.recipe.seed, stage.name, 'filter', i),
+      });
+      const gold = new Map(part.map((p) => [p.id, p.answer ?? '']));
+      const counts = new Map(part.map((p) => [p.id, 0]));
+      for (const t of trajs)
+        if (this.reward(t, gold.get(t.promptId) ?? '').correct)
+          counts.set(t.promptId, (counts.get(t.promptId) ?? 0) + 1);
+      appendJsonl(
+        file,
+        [...counts].map(([id, n]) => ({ id, solved: n })),
+      );
+      for (const [id, n] of counts) solved.set(id, n);
+    }
+    return solved;
   }
 
   private async runRl(stageIndex: number, stage: RlStageConfig, start: number): Promise<void> {
@@ -364,9 +543,9 @@ export class Trainer {
       for (const t of trajs) {
         const p = problems[byId.get(t.promptId) ?? -1];
         if (!p) throw new Error(`rollout returned a trajectory for unknown prompt ${t.promptId}`);
-        const r = this.reward(t, p.answer);
+        const r = this.reward(t, p.answer ?? '');
         Object.assign(t, { gold: p.answer, reward: r.reward, correct: r.correct });
-        t.verify = { extracted: r.extracted, matchedBy: r.correct ? 'integer' : null };
+        t.verify = { extracted: r.extracted, matchedBy: r.matchedBy };
         groups[byId.get(t.promptId)!].push(t);
       }
       // reject equal reward -> RoC -> advantages
@@ -397,7 +576,11 @@ export class Trainer {
       const t3 = Date.now();
       // log
       const all = trajs;
-      const metrics = {
+      const metrics: Record<string, unknown> & {
+        reward_mean: number;
+        accuracy: number;
+        tool_calls_mean: number;
+      } = {
         stage: stage.name,
         step,
         time: new Date().toISOString(),
@@ -437,6 +620,20 @@ export class Trainer {
           answers_gt_one: sel.metrics.answers_gt_one,
         },
       };
+      this.warn(
+        this.health.rlStep({
+          stage: stage.name,
+          step,
+          rewardMean: metrics.reward_mean,
+          groups: problems.length,
+          groupsKept: sel.metrics.groups_kept,
+          groupsAllCorrect: sel.metrics.groups_rejected_all_correct,
+          toolCalls: all.reduce((a, t) => a + t.numToolCalls, 0),
+          toolErrors: all.reduce((a, t) => a + t.numToolErrors, 0),
+          loss: stats.length > 0 ? mean(stats.map((s) => s.loss)) : undefined,
+        }),
+        metrics,
+      );
       const kept = new Map(items.map((it) => [it.trajectory, it.advantage]));
       writeAtomic(
         join(this.runDir, 'trajectories', `${stage.name}-step-${pad(step)}.jsonl`),
@@ -451,6 +648,13 @@ export class Trainer {
       );
       if ((stage.evalEvery > 0 && step % stage.evalEvery === 0) || step === stage.steps) {
         await this.evaluate(stage.name, step);
+      }
+      if (step === stage.steps) {
+        const evals = readJsonlTolerant<{ stage: string; accuracy: number }>(
+          join(this.runDir, 'evals.jsonl'),
+        ).filter((r) => r.stage === stage.name);
+        if (evals.length > 1)
+          this.warn(gainWarning(stage.name, evals[0].accuracy, evals[evals.length - 1].accuracy));
       }
       if (step % stage.checkpointEvery === 0 || step === stage.steps)
         await this.checkpoint(stageIndex, stage, step);

@@ -118,6 +118,22 @@ test('dashboard updates live as training appends metrics', { skip, timeout: 60_0
   assert.match((await page.textContent('#run-title')) ?? '', /26 steps/);
 });
 
+test('dashboard shows the trainer health warnings, as text', { skip, timeout: 60_000 }, async () => {
+  await page.goto(dash.url);
+  await page.waitForSelector('[data-chart="reward"] polyline.series');
+  assert.equal(await page.locator('#run-health.hidden').count(), 1);
+  const hostile = '<img src=x onerror="window.__pwned=1">';
+  appendJsonl(join(root, 'runs', 'demo', 'metrics.jsonl'), [
+    { ...metricLine(27), health: [{ code: 'zero_reward', message: `rl step 27: reward 0 ${hostile}` }] },
+  ]);
+  await page.waitForSelector('#run-health li', { timeout: 20_000 });
+  const text = (await page.textContent('#run-health')) ?? '';
+  assert.match(text, /zero_reward/);
+  assert.ok(text.includes(hostile), 'the message is shown as text');
+  assert.equal(await page.locator('#run-health img').count(), 0);
+  assert.equal(await page.evaluate('window.__pwned'), undefined);
+});
+
 test('dashboard shows eval reports side by side', { skip, timeout: 60_000 }, async () => {
   await page.goto(dash.url);
   await page.click('li.entry[data-name="evals/ckpt-a"]');

@@ -16,7 +16,7 @@ import { SandboxPool } from '../../src/sandbox/pool.js';
 import { executePythonTool, PYTHON_TOOL_NAME } from '../../src/sandbox/tool.js';
 import { ChatTemplate } from '../../src/tokenizer/index.js';
 
-const SFT = 'test/fixtures/data/sft-arith-tools.jsonl';
+const SFT = 'data/samples/sft-arith-tools.jsonl';
 const jsonl = (rows: unknown[]) => rows.map((r) => JSON.stringify(r)).join('\n') + '\n';
 function file(name: string, text: string): string {
   const f = join(mkdtempSync(join(tmpdir(), 'rstar2-sft-')), name);

@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import type { Trajectory } from '../../src/agent/trajectory.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
-const FIX = 'test/fixtures/data';
+const FIX = 'data/samples';
 const cli = (...args: string[]) =>
   spawnSync(process.execPath, ['bin/rstar2.js', ...args], {
     encoding: 'utf8',

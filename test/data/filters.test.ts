@@ -62,7 +62,7 @@ test('maxPromptTokens drops prompts over the limit with the caller counting toke
 });
 
 test('the fixtures pass every filter untouched (distinct integer-answer problems)', async () => {
-  const ps = await loadProblems('test/fixtures/data/{verl,dapo}-arith.*');
+  const ps = await loadProblems('data/samples/{verl,dapo}-arith.*');
   assert.equal(integerAnswers(ps).dropped, 0);
   assert.equal(dedupeQuestions(ps).dropped, 0);
   assert.equal(maxPromptTokens(ps, 40, (q) => q.split(' ').length).dropped, 0);

@@ -14,7 +14,7 @@ import {
   parseFieldMap,
 } from '../../src/data/index.js';
 
-const FIX = 'test/fixtures/data';
+const FIX = 'data/samples';
 const tmp = () => mkdtempSync(join(tmpdir(), 'rstar2-data-'));
 const jsonl = (rows: unknown[]) => rows.map((r) => JSON.stringify(r)).join('\n') + '\n';
 

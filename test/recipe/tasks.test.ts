@@ -3,16 +3,21 @@ import { execFileSync } from 'node:child_process';
 import { test } from 'node:test';
 import { agentTemplate } from '../../src/agent/template.js';
 import type { Trajectory } from '../../src/agent/trajectory.js';
+import { type ChatExample, chatSegments } from '../../src/data/index.js';
 import { loadRecipe, parseRecipe } from '../../src/recipe/config.js';
-import { integerReward } from '../../src/recipe/reward.js';
 import {
+  answerText,
+  demoStyle,
   echoOf,
   generateProblems,
   MAX_LEVEL,
-  sftDemos,
+  sftExamples,
   splitOf,
   TASK_KINDS,
+  toolCallText,
+  toolObservationText,
 } from '../../src/recipe/tasks.js';
+import { scoreTrajectory } from '../../src/reward/index.js';
 import { executePythonTool } from '../../src/sandbox/tool.js';
 import { buildCharTokenizer, ChatTemplate, tokenizerFromFiles } from '../../src/tokenizer/index.js';
 import { SpawnRunner } from '../sandbox/helpers.js';
@@ -48,30 +53,68 @@ test('bad task specs get clear errors', () => {
   );
 });
 
+// The generated demos as the trainer renders them: chat examples through data/'s one SFT path.
+const rendered = (ex: ChatExample) => chatSegments(ex).segments;
+
 test('SFT demos follow the mix and the compact format; tool output is masked, direct guesses are wrong', () => {
   const ps = generateProblems({ seed: 2, n: 600, split: 'train', levels: [1, 2, 3] });
-  const demos = sftDemos(ps, { direct: 1, tool: 1, recover: 1 }, 4);
-  const count = (s: string) => demos.filter((d) => d.style === s).length;
+  const demos = sftExamples(ps, { direct: 1, tool: 1, recover: 1 }, 4);
+  const count = (s: string) => demos.filter((d) => demoStyle(d) === s).length;
   for (const s of ['direct', 'tool', 'recover'])
     assert.ok(count(s) > 150 && count(s) < 250, `${s}: ${count(s)}`);
-  for (const d of demos) {
-    const p = ps.find((x) => x.id === d.problemId)!;
-    const last = d.segments[d.segments.length - 1];
-    assert.ok(last.train && last.text.endsWith('</answer><|im_end|>'));
-    if (d.style === 'direct') {
-      assert.equal(d.segments.length, 1);
+  for (const [i, d] of demos.entries()) {
+    const p = ps[i];
+    assert.equal(d.messages[0].content, p.question);
+    const segs = rendered(d);
+    const last = segs[segs.length - 1];
+    assert.ok(last.role === 'assistant' && last.text.endsWith('</answer>'));
+    if (demoStyle(d) === 'direct') {
+      assert.equal(segs.length, 1);
       assert.ok(
         !last.text.includes(`\\boxed{${p.answer}}`),
         'direct demos on hard problems must not teach answers',
       );
     } else {
-      const obs = d.segments.filter((s) => !s.train);
-      assert.equal(obs.length, d.style === 'tool' ? 1 : 2);
-      assert.ok(obs.every((s) => s.text.startsWith('<|im_start|>user\n<tool_response>\n')));
-      assert.ok(obs[obs.length - 1].text.includes(`stdout: ${p.answer}\n`));
+      const obs = segs.flatMap((s) => (s.role === 'tool' ? s.texts : []));
+      assert.equal(obs.length, demoStyle(d) === 'tool' ? 1 : 2);
+      assert.ok(obs[obs.length - 1].includes(`stdout: ${p.answer}\n`));
       assert.ok(last.text.includes(`\\boxed{${p.answer}}`));
-      if (d.style === 'recover') assert.match(obs[0].text, /Error/);
+      if (demoStyle(d) === 'recover') assert.match(obs[0], /Error/);
     }
+  }
+});
+
+test('a demo renders to the exact ids of the rollout text it teaches (prompt, calls, masked tool turns)', () => {
+  const tok = tokenizerFromFiles(buildCharTokenizer({ template: 'quick' }));
+  const tpl = agentTemplate(tok, { chat: ChatTemplate.named('quick') });
+  const ps = generateProblems({ seed: 5, n: 30, split: 'train', levels: [1], kinds: ['mul'] });
+  for (const [i, ex] of sftExamples(ps, { direct: 1, tool: 1, recover: 1 }, 9, { echo: true }).entries()) {
+    // the text a rollout of this demo contains, written out by hand from the tool-call and answer formats
+    let text = '';
+    const segs = rendered(ex);
+    for (const s of segs)
+      text += s.role === 'assistant' ? `${s.text}<|im_end|>` : toolObservationText(s.texts[0]);
+    const style = demoStyle(ex);
+    const thought = echoOf(ps[i].question);
+    if (style === 'direct')
+      assert.match(text, new RegExp(`^${thought.replace('*', '\\*')}</reason> <answer> `));
+    else
+      assert.ok(
+        text.startsWith(thought + (style === 'tool' ? toolCallText(ps[i].code) : '</reason>\n<tool_call>')),
+      );
+    assert.ok(text.endsWith(answerText(style === 'direct' ? /boxed\{(\d+)\}/.exec(text)![1] : ps[i].answer)));
+    // ...and the token ids the SFT path builds are those of that text after the prompt
+    const ids = [...tpl.promptIds(ps[i].question)];
+    for (const s of segs)
+      ids.push(
+        ...(s.role === 'assistant'
+          ? [...tok.encode(s.text, { addSpecialTokens: false }), tok.imEnd]
+          : tpl.toolTurnIds(s.texts)),
+      );
+    assert.deepEqual(ids, [
+      ...tpl.promptIds(ps[i].question),
+      ...tok.encode(text, { addSpecialTokens: false }),
+    ]);
   }
 });
 
@@ -94,6 +137,7 @@ function traj(text: string, finish: Trajectory['finish'] = 'answered'): Trajecto
 }
 
 test('integer reward: only a boxed answer counts, integers compare by value', () => {
+  const integerReward = (t: Trajectory, gold: string) => scoreTrajectory(t, gold, 'integer');
   assert.equal(integerReward(traj('</reason> <answer> \\boxed{042} </answer>'), '42').reward, 1);
   assert.equal(integerReward(traj('\\boxed{1,234}'), '1234').reward, 1);
   assert.equal(integerReward(traj('\\boxed{43}'), '42').reward, 0);
@@ -131,12 +175,14 @@ test('recipes: quickstart loads with defaults, --roc overrides, bad input names 
 test('echo demos restate the expression first; the quick template keeps the compact structure', () => {
   assert.equal(echoOf('What is 48213*7719?'), '48213*7719');
   const ps = generateProblems({ seed: 3, n: 60, split: 'train', levels: [1, 2], kinds: ['add', 'mul'] });
-  const demos = sftDemos(ps, { direct: 1, tool: 1, recover: 1 }, 5, { echo: true });
-  for (const d of demos) {
-    const p = ps.find((x) => x.id === d.problemId)!;
-    assert.ok(d.segments[0].text.startsWith(`${echoOf(p.question)}</reason>`), d.segments[0].text);
-    if (d.style !== 'direct')
-      assert.ok(d.segments[d.segments.length - 3].text.includes(`print(${echoOf(p.question)})`));
+  const demos = sftExamples(ps, { direct: 1, tool: 1, recover: 1 }, 5, { echo: true });
+  for (const [i, d] of demos.entries()) {
+    const segs = rendered(d);
+    const first = segs[0];
+    assert.ok(first.role === 'assistant' && first.text.startsWith(`${echoOf(ps[i].question)}</reason>`));
+    const call = segs[segs.length - 3];
+    if (demoStyle(d) !== 'direct')
+      assert.ok(call.role === 'assistant' && call.text.includes(`print(${echoOf(ps[i].question)})`));
   }
   const tok = tokenizerFromFiles(buildCharTokenizer({ template: 'quick' }));
   const tpl = agentTemplate(tok, { chat: ChatTemplate.named('quick') });
@@ -150,17 +196,19 @@ test('echo demos restate the expression first; the quick template keeps the comp
 
 test('recovery demos show the python tool the exact failure text it returns for the broken call', async () => {
   const ps = generateProblems({ seed: 4, n: 40, split: 'train', levels: [1, 2], kinds: ['mul', 'gcd'] });
-  const demos = sftDemos(ps, { direct: 0, tool: 0, recover: 1 }, 6, { echo: true });
+  const demos = sftExamples(ps, { direct: 0, tool: 0, recover: 1 }, 6, { echo: true }).map(rendered);
   const runner = new SpawnRunner();
   const seen = new Set<string>();
   for (const d of demos.slice(0, 12)) {
-    const call = /<tool_call>\n(.*)\n<\/tool_call>/.exec(d.segments[0].text);
-    assert.ok(call, d.segments[0].text);
+    const [first, obs] = d;
+    assert.ok(first.role === 'assistant' && obs.role === 'tool');
+    const call = /<tool_call>\n(.*)\n<\/tool_call>/.exec(first.text);
+    assert.ok(call, first.text);
     const args = JSON.parse(call[1]).arguments;
     const real = await executePythonTool(args, runner);
     assert.ok(real.error, `the broken call must fail: ${args.code}`);
     // the demo's observation is the tool's text up to the measured execution time
-    const shown = d.segments[1].text.replace(/execution time: [\d.]+s/, 'execution time: Xs');
+    const shown = obs.texts[0].replace(/execution time: [\d.]+s/, 'execution time: Xs');
     assert.ok(
       shown.includes(real.text.replace(/execution time: [\d.]+s/, 'execution time: Xs')),
       `${shown}\n---\n${real.text}`,

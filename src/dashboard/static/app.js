@@ -250,6 +250,16 @@ function renderRun(d) {
     ]);
   $('#run-title').innerHTML =
     `${esc(d.name)} <span class="sub">${d.metrics.length} steps${d.state?.step != null ? ` · last checkpoint ${esc(d.state.stage ?? '')} step ${esc(d.state.step)}` : ''}</span>`;
+  // the trainer's health warnings (recipe/health.ts), newest last, across every stage
+  const warnings = d.metrics.flatMap((r) =>
+    Array.isArray(r.health) ? r.health.map((w) => ({ stage: r.stage, step: r.step, ...w })) : [],
+  );
+  const health = $('#run-health');
+  health.classList.toggle('hidden', warnings.length === 0);
+  health.innerHTML = warnings
+    .slice(-8)
+    .map((w) => `<li><span class="badge warn">${esc(w.code)}</span> ${esc(w.message)}</li>`)
+    .join('');
   const stats = [
     ['reward (last)', last.reward_mean, fmt],
     ['accuracy (last)', last.accuracy, pct],

@@ -1,0 +1,174 @@
+// Seed sweep of a recipe (default: the quickstart), run as a user runs it: one `rstar2 train --seed N` process
+// per seed. Prints, per seed, each SFT stage's end loss and gate, held-out accuracy after SFT and at every RL
+// evaluation, health warnings and wall time; then medians and ranges. With --ablation each seed's run is
+// forked after its last SFT checkpoint with --roc off, and the tool-error ratio among positives over the
+// second half of RL is compared (RoC should be lower).
+//
+//   npx tsx bench/quickstart-seeds.ts --seeds 1,2,3,4,5 [--ablation] [--out runs/seeds] [--recipe quickstart]
+//                                     [--jobs 1] [--set path=value ...]
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { readJsonlTolerant } from '../src/util/jsonl.js';
+
+const { values } = parseArgs({
+  options: {
+    seeds: { type: 'string', default: '1,2,3,4,5' },
+    recipe: { type: 'string', default: 'quickstart' },
+    out: { type: 'string', default: 'runs/seeds' },
+    jobs: { type: 'string', default: '1' },
+    ablation: { type: 'boolean', default: false },
+    set: { type: 'string', multiple: true, default: [] },
+  },
+});
+const seeds = values.seeds.split(',').map((s) => {
+  if (!/^-?\d+$/.test(s.trim())) throw new Error(`--seeds: '${s}' is not an integer`);
+  return Number(s);
+});
+const jobs = Number(values.jobs);
+if (!(Number.isInteger(jobs) && jobs >= 1)) throw new Error(`--jobs must be an integer >= 1`);
+const bin = join(import.meta.dirname, '..', 'bin', 'rstar2.js');
+mkdirSync(values.out, { recursive: true });
+
+type Rec = Record<string, any>;
+
+function train(args: string[], log: string): Promise<{ code: number; seconds: number }> {
+  const t0 = Date.now();
+  return new Promise((ok) => {
+    const p = spawn(process.execPath, [bin, 'train', ...args], {
+      env: { ...process.env, RSTAR2_NO_PROGRESS: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let text = '';
+    p.stdout.on('data', (d) => (text += d));
+    p.stderr.on('data', (d) => (text += d));
+    p.on('close', (code) => {
+      writeFileSync(log, text);
+      ok({ code: code ?? 1, seconds: (Date.now() - t0) / 1000 });
+    });
+  });
+}
+
+/** The newest checkpoint of the last SFT stage before the first RL stage. */
+function lastSftCheckpoint(run: string): string {
+  const cfg = JSON.parse(readFileSync(join(run, 'config.json'), 'utf8'));
+  const firstRl = cfg.stages.findIndex((s: Rec) => s.type === 'rl');
+  const sft = cfg.stages[firstRl - 1];
+  if (sft?.type !== 'sft') throw new Error(`${run}: no SFT stage before the first RL stage`);
+  const ckpts = readdirSync(join(run, 'checkpoints'))
+    .filter((n) => n.startsWith(`${sft.name}-step-`))
+    .sort();
+  if (ckpts.length === 0) throw new Error(`${run}: no checkpoint of stage ${sft.name}`);
+  return join(run, 'checkpoints', ckpts[ckpts.length - 1]);
+}
+
+const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : Number.NaN);
+
+function summarise(run: string) {
+  const m = readJsonlTolerant<Rec>(join(run, 'metrics.jsonl'));
+  const evals = readJsonlTolerant<Rec>(join(run, 'evals.jsonl'));
+  const cfg = JSON.parse(readFileSync(join(run, 'config.json'), 'utf8'));
+  const sft = cfg.stages
+    .filter((s: Rec) => s.type === 'sft')
+    .map((s: Rec) => {
+      const rows = m.filter((r) => r.stage === s.name);
+      const last = rows[rows.length - 1] ?? {};
+      const gate = s.gate ? (rows.some((r) => r.gate === 'reached') ? `@${last.step}` : 'MISSED') : '-';
+      return { stage: s.name, steps: last.step ?? 0, loss: last.loss, gate };
+    });
+  const rl = m.filter((r) => cfg.stages.find((s: Rec) => s.name === r.stage)?.type === 'rl');
+  const half = rl.slice(Math.floor(rl.length / 2));
+  return {
+    sft,
+    evals: evals.map((e) => ({ step: `${e.stage}:${e.step}`, accuracy: e.accuracy })),
+    toolErrPosLateHalf: mean(half.map((r) => r.tool_error_ratio_pos)),
+    warnings: m.flatMap((r) => (r.health ?? []).map((w: Rec) => w.code)),
+  };
+}
+
+async function pool<T>(items: T[], n: number, f: (x: T) => Promise<void>): Promise<void> {
+  const queue = [...items];
+  await Promise.all(
+    Array.from({ length: Math.min(n, items.length) }, async () => {
+      for (let x = queue.shift(); x !== undefined; x = queue.shift()) await f(x);
+    }),
+  );
+}
+
+const sets = values.set.flatMap((s) => ['--set', s]);
+console.log(
+  `# seed sweep: recipe ${values.recipe}, seeds ${seeds.join(',')}, ${jobs} at a time, ` +
+    `host CPU ${cpus()[0]?.model ?? '?'} × ${cpus().length}${values.ablation ? ', with RoC-off ablation' : ''}`,
+);
+const rows: Rec[] = [];
+await pool(seeds, jobs, async (seed) => {
+  const run = join(values.out, `seed-${seed}`);
+  if (existsSync(join(run, 'state.json'))) throw new Error(`${run} holds a run already: pick another --out`);
+  const r = await train(
+    ['--recipe', values.recipe, '--seed', String(seed), '--out', run, ...sets],
+    `${run}.log`,
+  );
+  const row: Rec = { seed, code: r.code, minutes: r.seconds / 60, ...summarise(run) };
+  if (values.ablation && r.code === 0) {
+    const off = `${run}-grpo`;
+    const a = await train(
+      [
+        '--recipe',
+        values.recipe,
+        '--seed',
+        String(seed),
+        '--roc',
+        'off',
+        '--fork',
+        lastSftCheckpoint(run),
+        '--out',
+        off,
+        ...sets,
+      ],
+      `${off}.log`,
+    );
+    row.grpo = { code: a.code, minutes: a.seconds / 60, ...summarise(off) };
+  }
+  rows.push(row);
+  console.error(`seed ${seed} done in ${(r.seconds / 60).toFixed(1)} min (exit ${r.code})`);
+});
+rows.sort((a, b) => a.seed - b.seed);
+
+const pct = (x: number | undefined) => (typeof x === 'number' ? `${Math.round(x * 100)}%` : '-');
+const f3 = (x: number | undefined) => (typeof x === 'number' && Number.isFinite(x) ? x.toFixed(3) : '-');
+console.log(
+  '\n| seed | SFT stages: end loss (gate) | held-out after SFT → RL evals | gain | health | min |' +
+    (values.ablation ? ' tool-err pos, RL 2nd half: RoC / GRPO |' : ''),
+);
+console.log(`|---|---|---|---|---|---|${values.ablation ? '---|' : ''}`);
+const gains: number[] = [];
+const minutes: number[] = [];
+let rocWins = 0;
+for (const r of rows) {
+  const accs = r.evals.map((e: Rec) => e.accuracy);
+  const gain = accs.length ? accs[accs.length - 1] - accs[0] : Number.NaN;
+  gains.push(gain);
+  minutes.push(r.minutes);
+  const sft = r.sft.map((s: Rec) => `${s.stage} ${f3(s.loss)} (${s.gate})`).join(', ');
+  let abl = '';
+  if (values.ablation) {
+    const on = r.toolErrPosLateHalf;
+    const off = r.grpo?.toolErrPosLateHalf;
+    if (on < off) rocWins++;
+    abl = ` ${f3(on)} / ${f3(off)} |`;
+  }
+  console.log(
+    `| ${r.seed} | ${sft} | ${accs.map(pct).join(' → ')} | ${gain >= 0 ? '+' : ''}${Math.round(gain * 100)} | ` +
+      `${r.warnings.length ? r.warnings.join(', ') : 'ok'}${r.code ? ` (exit ${r.code})` : ''} | ${r.minutes.toFixed(1)} |${abl}`,
+  );
+}
+const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
+const range = (xs: number[], f: (x: number) => string) => `${f(Math.min(...xs))}–${f(Math.max(...xs))}`;
+console.log(
+  `\nheld-out gain: median +${Math.round(med(gains) * 100)} points (range ${range(gains, (x) => `${Math.round(x * 100)}`)}); ` +
+    `wall time median ${med(minutes).toFixed(1)} min (range ${range(minutes, (x) => x.toFixed(1))})` +
+    (values.ablation ? `; RoC below GRPO on ${rocWins}/${rows.length} seeds` : ''),
+);
+writeFileSync(join(values.out, 'summary.json'), JSON.stringify(rows, null, 2) + '\n');

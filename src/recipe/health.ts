@@ -1,0 +1,98 @@
+// The trainer watches its own health: a run that is not learning says so in the terminal, in metrics.jsonl
+// (`health` on the step's record) and on the dashboard, instead of ending as if it had worked. With
+// `health.strict` (`--strict-health`) the first warning stops the run after its checkpoint (exit 3).
+
+export type HealthCode =
+  | 'all_groups_skipped'
+  | 'zero_reward'
+  | 'tool_errors_all'
+  | 'nonfinite_loss'
+  | 'sft_gate_not_reached'
+  | 'no_heldout_gain';
+
+export interface HealthWarning {
+  code: HealthCode;
+  message: string;
+}
+
+export class HealthError extends Error {
+  constructor(readonly warnings: HealthWarning[]) {
+    super(`unhealthy run (strict health): ${warnings.map((w) => w.message).join('; ')}`);
+  }
+}
+
+export interface RlStepView {
+  stage: string;
+  step: number;
+  rewardMean: number;
+  groupsKept: number;
+  groups: number;
+  /** Groups dropped because every rollout was correct. */
+  groupsAllCorrect: number;
+  toolCalls: number;
+  toolErrors: number;
+  loss?: number;
+}
+
+export class Health {
+  private zeroStreak = 0;
+
+  constructor(private readonly zeroRewardSteps: number) {}
+
+  rlStep(v: RlStepView): HealthWarning[] {
+    const out: HealthWarning[] = [];
+    const at = `${v.stage} step ${v.step}`;
+    if (v.groups > 0 && v.groupsKept === 0) {
+      const why =
+        v.groupsAllCorrect === v.groups
+          ? 'every prompt was solved by all its rollouts: the data is too easy to learn from'
+          : "each prompt's rollouts got equal rewards";
+      out.push({ code: 'all_groups_skipped', message: `${at}: every group was skipped (${why}), no update` });
+    }
+    this.zeroStreak = v.rewardMean === 0 ? this.zeroStreak + 1 : 0;
+    if (this.zeroStreak === this.zeroRewardSteps)
+      out.push({
+        code: 'zero_reward',
+        message: `${at}: reward has been 0 for ${this.zeroStreak} consecutive steps: the policy solves nothing`,
+      });
+    if (v.toolCalls > 0 && v.toolErrors >= v.toolCalls)
+      out.push({
+        code: 'tool_errors_all',
+        message: `${at}: all ${v.toolCalls} tool calls failed`,
+      });
+    if (v.loss !== undefined && !Number.isFinite(v.loss))
+      out.push({ code: 'nonfinite_loss', message: `${at}: loss is ${v.loss}` });
+    return out;
+  }
+
+  /** A streak does not carry over into another stage. */
+  resetStage(): void {
+    this.zeroStreak = 0;
+  }
+}
+
+export function sftLossWarning(stage: string, step: number, loss: number): HealthWarning[] {
+  return Number.isFinite(loss)
+    ? []
+    : [{ code: 'nonfinite_loss', message: `${stage} step ${step}: loss is ${loss}` }];
+}
+
+export function gateWarning(stage: string, cap: number, best: number, target: number): HealthWarning {
+  return {
+    code: 'sft_gate_not_reached',
+    message: `${stage}: held-out loss ${best.toFixed(4)} at the ${cap}-step cap, gate ${target} not reached`,
+  };
+}
+
+export function gainWarning(stage: string, first: number, last: number): HealthWarning[] {
+  return last > first || first >= 1
+    ? []
+    : [
+        {
+          code: 'no_heldout_gain',
+          message: `${stage}: held-out accuracy did not rise over the stage (${pct(first)} -> ${pct(last)})`,
+        },
+      ];
+}
+
+const pct = (x: number) => `${(x * 100).toFixed(1)}%`;

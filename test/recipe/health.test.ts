@@ -1,0 +1,251 @@
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import type { Trajectory } from '../../src/agent/trajectory.js';
+import { applySets, parseRecipe } from '../../src/recipe/config.js';
+import { FakeBackend } from '../../src/recipe/fake.js';
+import { HealthError } from '../../src/recipe/health.js';
+import type { RolloutRequest } from '../../src/recipe/trainer.js';
+import { readState, Trainer } from '../../src/recipe/trainer.js';
+import { readJsonl } from '../../src/util/jsonl.js';
+
+process.env.RSTAR2_NO_PROGRESS = '1';
+const quiet = { log: () => {}, progress: false };
+
+interface Opts {
+  gate?: { loss: number; every?: number; heldout?: number } | null;
+  sftSteps?: number;
+  rlSteps?: number;
+  rlLr?: number;
+  strict?: boolean;
+}
+
+const recipe = (o: Opts = {}) =>
+  parseRecipe({
+    name: 't',
+    seed: 3,
+    eval: { n: 40 },
+    health: { strict: o.strict ?? false },
+    stages: [
+      {
+        type: 'sft',
+        steps: o.sftSteps ?? 40,
+        batchSize: 16,
+        demos: 200,
+        checkpointEvery: 10,
+        lr: 0.01,
+        gate: o.gate ?? null,
+      },
+      {
+        type: 'rl',
+        steps: o.rlSteps ?? 4,
+        promptsPerStep: 8,
+        groupSize: 4,
+        oversample: 2,
+        evalEvery: 2,
+        lr: o.rlLr ?? 0.5,
+        roc: { minZeroRewardTraceNum: 1, minNonZeroRewardTraceNum: 1 },
+      },
+    ],
+  });
+
+type Rec = Record<string, any>;
+const metrics = (dir: string) => readJsonl<Rec>(join(dir, 'metrics.jsonl'));
+const codes = (dir: string) => metrics(dir).flatMap((r) => (r.health ?? []).map((w: Rec) => w.code));
+
+// The fake's held-out loss is 1 - sigmoid(copy) and copy grows 0.01 per SFT step at lr 0.01: 0.5 at the start,
+// 0.475 after 10 steps, 0.45 after 20.
+test('an SFT gate ends its stage once held-out loss reaches it, and resume skips the finished stage', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-gate-'));
+  const run = await new Trainer(
+    recipe({ gate: { loss: 0.46, every: 5, heldout: 16 } }),
+    dir,
+    new FakeBackend(),
+    quiet,
+  );
+  await run.run();
+  const sft = metrics(dir).filter((r) => r.stage === 'sft');
+  assert.equal(sft.length, 20, 'stops at the first check at or below 0.46 (step 20), not at the 40-step cap');
+  assert.deepEqual(
+    sft.filter((r) => r.heldout_loss !== undefined).map((r) => r.step),
+    [5, 10, 15, 20],
+  );
+  assert.equal(sft[19].gate, 'reached');
+  assert.ok(sft[19].heldout_loss <= 0.46 && sft[14].heldout_loss > 0.46);
+  assert.deepEqual(codes(dir), []);
+  assert.equal(readJsonl<Rec>(join(dir, 'metrics.jsonl')).filter((r) => r.stage === 'rl').length, 4);
+
+  // killed right after the gate's checkpoint: resume goes straight to RL instead of finishing SFT's steps
+  const dir2 = mkdtempSync(join(tmpdir(), 'rstar2-gate-resume-'));
+  const crashing = new FakeBackend();
+  crashing.onRollout = (req) => {
+    if (req.n > 1) throw new Error('simulated kill');
+  };
+  await assert.rejects(
+    new Trainer(recipe({ gate: { loss: 0.46, every: 5, heldout: 16 } }), dir2, crashing, quiet).run(),
+    /simulated kill/,
+  );
+  assert.deepEqual(readState(dir2), { ...readState(dir2), stage: 'sft', step: 20, stageDone: true });
+  await new Trainer(
+    recipe({ gate: { loss: 0.46, every: 5, heldout: 16 } }),
+    dir2,
+    new FakeBackend(),
+    quiet,
+  ).run(true);
+  assert.deepEqual(
+    metrics(dir2).map((r) => `${r.stage}:${r.step}`),
+    metrics(dir).map((r) => `${r.stage}:${r.step}`),
+  );
+});
+
+test('a gate not reached by the step cap warns; strict health stops the run after its checkpoint', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-nogate-'));
+  const t = new Trainer(
+    recipe({ gate: { loss: 0.1, every: 10 }, sftSteps: 20 }),
+    dir,
+    new FakeBackend(),
+    quiet,
+  );
+  await t.run();
+  const last = metrics(dir).filter((r) => r.stage === 'sft')[19];
+  assert.equal(last.health[0].code, 'sft_gate_not_reached');
+  assert.match(last.health[0].message, /gate 0.1 not reached/);
+  assert.ok(t.warnings.some((w) => w.code === 'sft_gate_not_reached'));
+
+  const strictDir = mkdtempSync(join(tmpdir(), 'rstar2-strict-'));
+  const st = new Trainer(
+    recipe({ gate: { loss: 0.1, every: 10 }, sftSteps: 20, strict: true }),
+    strictDir,
+    new FakeBackend(),
+    quiet,
+  );
+  await assert.rejects(st.run(), (e: unknown) => e instanceof HealthError && /not reached/.test(e.message));
+  assert.deepEqual([readState(strictDir)?.stage, readState(strictDir)?.step], ['sft', 20]);
+  assert.equal(metrics(strictDir).filter((r) => r.stage === 'rl').length, 0);
+});
+
+// A policy that never calls the tool and never answers right: every group is all-wrong.
+class Hopeless extends FakeBackend {
+  constructor() {
+    super();
+    this.p = { tool: -50, err: 0, copy: -50, steps: 0 };
+  }
+  override async sftStep(_e: unknown[], o: { lr: number }) {
+    return super.grpoStep([], o);
+  }
+}
+
+test('zero reward for k steps and all-skipped steps are reported, each on its step', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-zero-'));
+  const t = new Trainer(recipe({ rlSteps: 4 }), dir, new Hopeless(), quiet);
+  await t.run();
+  const rl = metrics(dir).filter((r) => r.stage === 'rl');
+  assert.ok(rl.every((r) => r.reward_mean === 0 && r.skipped));
+  assert.deepEqual(
+    rl.map((r) => (r.health ?? []).map((w: Rec) => w.code)),
+    [
+      ['all_groups_skipped'],
+      ['all_groups_skipped'],
+      ['all_groups_skipped', 'zero_reward'],
+      ['all_groups_skipped'],
+    ],
+  );
+  // held-out accuracy stayed at 0: the stage end says RL gained nothing
+  assert.ok(t.warnings.some((w) => w.code === 'no_heldout_gain'));
+});
+
+// Every tool call fails: the fake's first call is always broken and the fixed call is made to fail too.
+class Broken extends FakeBackend {
+  override async rollout(req: RolloutRequest): Promise<Trajectory[]> {
+    const out = await super.rollout(req);
+    for (const t of out) t.numToolErrors = t.numToolCalls;
+    return out;
+  }
+}
+
+test('a step whose tool calls all fail warns', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-tools-'));
+  const b = new Broken();
+  b.p = { tool: 50, err: 50, copy: 0, steps: 0 };
+  await new Trainer(recipe({ rlSteps: 2, sftSteps: 0 }), dir, b, quiet).run();
+  const rl = metrics(dir).filter((r) => r.stage === 'rl');
+  assert.ok(rl.every((r) => r.health.some((w: Rec) => w.code === 'tool_errors_all')));
+});
+
+test('a healthy run has no warnings and RL raises held-out accuracy', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-healthy-'));
+  const t = new Trainer(recipe({ rlSteps: 4, sftSteps: 4 }), dir, new FakeBackend(), quiet);
+  const { evals } = await t.run();
+  assert.deepEqual(t.warnings, []);
+  assert.ok(evals[evals.length - 1].accuracy > evals[0].accuracy);
+});
+
+test('--set overrides address nested fields and stages by index or name, values parsed as YAML', () => {
+  const raw = {
+    seed: 1,
+    stages: [
+      { type: 'sft', name: 'a' },
+      { type: 'rl', name: 'b' },
+    ],
+  };
+  const out = applySets(raw, [
+    'seed=7',
+    'stages.1.steps=5',
+    'stages.a.gate.loss=0.2',
+    'eval.temperature=0.6',
+  ]);
+  assert.deepEqual(out, {
+    seed: 7,
+    stages: [
+      { type: 'sft', name: 'a', gate: { loss: 0.2 } },
+      { type: 'rl', name: 'b', steps: 5 },
+    ],
+    eval: { temperature: 0.6 },
+  });
+  assert.equal(raw.seed, 1, 'the input is not modified');
+  assert.throws(() => applySets(raw, ['stages.c.steps=1']), /no element 'c' in stages/);
+  assert.throws(() => applySets(raw, ['stages']), /expected path=value/);
+  assert.throws(() => applySets(raw, ['seed.x=1']), /seed is a value/);
+  const r = parseRecipe(raw, 'r', { set: ['stages.b.steps=3'] });
+  assert.equal(r.stages[1].steps, 3);
+  assert.throws(() => parseRecipe(raw, 'r', { set: ['stages.b.stepz=3'] }), /stages.1: Unrecognized key/);
+});
+
+test('rstar2 train --strict-health exits 3 with the reason; --seed is validated', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-cli-health-'));
+  const file = join(dir, 'r.yaml');
+  writeFileSync(
+    file,
+    JSON.stringify({
+      name: 'h',
+      eval: { n: 8 },
+      stages: [
+        { type: 'sft', steps: 4, demos: 50, batchSize: 4, gate: { loss: 0.01, every: 2, heldout: 8 } },
+      ],
+    }),
+  );
+  const bin = join(import.meta.dirname, '../../bin/rstar2.js');
+  const args = ['train', '--recipe', file, '--backend', 'fake', '--strict-health', '--seed', '5'];
+  const r = spawnSync(process.execPath, [bin, ...args, '--out', join(dir, 'run')], {
+    encoding: 'utf8',
+    env: { ...process.env, RSTAR2_NO_PROGRESS: '1' },
+  });
+  assert.equal(r.status, 3, r.stderr);
+  assert.match(r.stderr, /WARNING \[health\] sft: held-out loss .* gate 0.01 not reached/);
+  const cfg = execFileSync(
+    process.execPath,
+    [bin, 'train', '--recipe', file, '--seed', '5', '--print-config'],
+    {
+      encoding: 'utf8',
+    },
+  );
+  assert.equal(JSON.parse(cfg).seed, 5);
+  const bad = spawnSync(process.execPath, [bin, 'train', '--recipe', file, '--seed', 'x'], {
+    encoding: 'utf8',
+  });
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /--seed must be an integer/);
+});
