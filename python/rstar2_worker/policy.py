@@ -216,6 +216,11 @@ class Policy:
 
     # ---- training --------------------------------------------------------------------------------
 
+    def reset_optimizer(self):
+        """A fresh optimizer and step count: a new stage's warmup starts from zero, as a new run would."""
+        self.opt, self.pending_opt_state, self.step = None, None, 0
+        return {"step": 0}
+
     def _optimizer(self, o):
         params = unique_params(self.model)
         if self.opt is None:

@@ -30,6 +30,8 @@ def handle(policy, h, a):
         return policy.init(h["config"], int(h.get("seed", 0))), None
     if op == "load":
         return policy.load(h["dir"]), None
+    if op == "reset_optimizer":
+        return policy.reset_optimizer(), None
     if op == "save":
         return policy.save(h["dir"], bool(h.get("optimizer")), h.get("shards"), h.get("maxShardBytes")), None
     if op == "generate":

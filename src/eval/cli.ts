@@ -77,7 +77,11 @@ export function registerEvalCommands(program: Command): void {
       '--no-retry-errors',
       'on resume, keep samples that ended in an engine error instead of regenerating them',
     )
-    .option('--verify-profile <name>', 'answer checking: strict (the training reward) or lenient', 'strict')
+    .option(
+      '--verify-profile <name>',
+      "answer checking: integer, strict, lenient or reference (what rStar2's reward accepts)",
+      'strict',
+    )
     .option('--no-progress', 'no progress bar')
     .option('--list-benchmarks', 'print the named benchmarks found and exit')
     .action(async (o) => {
@@ -146,7 +150,10 @@ export function registerEvalCommands(program: Command): void {
     .description('recompute report.json/report.md of a saved eval directory without generating')
     .argument('<dir>', 'eval directory written by rstar2 eval')
     .option('--reverify', 'also re-check every saved answer with the current verifier')
-    .option('--verify-profile <name>', "with --reverify: strict or lenient (default: the eval's own)")
+    .option(
+      '--verify-profile <name>',
+      "with --reverify: integer, strict, lenient or reference (default: the eval's own)",
+    )
     .action(async (dir: string, o: { reverify?: boolean; verifyProfile?: string }) => {
       const { config } = readEvalDir(dir);
       // a data file that is gone (or a glob that no longer matches) leaves the saved gold answers to score by

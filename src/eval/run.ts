@@ -5,7 +5,7 @@ import { appendJsonl } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
 import { type BenchProblem, type EvalReport, renderMarkdown, scoreEval } from './score.js';
 import { eachTrajectory, TrajectoryIndex, type TrajSummary } from './trajfile.js';
-import { scoreTrajectory, type VerifyFn } from './verify.js';
+import { type VerifyFn, withScore } from './verify.js';
 
 // An eval directory (docs/RUN_DIR.md) is append-only: every finished trajectory is appended to
 // trajectories.jsonl as soon as it exists, so a killed eval resumes by skipping what is on disk.
@@ -203,7 +203,7 @@ export async function runEval(o: RunEvalOptions): Promise<EvalReport> {
           const g = gold.get(t.promptId);
           if (g === undefined)
             throw new Error(`rollout returned a trajectory for unknown problem '${t.promptId}'`);
-          const scored = await scoreTrajectory(t, g, o.verify);
+          const scored = await withScore(t, g, o.verify);
           appendJsonl(trajPath, [scored]);
           finished++;
           if (scored.correct) correct++;
@@ -257,7 +257,7 @@ export async function reverifyEvalDir(
   const tmp = `${trajPath}.reverify`;
   writeFileSync(tmp, '');
   for (const t of eachTrajectory(trajPath)) {
-    appendJsonl(tmp, [await scoreTrajectory({ ...t, correct: undefined }, t.gold ?? '', verify)]);
+    appendJsonl(tmp, [await withScore({ ...t, correct: undefined }, t.gold ?? '', verify)]);
   }
   renameSync(tmp, trajPath);
   return rescoreEvalDir(dir, problems);

@@ -1,10 +1,12 @@
 import type { Trajectory } from '../agent/trajectory.js';
 import { VerifierPool } from '../reward/pool.js';
 import type { VerifyProfile } from '../reward/types.js';
+import { checkProfile } from '../reward/verify.js';
 import { normaliseAnswer } from './score.js';
 
+/** Scores a trajectory's text (and finish: an errored rollout scores 0) against the gold answer. */
 export type VerifyFn = (
-  pred: string,
+  t: { text: string; finish?: string },
   gold: string,
 ) => Promise<{ correct: boolean; extracted: string | null; matchedBy: string | null; reason?: string }>;
 
@@ -21,8 +23,8 @@ export function lastBoxed(text: string): string | null {
 }
 
 // A dependency-free stand-in (tests, dry runs): exact match of the normalised last \\boxed{}.
-export const fallbackVerify: VerifyFn = async (pred, gold) => {
-  const extracted = lastBoxed(pred);
+export const fallbackVerify: VerifyFn = async ({ text }, gold) => {
+  const extracted = lastBoxed(text);
   if (extracted === null) return { correct: false, extracted: null, matchedBy: null, reason: 'no \\boxed{}' };
   const ok = normaliseAnswer(extracted) === normaliseAnswer(gold);
   return { correct: ok, extracted, matchedBy: ok ? 'normalised-string' : null };
@@ -33,24 +35,17 @@ export interface Verifier {
   close(): Promise<void>;
 }
 
-/** The reward subsystem's verifier on its worker-thread pool (each check time-limited, never lost). */
+/** reward/'s one scoring function on its worker-thread pool (each check time-limited, never lost). */
 export function openVerifier(profile: VerifyProfile = 'strict'): Verifier {
-  if (!['strict', 'lenient'].includes(profile))
-    throw new Error(`verify profile must be strict or lenient (got '${profile}')`);
-  const pool = new VerifierPool({ defaults: { profile } });
-  return {
-    verify: async (pred, gold) => {
-      const r = await pool.verify({ pred, gold });
-      return { correct: r.correct, extracted: r.extracted, matchedBy: r.matchedBy, reason: r.reason };
-    },
-    close: () => pool.close(),
-  };
+  const p = checkProfile(profile);
+  const pool = new VerifierPool({ defaults: { profile: p } });
+  return { verify: (t, gold) => pool.score(t, gold, p), close: () => pool.close() };
 }
 
 /** Fills gold/reward/correct/verify on a trajectory that the rollout left unscored. */
-export async function scoreTrajectory(t: Trajectory, gold: string, verify: VerifyFn): Promise<Trajectory> {
+export async function withScore(t: Trajectory, gold: string, verify: VerifyFn): Promise<Trajectory> {
   if (typeof t.correct === 'boolean' && t.verify && t.gold === gold) return t;
-  const v = await verify(t.text, gold);
+  const v = await verify(t, gold);
   return {
     ...t,
     gold,

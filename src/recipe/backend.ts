@@ -16,6 +16,7 @@ import type { WeightSyncEngine } from '../engines/types.js';
 import type { CodeRunner } from '../sandbox/types.js';
 import {
   buildCharTokenizer,
+  ChatTemplate,
   PYTHON_TOOL_SCHEMA,
   saveTokenizer,
   type TemplateName,
@@ -69,7 +70,14 @@ function readTokenizerFiles(dir: string): TokenizerFiles {
  * questions and answers), read in order, so the same recipe always builds the same tokenizer.
  */
 async function recipeCorpus(recipe: Recipe): Promise<string[]> {
-  const out: string[] = [];
+  // the template's own text too (system prompt, tool list), which every prompt carries
+  const t = recipe.tokenizer.template;
+  const out: string[] = [
+    ChatTemplate.named(t === 'model' ? 'rstar2' : t).render([{ role: 'user', content: '' }], {
+      tools: [PYTHON_TOOL_SCHEMA],
+      addGenerationPrompt: true,
+    }),
+  ];
   const problems = async (files: string[]) => {
     for (const f of files) for (const p of await loadProblems(f)) out.push(p.question, p.answer ?? '');
   };
@@ -91,6 +99,19 @@ async function recipeCorpus(recipe: Recipe): Promise<string[]> {
   }
   if (recipe.eval.files) await problems(recipe.eval.files);
   return out;
+}
+
+/** The recipe's tokenizer: a model directory's own; the built-in builders are only for presets. */
+export async function recipeTokenizerFiles(recipe: Recipe): Promise<TokenizerFiles> {
+  const dir = recipe.model.path;
+  const template = recipe.tokenizer.template;
+  if (!dir && template === 'model')
+    throw new Error("tokenizer.template 'model' needs model.path (a model directory with its own template)");
+  const tpl = template as TemplateName;
+  if (dir) return readTokenizerFiles(dir);
+  return recipe.tokenizer.kind === 'bpe'
+    ? trainBpeTokenizer(await recipeCorpus(recipe), recipe.tokenizer.vocabSize, { template: tpl })
+    : buildCharTokenizer({ template: tpl });
 }
 
 interface RemoteSync {
@@ -122,17 +143,7 @@ export class EmbeddedBackend implements PolicyBackend {
     }
     const dir = recipe.model.path;
     const template = recipe.tokenizer.template;
-    if (!dir && template === 'model')
-      throw new Error(
-        "tokenizer.template 'model' needs model.path (a model directory with its own template)",
-      );
-    // A model directory brings its own tokenizer; the built-in builders are only for presets.
-    const tpl = template as TemplateName;
-    const files = dir
-      ? readTokenizerFiles(dir)
-      : recipe.tokenizer.kind === 'bpe'
-        ? trainBpeTokenizer(await recipeCorpus(recipe), recipe.tokenizer.vocabSize, { template: tpl })
-        : buildCharTokenizer({ template: tpl });
+    const files = await recipeTokenizerFiles(recipe);
     const tokenizer = tokenizerFromFiles(files);
     const worker = await PolicyWorker.start({ threads: recipe.model.threads });
     try {
@@ -268,13 +279,25 @@ export class EmbeddedBackend implements PolicyBackend {
   }
 
   async grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats> {
-    const sequences: TrainSequence[] = items.map(({ trajectory: t, advantage }) => ({
+    const sequences: TrainSequence[] = items.map(({ trajectory: t, advantage, oldLogprobs }) => ({
       ids: [...t.promptIds, ...t.responseIds],
       mask: [...t.promptIds.map(() => 0), ...t.responseMask],
       advantage,
-      oldLogprobs: [...t.promptIds.map(() => 0), ...t.responseLogprobs],
+      oldLogprobs: [...t.promptIds.map(() => 0), ...(oldLogprobs ?? t.responseLogprobs)],
     }));
     return this.trained(this.worker.trainStep({ loss: 'grpo', sequences }, opts));
+  }
+
+  async recomputeLogprobs(trajectories: Trajectory[], temperature: number): Promise<number[][]> {
+    const out = await this.worker.logprobs(
+      trajectories.map((t) => [...t.promptIds, ...t.responseIds]),
+      { temperature },
+    );
+    return out.map((r, i) => r.logprobs.slice(trajectories[i].promptIds.length));
+  }
+
+  async resetOptimizer(): Promise<void> {
+    await this.worker.resetOptimizer();
   }
 
   async save(dir: string): Promise<void> {

@@ -23,6 +23,7 @@ interface TrainFlags {
   seed?: string;
   set: string[];
   strictHealth?: boolean;
+  dryRun?: boolean;
 }
 
 async function makeBackend(recipe: Recipe, flags: TrainFlags, runDir: string): Promise<PolicyBackend> {
@@ -92,6 +93,15 @@ async function train(flags: TrainFlags): Promise<void> {
   }
   if (flags.printConfig) {
     process.stdout.write(JSON.stringify(recipe, null, 2) + '\n');
+    return;
+  }
+  if (flags.dryRun) {
+    const { dryRun } = await import('./dry-run.js');
+    const engines = (flags.engines ?? '')
+      .split(',')
+      .filter(Boolean)
+      .map((spec) => remoteEngine(spec));
+    await dryRun(recipe, { engines, insecureSandbox: flags.insecureNoSandbox });
     return;
   }
   const t0 = Date.now();
@@ -168,6 +178,10 @@ export function registerRecipeCommands(program: Command): void {
       "start a new run (--out) from another run's checkpoint, e.g. runs/a/sft-step-000150",
     )
     .option('--print-config', 'print the fully resolved recipe (with defaults) and exit')
+    .option(
+      '--dry-run',
+      'open and check everything (model, tokenizer, data after each filter, first prompts, engines, sandbox, memory plan); train nothing',
+    )
     .option('--seed <n>', "the run's seed (model init, data order, sampling); same as --set seed=N")
     .option(
       '--set <path=value>',

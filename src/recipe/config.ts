@@ -31,17 +31,20 @@ const FieldMapSchema = z
   .partial()
   .strict();
 
+const Files = z
+  .preprocess((v) => (typeof v === 'string' ? [v] : v), z.array(z.string()).min(1).nullable())
+  .default(null);
+
 /** Where problems come from: files (any layout data/ reads) or, with `files: null`, the built-in task generator. */
 const FileFields = {
-  files: z
-    .array(z.string())
-    .min(1)
-    .nullable()
-    .default(null)
-    .describe('JSONL/Parquet paths or globs (verl, DAPO or plain rows); null = the built-in task generator'),
+  files: Files.describe('JSONL/Parquet paths or globs (verl, DAPO or plain rows; chat messages for SFT)'),
   layout: z.enum(['auto', 'verl', 'dapo', 'plain']).default('auto'),
   map: FieldMapSchema.default({}).describe('dotted paths overriding where question/answer/id are read'),
   limit: z.number().int().min(1).nullable().default(null).describe('read at most this many rows'),
+  generate: z
+    .boolean()
+    .default(true)
+    .describe('with no files, use the built-in arithmetic task generator (false: files are required)'),
 };
 
 const DataSchema = z
@@ -81,12 +84,24 @@ const SftStage = z
       .default(false)
       .describe("responses restate the question's expression before answering or calling the tool"),
     data: DataSchema.default(DataSchema.parse({})),
+    optimizer: z
+      .enum(['continue', 'fresh'])
+      .default('continue')
+      .describe(
+        "'fresh': a new AdamW and step count at stage start, so warmupSteps apply (a new run, as the reference launches each stage)",
+      ),
     checkpointEvery: z.number().int().min(1).default(100),
     gate: z
       .object({
         loss: z.number().positive().describe('the stage ends once held-out demo loss is at or below this'),
         every: z.number().int().min(1).default(25).describe('steps between held-out checks'),
         heldout: z.number().int().min(1).default(64).describe('demos held out of training for the check'),
+        on: z
+          .enum(['all', 'tool'])
+          .default('all')
+          .describe(
+            "'tool': the loss over held-out examples that call a tool (the skill an agent needs before RL)",
+          ),
       })
       .strict()
       .nullable()
@@ -111,6 +126,30 @@ const RlStage = z
     clipLow: z.number().default(0.2),
     clipHigh: z.number().default(0.28),
     miniBatches: z.number().int().min(1).default(1).describe('>1 takes several optimizer steps per RL step'),
+    optimizer: z
+      .enum(['continue', 'fresh'])
+      .default('continue')
+      .describe(
+        "'fresh': a new AdamW and step count at stage start, so warmupSteps apply (a new run, as the reference launches each stage)",
+      ),
+    oldLogprobs: z
+      .enum(['engine', 'recompute'])
+      .default('engine')
+      .describe(
+        "the ratio's denominator: the engine's sampling logprobs, or recomputed by the trainer before the update (reference)",
+      ),
+    lossAgg: z
+      .enum(['token-mean', 'verl'])
+      .default('token-mean')
+      .describe(
+        "'token-mean' over every trained token of the batch; 'verl' weights micro-batches by sequences",
+      ),
+    emptyStep: z
+      .enum(['skip', 'redraw'])
+      .default('skip')
+      .describe(
+        'a step whose groups are all rejected: counted and skipped, or redrawn with new prompts and not counted (reference)',
+      ),
     roc: RocSchema.default(RocSchema.parse({})),
     data: DataSchema.default(DataSchema.parse({})),
     checkpointEvery: z.number().int().min(1).default(5),
@@ -184,6 +223,7 @@ export const RecipeSchema = z
         layout: 'auto',
         map: {},
         limit: null,
+        generate: true,
         n: 200,
         seed: 1,
         levels: [0, 1, 2, 3],
@@ -205,6 +245,14 @@ export const RecipeSchema = z
       })
       .strict()
       .default({ zeroRewardSteps: 3, strict: false }),
+    data: z
+      .object({
+        sft: Files.describe('chat-message files for every SFT stage that names none'),
+        train: Files.describe('problem files for every RL stage that names none'),
+      })
+      .strict()
+      .default({ sft: null, train: null })
+      .describe('shorthand: --set data.train=FILE fills each stage without its own files'),
     reward: z
       .object({
         profile: z
@@ -272,8 +320,19 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
     const msgs = r.error.issues.map((i) => `  ${i.path.join('.') || '(root)'}: ${i.message}`);
     throw new Error(`invalid recipe ${source}:\n${msgs.join('\n')}`);
   }
-  const names = new Set<string>();
   for (const s of r.data.stages) {
+    const shared = s.type === 'sft' ? r.data.data.sft : r.data.data.train;
+    if (!s.data.files && shared) s.data.files = [...shared];
+  }
+  const names = new Set<string>();
+  const noData = (where: string, path: string) =>
+    new Error(
+      `invalid recipe ${source}: ${where} has no data: give ${path}.files (JSONL/Parquet paths or globs, e.g. ` +
+        `--set ${path}.files=[train.jsonl]) or set ${path}.generate: true for the built-in arithmetic tasks`,
+    );
+  if (!r.data.eval.files && !r.data.eval.generate) throw noData('eval', 'eval');
+  for (const s of r.data.stages) {
+    if (!s.data.files && !s.data.generate) throw noData(`stage ${s.name}`, `stages.${s.name}.data`);
     if (names.has(s.name)) throw new Error(`invalid recipe ${source}: duplicate stage name "${s.name}"`);
     names.add(s.name);
     if (s.type === 'sft' && s.gate && s.gate.heldout >= s.demos)
@@ -318,6 +377,7 @@ export function loadRecipe(nameOrPath: string, overrides: Overrides = {}): Recip
 function resolvePaths(raw: unknown, base: string): unknown {
   const r = structuredClone(raw) as {
     model?: { path?: unknown };
+    data?: { sft?: unknown; train?: unknown };
     eval?: { files?: unknown };
     stages?: { data?: { files?: unknown } }[];
   };
@@ -326,6 +386,10 @@ function resolvePaths(raw: unknown, base: string): unknown {
   const absAll = (fs: unknown) => (Array.isArray(fs) ? fs.map(abs) : fs);
   if (r.model && typeof r.model === 'object') r.model.path = abs(r.model.path);
   if (r.eval && typeof r.eval === 'object') r.eval.files = absAll(r.eval.files);
+  if (r.data && typeof r.data === 'object') {
+    r.data.sft = typeof r.data.sft === 'string' ? abs(r.data.sft) : absAll(r.data.sft);
+    r.data.train = typeof r.data.train === 'string' ? abs(r.data.train) : absAll(r.data.train);
+  }
   if (Array.isArray(r.stages))
     for (const st of r.stages)
       if (st?.data && typeof st.data === 'object') st.data.files = absAll(st.data.files);

@@ -53,6 +53,8 @@ export interface RolloutRequest {
 export interface ScoredItem {
   trajectory: Trajectory;
   advantage: number;
+  /** The ratio's denominator when the trainer recomputed it (oldLogprobs: recompute); else the engine's. */
+  oldLogprobs?: number[];
 }
 
 export interface PolicyBackend {
@@ -64,6 +66,10 @@ export interface PolicyBackend {
   sftLoss(examples: ChatExample[]): Promise<number>;
   /** One optimizer step on these trajectories; the new weights reach the rollout engines before the next rollout. */
   grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats>;
+  /** Response-token logprobs of these trajectories under the current weights (oldLogprobs: recompute). */
+  recomputeLogprobs?(trajectories: Trajectory[], temperature: number): Promise<number[][]>;
+  /** A fresh optimizer and step count (a stage with optimizer: fresh). */
+  resetOptimizer?(): Promise<void>;
   /** Prompt length in tokens (the maxPromptTokens filter); absent = question characters. */
   promptTokens?(question: string): number;
   /** Model, tokenizer and optimizer state (for exact resume). */
@@ -91,6 +97,7 @@ export interface TrainerOptions {
   progress?: boolean;
 }
 
+const MAX_REDRAWS = 8;
 const pad = (n: number) => String(n).padStart(6, '0');
 const mean = (xs: number[]) => (xs.length === 0 ? 0 : xs.reduce((a, b) => a + b, 0) / xs.length);
 const round = (x: number, d = 4) => Math.round(x * 10 ** d) / 10 ** d;
@@ -292,9 +299,14 @@ export class Trainer {
     for (let i = state?.stageIndex ?? 0; i < this.recipe.stages.length; i++) {
       const stage = this.recipe.stages[i];
       const start = state && i === state.stageIndex ? state.step : 0;
-      if (start >= stage.steps && stage.steps > 0) continue;
+      if (start >= stage.steps) continue; // done, or a stage switched off with steps: 0
       if (state?.stageDone && i === state.stageIndex) continue;
       this.health.resetStage();
+      if (start === 0 && i > 0 && stage.optimizer === 'fresh') {
+        if (!this.backend.resetOptimizer)
+          throw new Error(`stage ${stage.name}: this backend cannot reset its optimizer`);
+        await this.backend.resetOptimizer();
+      }
       if (stage.type === 'sft') await this.runSft(i, stage, start);
       else await this.runRl(i, stage, start);
     }
@@ -341,7 +353,13 @@ export class Trainer {
       throw new Error(
         `stage ${stage.name}: gate.heldout ${gate.heldout} leaves no examples of ${all.length} to train on`,
       );
-    const heldout = gate ? all.slice(all.length - gate.heldout) : [];
+    const held = gate ? all.slice(all.length - gate.heldout) : [];
+    const heldout =
+      gate?.on === 'tool' ? held.filter((ex) => ex.messages.some((m) => m.tool_calls?.length)) : held;
+    if (gate && heldout.length === 0)
+      throw new Error(
+        `stage ${stage.name}: none of the ${gate.heldout} held-out examples calls a tool (gate.on: tool)`,
+      );
     const demos = gate ? all.slice(0, all.length - gate.heldout) : all;
     let best = Number.POSITIVE_INFINITY;
     const bar = new Progress(
@@ -503,6 +521,48 @@ export class Trainer {
     return solved;
   }
 
+  /** One rollout of a step's prompts, scored, then reject-equal-reward + RoC + advantages. */
+  private async rlDraw(
+    stage: RlStageConfig,
+    pool: Problem[],
+    n: number,
+    roc: Parameters<typeof selectAndScore>[1],
+    penalty: PenaltyOptions,
+    step: number,
+    attempt: number,
+  ) {
+    const again = attempt > 0 ? [attempt] : [];
+    const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'prompts', ...again));
+    const problems = rng.sample(pool, Math.min(stage.promptsPerStep, pool.length));
+    const trajs = await this.backend.rollout({
+      problems,
+      n,
+      maxResponseTokens: stage.maxResponseTokens,
+      maxTurns: stage.maxTurns,
+      temperature: stage.temperature,
+      seed: seedFor(this.recipe.seed, stage.name, step, 'rollout', ...again),
+    });
+    const t1 = Date.now();
+    const byId = new Map(problems.map((p, i) => [p.id, i]));
+    const groups: Trajectory[][] = problems.map(() => []);
+    for (const t of trajs) {
+      const p = problems[byId.get(t.promptId) ?? -1];
+      if (!p) throw new Error(`rollout returned a trajectory for unknown prompt ${t.promptId}`);
+      const r = this.reward(t, p.answer ?? '');
+      Object.assign(t, { gold: p.answer, reward: r.reward, correct: r.correct });
+      t.verify = { extracted: r.extracted, matchedBy: r.matchedBy };
+      groups[byId.get(t.promptId)!].push(t);
+    }
+    const t2 = Date.now();
+    const sel = selectAndScore(
+      groups.map((g) => g.map((t) => ({ ...t, reward: t.reward ?? 0 }))),
+      roc,
+      penalty,
+      new Rng(seedFor(this.recipe.seed, stage.name, step, 'roc', ...again)),
+    );
+    return { problems, trajs, groups, sel, t1, t2 };
+  }
+
   private async runRl(stageIndex: number, stage: RlStageConfig, start: number): Promise<void> {
     const pool = await this.rlPool(stage);
     if (start === 0) await this.evaluate(stage.name, 0);
@@ -524,42 +584,28 @@ export class Trainer {
     );
     bar.set(start);
     for (let step = start + 1; step <= stage.steps; step++) {
-      // rollout
       const t0 = Date.now();
-      const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'prompts'));
-      const problems = rng.sample(pool, Math.min(stage.promptsPerStep, pool.length));
-      const trajs = await this.backend.rollout({
-        problems,
-        n,
-        maxResponseTokens: stage.maxResponseTokens,
-        maxTurns: stage.maxTurns,
-        temperature: stage.temperature,
-        seed: seedFor(this.recipe.seed, stage.name, step, 'rollout'),
-      });
-      // reward
-      const t1 = Date.now();
-      const byId = new Map(problems.map((p, i) => [p.id, i]));
-      const groups: Trajectory[][] = problems.map(() => []);
-      for (const t of trajs) {
-        const p = problems[byId.get(t.promptId) ?? -1];
-        if (!p) throw new Error(`rollout returned a trajectory for unknown prompt ${t.promptId}`);
-        const r = this.reward(t, p.answer ?? '');
-        Object.assign(t, { gold: p.answer, reward: r.reward, correct: r.correct });
-        t.verify = { extracted: r.extracted, matchedBy: r.matchedBy };
-        groups[byId.get(t.promptId)!].push(t);
-      }
-      // reject equal reward -> RoC -> advantages
-      const t2 = Date.now();
-      const sel = selectAndScore(
-        groups.map((g) => g.map((t) => ({ ...t, reward: t.reward ?? 0 }))),
-        roc,
-        penalty,
-        new Rng(seedFor(this.recipe.seed, stage.name, step, 'roc')),
-      );
+      // 'redraw' (the reference): a step whose groups are all rejected does not count; new prompts are drawn
+      let d = await this.rlDraw(stage, pool, n, roc, penalty, step, 0);
+      let redraws = 0;
+      while (stage.emptyStep === 'redraw' && d.sel.kept.length === 0 && redraws < MAX_REDRAWS)
+        d = await this.rlDraw(stage, pool, n, roc, penalty, step, ++redraws);
+      const { problems, trajs, groups, sel, t1, t2 } = d;
       const items: ScoredItem[] = sel.kept.map((k) => ({
         trajectory: groups[k.group][k.index],
         advantage: k.advantage,
       }));
+      if (stage.oldLogprobs === 'recompute' && items.length > 0) {
+        if (!this.backend.recomputeLogprobs)
+          throw new Error(
+            `stage ${stage.name}: oldLogprobs 'recompute' needs a backend that computes logprobs`,
+          );
+        const old = await this.backend.recomputeLogprobs(
+          items.map((it) => it.trajectory),
+          stage.temperature,
+        );
+        for (const [i, it] of items.entries()) it.oldLogprobs = old[i];
+      }
       // update (several mini-batches activate the clipped ratio)
       const stats: TrainStats[] = [];
       const mb = Math.max(1, Math.ceil(items.length / stage.miniBatches));
@@ -570,6 +616,7 @@ export class Trainer {
             warmupSteps: stage.warmupSteps,
             clipLow: stage.clipLow,
             clipHigh: stage.clipHigh,
+            lossAgg: stage.lossAgg,
           }),
         );
       }
@@ -600,6 +647,7 @@ export class Trainer {
               loss: round(mean(stats.map((s) => s.loss))),
             }
           : { skipped: true }),
+        ...(redraws > 0 ? { redraws } : {}),
         tokens_per_s: Math.round(
           all.reduce((a, t) => a + t.responseIds.length, 0) / Math.max(0.001, (t1 - t0) / 1000),
         ),

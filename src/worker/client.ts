@@ -293,6 +293,11 @@ export class PolicyWorker {
   }
 
   /** Writes config.json, the weights and (with `optimizer`) optimizer.pt; returns the weight files written. */
+  /** Drops the optimizer state and step count on every rank (the next train step starts a fresh AdamW). */
+  async resetOptimizer(): Promise<void> {
+    await this.enqueue(() => this.send('reset_optimizer', {}, {}, 'all'));
+  }
+
   async save(dir: string, opts: SaveOptions = {}): Promise<string[]> {
     const abs = resolve(dir);
     const { shards, maxShardBytes } = opts;

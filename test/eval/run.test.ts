@@ -37,8 +37,8 @@ const rolloutFn = (t: { problemId: string; answer: string; sample: number; seed:
 test('lastBoxed and the fallback verifier', async () => {
   assert.equal(lastBoxed('a \\boxed{1} b \\boxed{\\frac{1}{2}}'), '\\frac{1}{2}');
   assert.equal(lastBoxed('none'), null);
-  assert.equal((await fallbackVerify('\\boxed{012}', '12')).correct, true);
-  assert.equal((await fallbackVerify('\\boxed{13}', '12')).correct, false);
+  assert.equal((await fallbackVerify({ text: '\\boxed{012}' }, '12')).correct, true);
+  assert.equal((await fallbackVerify({ text: '\\boxed{13}' }, '12')).correct, false);
 });
 
 test('runEval saves scored trajectories and a report', async () => {
@@ -204,7 +204,7 @@ test('CLI: eval with the fake engine, then eval-rescore', { timeout: 60_000 }, (
 
 test('CLI: eval --data reads Parquet in the verl layout', { timeout: 60_000 }, () => {
   const out = join(dir(), 'ev');
-  const data = join(import.meta.dirname, '../fixtures/data/verl-arith.parquet');
+  const data = join(import.meta.dirname, '../../data/samples/verl-arith.parquet');
   const env = { ...process.env, RSTAR2_NO_PROGRESS: '1' };
   const args = ['bin/rstar2.js', 'eval', '--engine', 'fake:1', '--data', data, '--k', '2', '--limit', '5'];
   const r = spawnSync(process.execPath, [...args, '--out', out], { encoding: 'utf8', env });
@@ -279,4 +279,29 @@ test('CLI: an eval killed with SIGKILL resumes where it stopped', { timeout: 60_
   assert.equal(saved.length, 12);
   assert.equal(new Set(saved.map((t) => t.id)).size, 12);
   assert.match(again.stdout, /avg@4 100\.0%/);
+});
+
+test('eval scores with any reward profile through reward/, and rejects unknown ones by name', async () => {
+  assert.throws(
+    () => openVerifier('bogus' as never),
+    /unknown verify profile "bogus" \(valid: integer, strict, lenient, reference\)/,
+  );
+  const v = openVerifier('integer');
+  try {
+    assert.equal((await v.verify({ text: '\\boxed{42}' }, '42')).correct, true);
+    assert.equal(
+      (await v.verify({ text: 'the answer is 42' }, '42')).correct,
+      false,
+      'integer needs a boxed answer',
+    );
+    assert.equal((await v.verify({ text: '\\boxed{42}', finish: 'error' }, '42')).correct, false);
+  } finally {
+    await v.close();
+  }
+  const r = openVerifier('reference');
+  try {
+    assert.equal((await r.verify({ text: '\\boxed{(p,q)=(3,2)}' }, '(3,2)')).correct, true);
+  } finally {
+    await r.close();
+  }
 });

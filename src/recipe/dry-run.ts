@@ -1,0 +1,190 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { agentTemplate } from '../agent/template.js';
+import {
+  chatSegments,
+  dedupeQuestions,
+  integerAnswers,
+  loadChatExamples,
+  loadProblems,
+  maxPromptTokens,
+  type Problem,
+} from '../data/index.js';
+import type { Engine } from '../engines/types.js';
+import { SandboxPool } from '../sandbox/pool.js';
+import { ChatTemplate, PYTHON_TOOL_SCHEMA, tokenizerFromFiles } from '../tokenizer/index.js';
+import { MODEL_PRESETS } from '../worker/presets.js';
+import type { ModelConfig } from '../worker/types.js';
+import { recipeTokenizerFiles } from './backend.js';
+import type { Recipe } from './config.js';
+
+// `rstar2 train --dry-run`: everything a run needs is opened and checked, nothing is trained. Each problem found
+// is an error that names the file, row and field, so a long run does not die on it an hour in.
+
+export interface DryRunOptions {
+  engines?: Engine[];
+  insecureSandbox?: boolean;
+  log?: (line: string) => void;
+}
+
+/** Parameters of a Qwen2/Qwen3 config, as the worker's model builds it. */
+export function parameterCount(c: ModelConfig & Record<string, unknown>): number {
+  const h = c.hidden_size;
+  const heads = c.num_attention_heads;
+  const kv = c.num_key_value_heads ?? heads;
+  const hd = (c.head_dim as number | undefined) ?? h / heads;
+  const qwen3 = c.model_type === 'qwen3';
+  const bias = (c.attention_bias as boolean | undefined) ?? !qwen3;
+  const attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h + (bias ? heads * hd + 2 * kv * hd : 0);
+  const layer = attn + 3 * h * c.intermediate_size + 2 * h + (qwen3 ? 2 * hd : 0);
+  const embed = c.vocab_size * h * (c.tie_word_embeddings ? 1 : 2);
+  return embed + c.num_hidden_layers * layer + h;
+}
+
+const gb = (bytes: number) => `${(bytes / 2 ** 30).toFixed(bytes < 2 ** 30 ? 3 : 1)} GiB`;
+
+/** fp32 weights, gradients and AdamW moments; logits of one micro-batch (the largest activation at big vocab). */
+export function memoryPlan(c: ModelConfig & Record<string, unknown>, microBatchTokens = 8192): string[] {
+  const p = parameterCount(c);
+  return [
+    `model: ${c.model_type}, ${(p / 1e6).toFixed(2)}M parameters, vocab ${c.vocab_size}`,
+    `  weights ${gb(4 * p)} + gradients ${gb(4 * p)} + AdamW state ${gb(8 * p)} = ${gb(16 * p)} (fp32, one replica)`,
+    `  logits + log-softmax of a ${microBatchTokens}-token micro-batch: ${gb(2 * 4 * microBatchTokens * c.vocab_size)}`,
+  ];
+}
+
+export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<void> {
+  const log = opts.log ?? ((l: string) => console.log(l));
+  // model and tokenizer
+  const dir = recipe.model.path;
+  let config: ModelConfig & Record<string, unknown>;
+  if (dir) {
+    const cfg = join(dir, 'config.json');
+    if (!existsSync(cfg)) throw new Error(`model.path ${dir}: no config.json`);
+    config = JSON.parse(readFileSync(cfg, 'utf8'));
+    const weights = ['model.safetensors', 'model.safetensors.index.json'].filter((f) =>
+      existsSync(join(dir, f)),
+    );
+    if (weights.length === 0)
+      throw new Error(`model.path ${dir}: no weights (model.safetensors or model.safetensors.index.json)`);
+    const index = join(dir, 'model.safetensors.index.json');
+    if (existsSync(index)) {
+      const shards = new Set(
+        Object.values(JSON.parse(readFileSync(index, 'utf8')).weight_map as Record<string, string>),
+      );
+      for (const s of shards)
+        if (!existsSync(join(dir, s))) throw new Error(`${index}: names ${s}, which is missing`);
+    }
+    log(`model: ${dir}`);
+  } else
+    log(`model: a fresh '${recipe.model.preset}' preset (set model.path=DIR to start from a checkpoint)`);
+  const tokenizer = tokenizerFromFiles(await recipeTokenizerFiles(recipe));
+  const t = recipe.tokenizer.template;
+  const chat = t === 'model' ? ChatTemplate.fromTokenizer(tokenizer) : ChatTemplate.named(t);
+  const template = agentTemplate(tokenizer, { chat });
+  log(
+    `tokenizer: vocab ${tokenizer.vocabSize}${dir ? ' (from the model directory)' : ` (${recipe.tokenizer.kind}, preset)`}; template ${t}`,
+  );
+  if (!dir) {
+    const preset = MODEL_PRESETS[recipe.model.preset];
+    config = { ...preset, vocab_size: tokenizer.vocabSize } as ModelConfig & Record<string, unknown>;
+  }
+  for (const l of memoryPlan(config!)) log(l);
+
+  // data: every stage's rows after each row filter, and its first prompt as the model will see it
+  const render = (question: string) => {
+    let ids: number[];
+    try {
+      ids = template.promptIds(question);
+    } catch (e) {
+      throw new Error(`template ${t} cannot be encoded by this tokenizer: ${(e as Error).message}`);
+    }
+    return `${ids.length} tokens: ${JSON.stringify(tokenizer.decode(ids))}`;
+  };
+  const problems = async (
+    files: string[],
+    d: { layout: Problem['source'] | string; map: object; limit: number | null },
+  ) => {
+    const out: Problem[] = [];
+    for (const f of files)
+      out.push(
+        ...(await loadProblems(f, {
+          layout: d.layout as 'auto',
+          map: d.map,
+          requireAnswer: true,
+          limit: d.limit === null ? undefined : d.limit - out.length,
+        })),
+      );
+    return out;
+  };
+  if (recipe.eval.files) {
+    const ev = await problems(recipe.eval.files, recipe.eval);
+    log(`eval: ${Math.min(ev.length, recipe.eval.n)} problems from ${recipe.eval.files.join(', ')}`);
+  } else log(`eval: ${recipe.eval.n} generated problems`);
+  for (const st of recipe.stages) {
+    const files = st.data.files;
+    if (st.type === 'sft') {
+      if (!files) {
+        log(`[${st.name}] sft: ${st.demos} generated demos`);
+        continue;
+      }
+      const exs = (await Promise.all(files.map((f) => loadChatExamples(f)))).flat();
+      for (const [i, ex] of exs.entries()) {
+        try {
+          chatSegments(ex, { toolCallStyle: recipe.tokenizer.toolCallStyle });
+        } catch (e) {
+          throw new Error(`[${st.name}] SFT example ${i} of ${files.join(', ')}: ${(e as Error).message}`);
+        }
+      }
+      const first = exs[0].messages.find((m) => m.role === 'user')?.content ?? '';
+      const ids = chat.promptIds(tokenizer, [{ role: 'user', content: first }], [PYTHON_TOOL_SCHEMA]);
+      log(`[${st.name}] sft: ${exs.length} chat examples; first prompt ${ids.length} tokens`);
+      continue;
+    }
+    if (!files) {
+      log(
+        `[${st.name}] rl: generated problems (${st.data.kinds.join(', ')}, levels ${st.data.levels.join(', ')})`,
+      );
+      continue;
+    }
+    let pool = await problems(files, st.data);
+    const counts = [`${pool.length} rows`];
+    const step = (name: string, r: { kept: Problem[]; dropped: number }) => {
+      pool = r.kept;
+      counts.push(`${name} -${r.dropped} -> ${pool.length}`);
+    };
+    if (st.data.integerOnly) step('integer answers', integerAnswers(pool));
+    if (st.data.dedupe) step('dedupe', dedupeQuestions(pool));
+    if (st.data.maxPromptTokens !== null)
+      step(
+        `<= ${st.data.maxPromptTokens} prompt tokens`,
+        maxPromptTokens(pool, st.data.maxPromptTokens, (q) => template.promptIds(q).length),
+      );
+    if (pool.length === 0)
+      throw new Error(`[${st.name}] no problems left after the row filters (${counts.join('; ')})`);
+    log(
+      `[${st.name}] rl: ${counts.join('; ')}${st.data.filter === 'unsolved' ? "; then the policy's 'unsolved' pass" : ''}`,
+    );
+    log(`[${st.name}] first prompt ${render(pool[0].question)}`);
+  }
+
+  // engines and sandbox
+  for (const e of opts.engines ?? []) {
+    try {
+      const l = await e.load();
+      log(`engine ${e.name}: up (${JSON.stringify(l)})`);
+    } catch (err) {
+      throw new Error(`engine ${e.name} does not answer: ${(err as Error).message}`);
+    }
+  }
+  const pool = await SandboxPool.start({ slots: 1, isolation: opts.insecureSandbox ? 'none' : 'bwrap' });
+  try {
+    const r = await pool.run({ code: 'print(6*7)', timeoutMs: recipe.sandbox.timeoutMs });
+    if (r.status !== 'ok' || r.stdout.trim() !== '42')
+      throw new Error(`the sandbox does not run code: ${r.status} ${r.stderr.slice(0, 300)}`);
+    log(`sandbox: ok (${opts.insecureSandbox ? 'NOT isolated' : 'bubblewrap'})`);
+  } finally {
+    await pool.close();
+  }
+  log('dry run ok: nothing was trained');
+}
