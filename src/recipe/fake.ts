@@ -4,13 +4,7 @@ import type { Trajectory, TurnEvent } from '../agent/trajectory.js';
 import type { ChatExample } from '../data/index.js';
 import { Rng } from '../util/rng.js';
 import type { TrainOptions, TrainStats } from '../worker/types.js';
-import {
-  answerText,
-  demoStyle,
-  type Problem as TaskProblem,
-  toolCallText,
-  toolObservationText,
-} from './tasks.js';
+import { answerText, demoStyle, type TaskProblem, toolCallText, toolObservationText } from './tasks.js';
 import type { PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
 
 // A three-parameter stand-in policy for exercising the trainer without torch: logits for "call the tool",
@@ -26,6 +20,24 @@ interface Params {
 
 const sig = (x: number) => 1 / (1 + Math.exp(-x));
 const enc = (s: string) => [...s].map((c) => c.charCodeAt(0) % 256);
+
+/** The stats of a step that computed nothing (stand-in policies). */
+export function emptyStats(lr = 0, step = 0): TrainStats {
+  return {
+    loss: 0,
+    gradNorm: 0,
+    clipFrac: 0,
+    entropy: 0,
+    tokens: 0,
+    trainedTokens: 0,
+    paddedTokens: 0,
+    tokensPerS: 0,
+    lr,
+    step,
+    microBatches: 1,
+    timeS: 0,
+  };
+}
 
 export class FakeBackend implements PolicyBackend {
   p: Params = { tool: -1, err: 0, copy: 0, steps: 0 };
@@ -96,20 +108,7 @@ export class FakeBackend implements PolicyBackend {
 
   private stats(lr: number): TrainStats {
     this.p.steps++;
-    return {
-      loss: 0,
-      gradNorm: 0,
-      clipFrac: 0,
-      entropy: 0,
-      tokens: 0,
-      trainedTokens: 0,
-      paddedTokens: 0,
-      tokensPerS: 0,
-      lr,
-      step: this.p.steps,
-      microBatches: 1,
-      timeS: 0,
-    };
+    return emptyStats(lr, this.p.steps);
   }
 
   async sftStep(examples: ChatExample[], opts: TrainOptions): Promise<TrainStats> {

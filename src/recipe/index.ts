@@ -11,10 +11,10 @@ export { FakeBackend } from './fake.js';
 export { plotRuns } from './plot.js';
 export {
   generateProblems,
-  type Problem,
   sftExamples,
   TASK_KINDS,
   type TaskKind,
+  type TaskProblem,
 } from './tasks.js';
 export {
   type PolicyBackend,

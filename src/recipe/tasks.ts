@@ -9,7 +9,7 @@ import { Rng } from '../util/rng.js';
 export const TASK_KINDS = ['add', 'mul', 'powmod', 'digitsum', 'gcd', 'lcm', 'count'] as const;
 export type TaskKind = (typeof TASK_KINDS)[number];
 
-export interface Problem {
+export interface TaskProblem {
   id: string;
   question: string;
   answer: string; // integer, decimal string
@@ -56,7 +56,7 @@ function digitSum(x: bigint): number {
 }
 
 /** Builds one problem of a kind and level from the rng (pure: same rng state, same problem). */
-export function makeProblem(kind: TaskKind, level: number, rng: Rng): Omit<Problem, 'id'> {
+export function makeProblem(kind: TaskKind, level: number, rng: Rng): Omit<TaskProblem, 'id'> {
   const L = Math.max(0, Math.min(MAX_LEVEL, level));
   const q = (question: string, answer: bigint | number, code: string) => ({
     question,
@@ -134,7 +134,7 @@ export function splitOf(question: string, testEvery = 5): 'train' | 'test' {
 }
 
 /** n distinct problems of one split, deterministic in the spec. */
-export function generateProblems(spec: ProblemSpec): Problem[] {
+export function generateProblems(spec: ProblemSpec): TaskProblem[] {
   const kinds = spec.kinds ?? TASK_KINDS;
   if (kinds.length === 0) throw new Error('generateProblems: no task kinds');
   if (spec.levels.length === 0) throw new Error('generateProblems: no levels');
@@ -143,7 +143,7 @@ export function generateProblems(spec: ProblemSpec): Problem[] {
       throw new Error(`unknown task kind "${k}" (known: ${TASK_KINDS.join(', ')})`);
   const rng = new Rng(spec.seed);
   const seen = new Set<string>();
-  const out: Problem[] = [];
+  const out: TaskProblem[] = [];
   for (let tries = 0; out.length < spec.n; tries++) {
     if (tries > spec.n * 200 + 10000)
       throw new Error(`generateProblems: cannot find ${spec.n} distinct ${spec.split} problems`);
@@ -220,7 +220,7 @@ export function demoStyle(ex: ChatExample): DemoStyle {
  * 'recover' makes a failing call first, then fixes it.
  */
 export function sftExamples(
-  problems: Problem[],
+  problems: TaskProblem[],
   mix: DemoMix,
   seed: number,
   opts: DemoOptions = {},

@@ -32,6 +32,17 @@ export function checkProfile(name: unknown): VerifyProfile {
   return name as VerifyProfile;
 }
 
+// strict plus the reference PRIME grader's leniencies
+const LENIENT = {
+  floatRounding: 6,
+  relTol: 1e-4,
+  percentTimes100: true,
+  piAs314: true,
+  percentAsUnit: true,
+  points: 12,
+  mathVerify: false,
+};
+
 /**
  * The comparison settings of the named profiles (`integer` compares boxed integers only and has none).
  * `strict` is the default reward; `lenient` adds the reference PRIME grader's leniencies; `reference` is
@@ -51,24 +62,8 @@ export const PROFILES: Record<
     points: 12,
     mathVerify: false,
   },
-  lenient: {
-    floatRounding: 6,
-    relTol: 1e-4,
-    percentTimes100: true,
-    piAs314: true,
-    percentAsUnit: true,
-    points: 12,
-    mathVerify: false,
-  },
-  reference: {
-    floatRounding: 6,
-    relTol: 1e-4,
-    percentTimes100: true,
-    piAs314: true,
-    percentAsUnit: true,
-    points: 12,
-    mathVerify: true,
-  },
+  lenient: LENIENT,
+  reference: { ...LENIENT, mathVerify: true }, // PRIME's leniencies OR Math-Verify
 };
 
 const NOTHING = { extracted: null, normalised: null, matchedBy: null, source: null, goldNormalised: null };

@@ -6,10 +6,10 @@ import { test } from 'node:test';
 import type { Trajectory } from '../../src/agent/trajectory.js';
 import type { Problem } from '../../src/data/index.js';
 import { parseRecipe } from '../../src/recipe/config.js';
+import { emptyStats } from '../../src/recipe/fake.js';
 import type { PolicyBackend, RolloutRequest } from '../../src/recipe/trainer.js';
 import { Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
-import type { TrainStats } from '../../src/worker/types.js';
 
 process.env.RSTAR2_NO_PROGRESS = '1';
 const quiet = { log: () => {}, progress: false };
@@ -44,30 +44,14 @@ class ParityPolicy implements PolicyBackend {
       }),
     );
   }
-  private stats(): TrainStats {
-    return {
-      loss: 0,
-      gradNorm: 0,
-      clipFrac: 0,
-      entropy: 0,
-      tokens: 0,
-      trainedTokens: 0,
-      paddedTokens: 0,
-      tokensPerS: 0,
-      lr: 0,
-      step: 0,
-      microBatches: 1,
-      timeS: 0,
-    };
-  }
   async sftStep() {
-    return this.stats();
+    return emptyStats();
   }
   async sftLoss() {
     return 0;
   }
   async grpoStep() {
-    return this.stats();
+    return emptyStats();
   }
   promptTokens(q: string) {
     return q.length;

@@ -1,0 +1,93 @@
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { loadRecipe, parseRecipe } from '../../src/recipe/config.js';
+import { dryRun, memoryPlan, parameterCount } from '../../src/recipe/dry-run.js';
+import { MODEL_PRESETS } from '../../src/worker/presets.js';
+
+const SAMPLES = join(import.meta.dirname, '../../data/samples');
+const tmp = () => mkdtempSync(join(tmpdir(), 'rstar2-dry-'));
+const lines = async (r: ReturnType<typeof parseRecipe>) => {
+  const out: string[] = [];
+  await dryRun(r, { log: (l) => out.push(l) });
+  return out;
+};
+
+test('dry run of tiny-files: tokenizer, data counts after each filter, first prompts, sandbox; trains nothing', async () => {
+  const out = await lines(loadRecipe('tiny-files', { set: ['stages.rl.data.maxPromptTokens=112'] }));
+  const text = out.join('\n');
+  assert.match(text, /tokenizer: vocab \d+ \(bpe, preset\); template compact/);
+  assert.match(text, /\[sft\] sft: 30 chat examples/);
+  assert.match(
+    text,
+    /\[rl\] rl: 60 rows; integer answers -0 -> 60; dedupe -0 -> 60; <= 112 prompt tokens -\d+ -> \d+/,
+  );
+  assert.match(text, /\[rl\] first prompt \d+ tokens: ".*<\|im_start\|>user\\n/);
+  assert.match(text, /sandbox: ok \(bubblewrap\)/);
+  assert.equal(out.at(-1), 'dry run ok: nothing was trained');
+});
+
+test('the memory plan counts parameters as the worker builds them', () => {
+  // counted from the worker's own torch modules (python/rstar2_worker/model.py) for the same configs
+  const tiny = { ...MODEL_PRESETS.tiny };
+  assert.equal(parameterCount(tiny), 854_144);
+  const small3 = { ...MODEL_PRESETS['tiny-qwen3'], vocab_size: 1000, tie_word_embeddings: false };
+
+  assert.equal(parameterCount(small3), 226_688);
+  // Qwen3-14B's published config: 14.8B parameters
+  const q14 = {
+    ...tiny,
+    model_type: 'qwen3',
+    vocab_size: 151936,
+    hidden_size: 5120,
+    intermediate_size: 17408,
+    num_hidden_layers: 40,
+    num_attention_heads: 40,
+    num_key_value_heads: 8,
+    head_dim: 128,
+    tie_word_embeddings: false,
+  };
+  assert.ok(Math.abs(parameterCount(q14) / 1e9 - 14.77) < 0.01, String(parameterCount(q14)));
+  assert.match(memoryPlan(q14).join('\n'), /= 220\.\d GiB \(fp32, one replica\)/);
+});
+
+test('bad input is named: model dir, data layout, a row without an answer', async () => {
+  const d = tmp();
+  const model = join(d, 'model');
+  mkdirSync(model);
+  const base = { name: 'x', eval: { n: 2 }, stages: [{ type: 'rl', steps: 1 }] };
+  await assert.rejects(
+    lines(parseRecipe({ ...base, model: { path: model } })),
+    /model.path .*model: no config.json/,
+  );
+  writeFileSync(join(model, 'config.json'), '{}');
+  await assert.rejects(lines(parseRecipe({ ...base, model: { path: model } })), /no weights/);
+
+  const odd = join(d, 'odd.jsonl');
+  writeFileSync(odd, `${JSON.stringify({ text: 'hi', label: 3 })}\n`);
+  await assert.rejects(
+    lines(parseRecipe({ ...base, stages: [{ type: 'rl', data: { files: [odd] } }] })),
+    (e: Error) => e.message.includes('odd.jsonl:1') && /text/.test(e.message),
+  );
+  const noAnswer = join(d, 'q.jsonl');
+  writeFileSync(noAnswer, `${JSON.stringify({ problem: 'What is 1+1?' })}\n`);
+  await assert.rejects(
+    lines(parseRecipe({ ...base, stages: [{ type: 'rl', data: { files: [noAnswer] } }] })),
+    /q\.jsonl:1.*answer/,
+  );
+  assert.throws(
+    () => parseRecipe({ ...base, stages: [{ type: 'rl', data: { generate: false } }] }),
+    /stage rl has no data: give stages.rl.data.files/,
+  );
+  await assert.rejects(
+    lines(
+      parseRecipe({
+        ...base,
+        stages: [{ type: 'sft', data: { files: [join(SAMPLES, 'dapo-arith.jsonl')] } }],
+      }),
+    ),
+    /dapo-arith\.jsonl:1/,
+  );
+});
