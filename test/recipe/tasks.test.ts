@@ -152,7 +152,10 @@ test('recipes: quickstart loads with defaults, --roc overrides, bad input names 
   assert.ok(rl.type === 'rl' && rl.roc.doDownSampling && rl.roc.formatTurns === 'paper');
   const off = loadRecipe('quickstart', { roc: 'off' });
   assert.ok(off.stages.every((s) => s.type !== 'rl' || !s.roc.doDownSampling));
-  assert.equal(loadRecipe('paper').stages.length, 4);
+  assert.throws(() => loadRecipe('paper'), /stage sft has no data: give stages.sft.data.files/);
+  const paper = loadRecipe('paper', { set: ['data.sft=s.jsonl', 'data.train=t.parquet'] });
+  assert.equal(paper.stages.length, 4);
+  assert.ok(paper.stages.every((s) => s.data.files?.[0] === (s.type === 'sft' ? 's.jsonl' : 't.parquet')));
   assert.throws(() => parseRecipe({ stages: [{ type: 'rl', steps: -1 }] }), /stages\.0\.steps/);
   assert.throws(() => parseRecipe({ stages: [{ type: 'rl', bogus: 1 }] }), /bogus/);
   assert.throws(() => parseRecipe({ stages: [] }), /stages/);
