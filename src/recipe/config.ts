@@ -175,7 +175,10 @@ export const RecipeSchema = z
           .describe(
             'a Hugging Face model directory (config.json, safetensors, tokenizer.json); null = preset',
           ),
-        preset: z.enum(['tiny', 'small', 'tiny-qwen3']).default('tiny').describe('a fresh model when path is null'),
+        preset: z
+          .enum(['tiny', 'small', 'tiny-qwen3'])
+          .default('tiny')
+          .describe('a fresh model when path is null'),
         threads: z.number().int().min(1).default(2),
       })
       .strict()
