@@ -1,15 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { agentTemplate } from '../agent/template.js';
-import {
-  chatSegments,
-  dedupeQuestions,
-  integerAnswers,
-  loadChatExamples,
-  loadProblems,
-  maxPromptTokens,
-  type Problem,
-} from '../data/index.js';
+import { chatSegments } from '../data/index.js';
 import type { Engine } from '../engines/types.js';
 import { SandboxPool } from '../sandbox/pool.js';
 import { ChatTemplate, PYTHON_TOOL_SCHEMA, tokenizerFromFiles } from '../tokenizer/index.js';
@@ -17,6 +9,7 @@ import { MODEL_PRESETS } from '../worker/presets.js';
 import type { ModelConfig } from '../worker/types.js';
 import { recipeTokenizerFiles } from './backend.js';
 import type { Recipe } from './config.js';
+import { rowFilters, sectionExamples, sectionProblems } from './data.js';
 
 // `rstar2 train --dry-run`: everything a run needs is opened and checked, nothing is trained. Each problem found
 // is an error that names the file, row and field, so a long run does not die on it an hour in.
@@ -101,24 +94,8 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
     }
     return `${ids.length} tokens: ${JSON.stringify(tokenizer.decode(ids))}`;
   };
-  const problems = async (
-    files: string[],
-    d: { layout: Problem['source'] | string; map: object; limit: number | null },
-  ) => {
-    const out: Problem[] = [];
-    for (const f of files)
-      out.push(
-        ...(await loadProblems(f, {
-          layout: d.layout as 'auto',
-          map: d.map,
-          requireAnswer: true,
-          limit: d.limit === null ? undefined : d.limit - out.length,
-        })),
-      );
-    return out;
-  };
   if (recipe.eval.files) {
-    const ev = await problems(recipe.eval.files, recipe.eval);
+    const ev = await sectionProblems(recipe.eval);
     log(`eval: ${Math.min(ev.length, recipe.eval.n)} problems from ${recipe.eval.files.join(', ')}`);
   } else log(`eval: ${recipe.eval.n} generated problems`);
   for (const st of recipe.stages) {
@@ -128,7 +105,7 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
         log(`[${st.name}] sft: ${st.demos} generated demos`);
         continue;
       }
-      const exs = (await Promise.all(files.map((f) => loadChatExamples(f)))).flat();
+      const exs = await sectionExamples(files, st.data.limit);
       for (const [i, ex] of exs.entries()) {
         try {
           chatSegments(ex, { toolCallStyle: recipe.tokenizer.toolCallStyle });
@@ -147,19 +124,16 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
       );
       continue;
     }
-    let pool = await problems(files, st.data);
-    const counts = [`${pool.length} rows`];
-    const step = (name: string, r: { kept: Problem[]; dropped: number }) => {
-      pool = r.kept;
-      counts.push(`${name} -${r.dropped} -> ${pool.length}`);
-    };
-    if (st.data.integerOnly) step('integer answers', integerAnswers(pool));
-    if (st.data.dedupe) step('dedupe', dedupeQuestions(pool));
-    if (st.data.maxPromptTokens !== null)
-      step(
-        `<= ${st.data.maxPromptTokens} prompt tokens`,
-        maxPromptTokens(pool, st.data.maxPromptTokens, (q) => template.promptIds(q).length),
-      );
+    const all = await sectionProblems(st.data);
+    const counts = [`${all.length} rows`];
+    const pool = rowFilters(
+      all,
+      st.data,
+      (q) => template.promptIds(q).length,
+      (r) => {
+        counts.push(`${r.reason}: -${r.dropped} -> ${r.kept.length}`);
+      },
+    );
     if (pool.length === 0)
       throw new Error(`[${st.name}] no problems left after the row filters (${counts.join('; ')})`);
     log(

@@ -10,16 +10,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import type { Trajectory } from '../agent/trajectory.js';
-import {
-  type ChatExample,
-  dedupeQuestions,
-  type FilterResult,
-  integerAnswers,
-  loadChatExamples,
-  loadProblems,
-  maxPromptTokens,
-  type Problem,
-} from '../data/index.js';
+import { type ChatExample, type FilterResult, loadProblems, type Problem } from '../data/index.js';
 import { type Scored, scoreTrajectory } from '../reward/index.js';
 import { type PenaltyOptions, selectAndScore } from '../rl/index.js';
 import { appendJsonl, readJsonlTolerant } from '../util/jsonl.js';
@@ -27,6 +18,7 @@ import { Progress } from '../util/progress.js';
 import { Rng } from '../util/rng.js';
 import type { TrainOptions, TrainStats } from '../worker/types.js';
 import type { Recipe, RlStageConfig, SftStageConfig, Stage } from './config.js';
+import { rowFilters, sectionExamples, sectionProblems } from './data.js';
 import {
   gainWarning,
   gateWarning,
@@ -172,19 +164,6 @@ export class Trainer {
     this.health = new Health(recipe.health.zeroRewardSteps);
   }
 
-  /** Problems from the files a data section names, in order, each with a gold answer. */
-  private async fromFiles(d: Recipe['eval'] | RlStageConfig['data']): Promise<Problem[]> {
-    const out: Problem[] = [];
-    for (const f of d.files ?? []) {
-      const left = d.limit === null ? undefined : d.limit - out.length;
-      if (left === 0) break;
-      out.push(
-        ...(await loadProblems(f, { layout: d.layout, map: d.map, requireAnswer: true, limit: left })),
-      );
-    }
-    return out;
-  }
-
   /**
    * The built-in task generator writes its rows to `data/<name>.jsonl` in the run directory once, and they are
    * read back through data/'s loaders like any dataset: generated and file data take one path.
@@ -211,7 +190,7 @@ export class Trainer {
   private async loadTestSet(): Promise<void> {
     const e = this.recipe.eval;
     this.testSet = e.files
-      ? (await this.fromFiles(e)).slice(0, e.n)
+      ? (await sectionProblems(e)).slice(0, e.n)
       : await this.generatedProblems('eval', {
           seed: e.seed,
           n: e.n,
@@ -238,13 +217,7 @@ export class Trainer {
         });
       }),
     ];
-    const out: ChatExample[] = [];
-    for (const f of files) {
-      const left = d.limit === null ? undefined : d.limit - out.length;
-      if (left === 0) break;
-      out.push(...(await loadChatExamples(f, { limit: left })));
-    }
-    return out;
+    return sectionExamples(files, d.limit);
   }
 
   private filtered<T>(stage: string, r: FilterResult<T>): T[] {
@@ -456,7 +429,7 @@ export class Trainer {
     if (existsSync(path)) return JSON.parse(readFileSync(path, 'utf8')) as Problem[];
     const d = stage.data;
     let pool: Problem[] = d.files
-      ? await this.fromFiles(d)
+      ? await sectionProblems(d)
       : await this.generatedProblems(stage.name, {
           seed: seedFor(d.seed, stage.name),
           n: d.filter === 'all' ? 2000 : d.filterPool,
@@ -464,12 +437,8 @@ export class Trainer {
           levels: d.levels,
           kinds: d.kinds,
         });
-    if (d.integerOnly) pool = this.filtered(stage.name, integerAnswers(pool));
-    if (d.dedupe) pool = this.filtered(stage.name, dedupeQuestions(pool));
-    if (d.maxPromptTokens !== null) {
-      const count = this.backend.promptTokens?.bind(this.backend) ?? ((q: string) => q.length);
-      pool = this.filtered(stage.name, maxPromptTokens(pool, d.maxPromptTokens, count));
-    }
+    const count = this.backend.promptTokens?.bind(this.backend) ?? ((q: string) => q.length);
+    pool = rowFilters(pool, d, count, (r) => this.filtered(stage.name, r));
     if (pool.length === 0) throw new Error(`stage ${stage.name}: no problems left after the data filters`);
     if (d.filter === 'unsolved') {
       const screened = d.files
