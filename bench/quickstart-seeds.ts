@@ -5,7 +5,7 @@
 // second half of RL is compared (RoC should be lower).
 //
 //   npx tsx bench/quickstart-seeds.ts --seeds 1,2,3,4,5 [--ablation] [--out runs/seeds] [--recipe quickstart]
-//                                     [--jobs 1] [--set path=value ...]
+//                                     [--jobs 1] [--set path=value ...] [--report]
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
@@ -20,6 +20,8 @@ const { values } = parseArgs({
     out: { type: 'string', default: 'runs/seeds' },
     jobs: { type: 'string', default: '1' },
     ablation: { type: 'boolean', default: false },
+    // re-print the table of runs already in --out, without training (minutes then span the metrics' timestamps)
+    report: { type: 'boolean', default: false },
     set: { type: 'string', multiple: true, default: [] },
   },
 });
@@ -76,7 +78,14 @@ function summarise(run: string) {
       const rows = m.filter((r) => r.stage === s.name);
       const last = rows[rows.length - 1] ?? {};
       const gate = s.gate ? (rows.some((r) => r.gate === 'reached') ? `@${last.step}` : 'MISSED') : '-';
-      return { stage: s.name, steps: last.step ?? 0, loss: last.loss, gate };
+      const check = rows.filter((r) => r.heldout_loss !== undefined).pop();
+      return {
+        stage: s.name,
+        steps: last.step ?? 0,
+        loss: last.loss,
+        gate,
+        ...(check ? { heldoutLoss: check.heldout_loss, heldoutExact: check.heldout_exact } : {}),
+      };
     });
   const rl = m.filter((r) => cfg.stages.find((s: Rec) => s.name === r.stage)?.type === 'rl');
   const half = rl.slice(Math.floor(rl.length / 2));
@@ -103,8 +112,20 @@ console.log(
     `host CPU ${cpus()[0]?.model ?? '?'} × ${cpus().length}${values.ablation ? ', with RoC-off ablation' : ''}`,
 );
 const rows: Rec[] = [];
+const spanMinutes = (run: string) => {
+  const t = readJsonlTolerant<Rec>(join(run, 'metrics.jsonl')).map((r) => Date.parse(r.time));
+  return t.length ? (Math.max(...t) - Math.min(...t)) / 60_000 : Number.NaN;
+};
 await pool(seeds, jobs, async (seed) => {
   const run = join(values.out, `seed-${seed}`);
+  if (values.report) {
+    const row: Rec = { seed, code: 0, minutes: spanMinutes(run), ...summarise(run) };
+    const off = `${run}-grpo`;
+    if (values.ablation && existsSync(join(off, 'metrics.jsonl')))
+      row.grpo = { code: 0, minutes: spanMinutes(off), ...summarise(off) };
+    rows.push(row);
+    return;
+  }
   if (existsSync(join(run, 'state.json'))) throw new Error(`${run} holds a run already: pick another --out`);
   const r = await train(
     ['--recipe', values.recipe, '--seed', String(seed), '--out', run, ...sets],
@@ -151,7 +172,12 @@ for (const r of rows) {
   const gain = accs.length ? accs[accs.length - 1] - accs[0] : Number.NaN;
   gains.push(gain);
   minutes.push(r.minutes);
-  const sft = r.sft.map((s: Rec) => `${s.stage} ${f3(s.loss)} (${s.gate})`).join(', ');
+  const sft = r.sft
+    .map(
+      (s: Rec) =>
+        `${s.stage} ${f3(s.loss)} (${s.gate}${s.heldoutExact !== undefined ? `, exact ${f3(s.heldoutExact)}` : ''})`,
+    )
+    .join(', ');
   let abl = '';
   if (values.ablation) {
     const on = r.toolErrPosLateHalf;

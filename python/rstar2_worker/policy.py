@@ -196,7 +196,7 @@ class Policy:
     def logprobs(self, seqs, temperature=1.0, budget=8192):
         self._need_model()
         self.model.eval()
-        lps, ents = [], []
+        out = []
         with torch.no_grad():
             for mb in micro_batches(seqs, budget):
                 ids, _ = pad_right([seqs[i] for i in mb])
@@ -206,13 +206,12 @@ class Policy:
                 logp_all = torch.log_softmax(logits, -1)
                 lp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
                 ent = -(logp_all.exp() * logp_all).sum(-1)
+                top = logits.argmax(-1) == ids[:, 1:]
                 for j, i in enumerate(mb):
                     n = len(seqs[i])
-                    lps.append((i, [0.0] + lp[j, : n - 1].tolist()))
-                    ents.append((i, [0.0] + ent[j, : n - 1].tolist()))
-        lps.sort()
-        ents.sort()
-        return [x for _, x in lps], [x for _, x in ents]
+                    out.append((i, [0.0] + lp[j, : n - 1].tolist(), [0.0] + ent[j, : n - 1].tolist(), [0] + top[j, : n - 1].int().tolist()))
+        out.sort(key=lambda x: x[0])
+        return [x[1] for x in out], [x[2] for x in out], [x[3] for x in out]
 
     # ---- training --------------------------------------------------------------------------------
 

@@ -43,10 +43,11 @@ def handle(policy, h, a):
         return {"finish": finish}, {"out_ids": ("i32", flat_ids), "out_lens": ("i32", lens), "out_logprobs": ("f32", flat_lp)}
     if op == "logprobs":
         seqs = ragged(a["ids"], a["lens"])
-        lps, ents = policy.logprobs(seqs, float(h.get("temperature", 1.0)), int(h.get("microBatchTokens", 8192)))
+        lps, ents, tops = policy.logprobs(seqs, float(h.get("temperature", 1.0)), int(h.get("microBatchTokens", 8192)))
         return {}, {
             "logprobs": ("f32", np.concatenate([np.asarray(x, dtype=np.float32) for x in lps])),
             "entropy": ("f32", np.concatenate([np.asarray(x, dtype=np.float32) for x in ents])),
+            "argmax": ("i32", np.concatenate([np.asarray(x, dtype=np.int32) for x in tops])),
         }
     if op == "train_step":
         lens = a["lens"]

@@ -1,7 +1,8 @@
 """rstar2 sandbox: the broker, which runs untrusted Python snippets through a zygote, one fresh fork per call.
 
 Started by src/sandbox/pool.ts, normally inside one bubblewrap sandbox per pool, as
-    /usr/bin/python3 -I -S server.py CONFIG_JSON
+    /usr/bin/python3 -I -S server.py
+with u32 len | CONFIG_JSON first on its stdin (not in argv, which every process in the sandbox can read).
 
 Processes:
   broker  (this file) talks to Node over stdin/stdout, owns every request's bytes, creates each call's
@@ -29,15 +30,31 @@ import os
 import select
 import selectors
 import socket
+import stat
 import struct
 import sys
 import time
+import traceback
 import types
 
-CFG = json.loads(sys.argv[1])
+def read_config():
+    n = struct.unpack("<I", os.read(0, 4))[0]
+    data = b""
+    while len(data) < n:
+        chunk = os.read(0, n - len(data))
+        if not chunk:
+            raise SystemExit("sandbox config cut short")
+        data += chunk
+    return json.loads(data)
+
+
+CFG = read_config()
+os.closerange(3, 1024)  # whatever the launcher left open (bwrap's --args file names host paths)
 MAX_OUT = int(CFG.get("maxOutputBytes", 1 << 20))
 KILL_OUT = int(CFG.get("killOutputBytes", 16 << 20))
 PREFORK = bool(CFG.get("prefork", True))
+MEM_CHECK_S = float(CFG.get("memoryCheckMs", 100)) / 1000
+SHM_SLOT_KB = int(CFG.get("shmMb", 0)) << 10  # each slot's share of /dev/shm, which is sized slots x this
 INF = float("inf")
 ZYGOTE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 with open(ZYGOTE_PY, "rb") as _f:
@@ -48,8 +65,8 @@ sys.modules[zygote.__name__] = zygote
 exec(ZYGOTE_CODE, zygote.__dict__)
 from rstar2_zygote import (  # noqa: E402
     EXIT, EXIT_MAGIC, FLAG_CLOSE, FLAG_FETCH, FLAG_REPORT, FLAG_SESSION, FLAGS, LIM, MAX_FETCH, REASON_CLOSED,
-    REASON_NONE, REASON_OUTPUT, REASON_TIMEOUT, SDONE, SESSION_SLOTS, SHM, SLOTS, ZKILL, ZRES, ZRUN, log,
-    slot_dir, slot_uid,
+    REASON_MEMORY, REASON_NONE, REASON_OUTPUT, REASON_TIMEOUT, SDONE, SESSION_SLOTS, SHM, SLOTS, ZKILL, ZRES, ZRUN, log,
+    UID_BASE, slot_dir, slot_uid,
 )
 
 # The zygote's interpreter: it reads CFG and zygote.py's compiled code from fd 4 (marshal, so it neither
@@ -110,26 +127,68 @@ def learn_empty_size(d):
         pass
 
 
+def clear_dir(root):
+    """Deletes everything under the open directory fd `root`, without recursion and with at most two fds open:
+    a non-empty subdirectory's entries are first moved up into root. A snippet can nest directories
+    thousands deep (shutil.rmtree recursed once per level, and its RecursionError ended the broker) or make
+    paths longer than PATH_MAX; neither matters here. Returns how many entries could not be removed."""
+    n = 0
+    failed = 0
+    while True:
+        names = os.listdir(root)
+        if not names or failed >= len(names):
+            return failed
+        failed = 0
+        for name in names:
+            try:
+                if not stat.S_ISDIR(os.stat(name, dir_fd=root, follow_symlinks=False).st_mode):
+                    os.unlink(name, dir_fd=root)
+                    continue
+                try:
+                    os.rmdir(name, dir_fd=root)
+                    continue
+                except OSError:
+                    pass
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
+                try:
+                    os.chmod(sub, 0o700)  # the snippet may have made it unreadable to its owner
+                    for child in os.listdir(sub):
+                        n += 1
+                        os.rename(child, f".rstar2-wipe-{n}", src_dir_fd=sub, dst_dir_fd=root)
+                finally:
+                    os.close(sub)
+                os.rmdir(name, dir_fd=root)
+            except OSError:
+                failed += 1  # a name clash or a race: the next round retries it
+
+
+def is_clean(slot):
+    """One stat each for the slot's dir and /dev/shm says whether a call left anything behind (most do not)."""
+    try:
+        st = os.stat(slot_dir(slot))
+        if EMPTY_SIZE.get(slot_dir(slot), -1) != st.st_size or st.st_mode & 0o7777 != 0o700:
+            return False
+        return not (slot_uid(slot) and SHM and EMPTY_SIZE.get(SHM, -1) != os.stat(SHM).st_size)
+    except OSError:
+        return False
+
+
 def wipe(slot):
-    """Empties a slot's scratch dir and its uid's files in /dev/shm. The broker does it once the zygote has
-    reported the slot's processes dead, before the slot is given out again."""
+    """Empties a slot's scratch dir and its uid's files in /dev/shm. Runs on the wiper thread (Wiper) once the
+    zygote has reported the slot's processes dead, before the slot is given out again. Never raises: a wipe
+    that fails is logged and the slot is used as it is."""
     d = slot_dir(slot)
     uid = slot_uid(slot)
     try:
         st = os.stat(d)
         if EMPTY_SIZE.get(d, -1) != st.st_size or st.st_mode & 0o7777 != 0o700:
-            with os.scandir(d) as it:
-                entries = list(it)
-            for e in entries:
-                try:
-                    if e.is_dir(follow_symlinks=False):
-                        import shutil
-
-                        shutil.rmtree(e.path, ignore_errors=True)
-                    else:
-                        os.unlink(e.path)
-                except OSError as ex:
-                    log(f"wipe of {e.path} failed: {ex}")
+            fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                left = clear_dir(fd)
+            finally:
+                os.close(fd)
+            if left:
+                log(f"wipe of slot {slot}: {left} entries could not be removed")
             os.chmod(d, 0o700)  # the owner (the slot uid) may have changed it; only root could chown
             if d not in EMPTY_SIZE:
                 learn_empty_size(d)
@@ -141,14 +200,96 @@ def wipe(slot):
                             os.unlink(e.path)
                     except OSError:
                         pass
-    except OSError as ex:
-        log(f"wipe of slot {slot} failed: {ex}")
+    except Exception as ex:  # noqa: BLE001 - nothing a snippet left behind may end the sandbox
+        log(f"wipe of slot {slot} failed: {ex!r}")
+
+
+class Wiper:
+    """Wipes slots in a process of its own, forked before any request exists, so a slot holding 100k files
+    delays only its own reuse, not every other call's answer. (A thread was tried: its Python loop held the
+    GIL, and each of the broker's system calls then waited up to 5 ms to get it back.) Slot numbers go to it
+    on one pipe and come back, wiped, on another, which the broker's selector watches."""
+
+    def __init__(self):
+        todo_r, self.todo_w = os.pipe()
+        self.r, done_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                os.close(self.todo_w)
+                os.close(self.r)
+                null = os.open(os.devnull, os.O_RDWR)
+                os.dup2(null, 0)  # Node's pipes stay the broker's alone
+                os.dup2(null, 1)
+                zygote.libc.prctl(zygote.PR_SET_PDEATHSIG, 9, 0, 0, 0)
+                while True:
+                    data = os.read(todo_r, 2)
+                    if len(data) < 2:
+                        break
+                    (slot,) = struct.unpack("<H", data)
+                    wipe(slot)
+                    os.write(done_w, data)
+            finally:
+                os._exit(0)
+        os.close(todo_r)
+        os.close(done_w)
+        os.set_blocking(self.r, False)
+
+    def put(self, slot):
+        os.write(self.todo_w, struct.pack("<H", slot))
+
+    def done(self):
+        """Slots wiped since the last call."""
+        try:
+            data = os.read(self.r, 1 << 16)
+        except BlockingIOError:
+            return []
+        return [x for (x,) in struct.iter_unpack("<H", data)]
+
+
+def slot_memory_kb(base_kb):
+    """Memory each slot's calls hold now, by slot uid: every process's resident anonymous memory, less what it
+    inherited from the zygote (base_kb, shared copy-on-write by all), plus the uid's files in /dev/shm; and the
+    latter alone. RLIMIT_AS bounds one process; this bounds them all. Pages a snippet's own forks share
+    copy-on-write count once per process, so the sum errs high, never low. Needs per-slot uids (root)."""
+    used = {}
+    shm = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as f:
+                uid = anon = None
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        uid = int(line.split()[1])
+                    elif line.startswith(b"RssAnon:"):
+                        anon = int(line.split()[1])
+                        break
+        except (OSError, ValueError):
+            continue
+        slot = (uid or 0) - UID_BASE
+        if anon is not None and 0 <= slot < SLOTS:
+            used[slot] = used.get(slot, 0) + max(0, anon - base_kb)
+    if SHM and EMPTY_SIZE.get(SHM, -1) != os.stat(SHM).st_size:
+        with os.scandir(SHM) as it:
+            for e in it:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                slot = st.st_uid - UID_BASE
+                if 0 <= slot < SLOTS:
+                    used[slot] = used.get(slot, 0) + st.st_blocks // 2
+                    shm[slot] = shm.get(slot, 0) + st.st_blocks // 2
+    return used, shm
 
 
 # --------------------------------------------------------------------------------------- broker --
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
-                 "sess", "t0", "deadline", "lost", "stdin", "fetch", "answered", "reaped")
+                 "sess", "t0", "deadline", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb", "used_kb",
+                 "shm_kb")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -164,6 +305,7 @@ class Call:
         self.lost = None
         self.stdin = -1
         self.fetch = self.answered = self.reaped = False
+        self.mem_kb = self.used_kb = self.shm_kb = 0
 
 
 class Sess:
@@ -178,6 +320,7 @@ class Sess:
 
 class Broker:
     def __init__(self):
+        self.wiper = Wiper()  # first: it must hold no copy of the zygote's socket
         self.zpid, self.z = start_zygote()
         self.sel = selectors.DefaultSelector()
         self.inbuf = bytearray()
@@ -198,6 +341,8 @@ class Broker:
         self.prefork = PREFORK
         self.rid = 0
         self.outq = []
+        self.base_kb = 0
+        self.next_mem_check = 0.0
 
     def next_rid(self):
         self.rid = (self.rid + 1) & 0xFFFFFFFF or 1
@@ -229,14 +374,18 @@ class Broker:
             log("zygote did not start")
             os._exit(3)
         info = json.loads(msg[1:])
+        self.base_kb = int(info.get("anonKb", 0))
         info["ready"] = True
         if SHM:
             learn_empty_size(SHM)
+        for slot in range(SLOTS):  # the zygote made them, empty; wipes happen in the wiper's process
+            learn_empty_size(slot_dir(slot))
         self.send(0, info)
         self.flush()
         os.set_blocking(0, False)
         self.sel.register(0, selectors.EVENT_READ, ("node", None))
         self.sel.register(self.z, selectors.EVENT_READ, ("zygote", None))
+        self.sel.register(self.wiper.r, selectors.EVENT_READ, ("wiped", None))
         self.refill()  # spares for the first requests
 
     def on_node(self):
@@ -309,6 +458,7 @@ class Broker:
         """Hands a request to its (already forked) child: limits, then the payload, on its stdin."""
         call.id = cid
         self.start_clock(call, timeout_ms)
+        call.mem_kb = (mem_mb & ~FLAGS) << 10
         call.fetch = bool(mem_mb & FLAG_FETCH)
         if not self.waiting:  # latency matters more than the child's cost of reporting its own exit
             mem_mb |= FLAG_REPORT
@@ -367,6 +517,7 @@ class Broker:
     def start_cell(self, s, cid, timeout_ms, mem_mb, payload):
         call = Call(cid, s.slot, s.rid, s)
         self.start_clock(call, timeout_ms)
+        call.mem_kb = (mem_mb & ~FLAGS) << 10
         s.call = call
         call.fetch = bool(mem_mb & FLAG_FETCH)
         child_fds = self.open_call(call, call.fetch)
@@ -425,13 +576,14 @@ class Broker:
         if s.sock.fileno() in self.sel.get_map():
             self.sel.unregister(s.sock)
         s.sock.close()
-        wipe(s.slot)
-        self.sess_free.append(s.slot)
+        self.dirty.append(s.slot)
         _, code, sig, reason, _, rss, leftovers = res
         if reason == REASON_TIMEOUT:
             why = "session killed: a call ran past its time limit"
         elif reason == REASON_OUTPUT:
             why = "session killed: a call passed the output limit"
+        elif reason == REASON_MEMORY:
+            why = "session killed: its processes together passed the memory limit"
         elif reason == REASON_CLOSED:
             why = "session closed"
         elif sig:
@@ -476,7 +628,25 @@ class Broker:
                 self.z.send(b"K" + ZKILL.pack(call.rid, REASON_TIMEOUT))
             else:
                 nearest = min(nearest, call.deadline)
+        if UID_BASE and self.timed:
+            if now >= self.next_mem_check:
+                self.check_memory()
+                self.next_mem_check = now + MEM_CHECK_S
+            nearest = min(nearest, self.next_mem_check)
         return None if nearest == INF else max(0.0, nearest - now)
+
+    def check_memory(self):
+        """A call whose processes hold more than its memory limit together is killed with reason memory (a
+        session with its whole process)."""
+        used, shm = slot_memory_kb(self.base_kb)
+        for call in list(self.timed):
+            kb = used.get(call.slot, 0)
+            over_shm = SHM_SLOT_KB and shm.get(call.slot, 0) > SHM_SLOT_KB
+            if (over_shm or call.mem_kb and kb > call.mem_kb) and not call.killed:
+                call.killed = True
+                call.used_kb, call.shm_kb = kb, shm.get(call.slot, 0)
+                self.timed.discard(call)
+                self.z.send(b"K" + ZKILL.pack(call.rid, REASON_MEMORY))
 
     # ---------------------------------------------------------------------------------- pipes --
     def write_stdin(self, fd, data):
@@ -611,6 +781,8 @@ class Broker:
                "e": len(call.err)}
         if call.held:
             hdr["h"] = 1
+        if call.used_kb:
+            hdr["mk"], hdr["ms"] = call.used_kb, call.shm_kb
         if call.lost:
             hdr["sl"] = call.lost
         res = b""
@@ -618,6 +790,27 @@ class Broker:
             res = bytes(call.res)
             hdr["f"] = len(res)
         self.send(call.id, hdr, bytes(call.out), bytes(call.err) + res)
+
+    def release(self, slot):
+        (self.sess_free if slot >= SLOTS - SESSION_SLOTS else self.free).append(slot)
+
+    def on_event(self, which, call, fd):
+        if which == "node":
+            self.on_node()
+        elif which == "zygote":
+            self.on_zygote()
+        elif which == "sess":
+            self.on_sess(call)
+        elif which == "stdin":
+            self.sel.unregister(fd)
+            self.write_stdin(fd, call)
+        elif which == "wiped":
+            for slot in self.wiper.done():
+                self.release(slot)
+            self.dispatch()
+            self.dispatch_sessions()
+        else:
+            self.on_pipe(which, call, fd)
 
     def loop(self):
         self.start()
@@ -628,25 +821,21 @@ class Broker:
                 if cur is None or cur.data is not key.data:
                     continue  # closed (and perhaps reused) by an earlier event of this round
                 which, call = key.data
-                if which == "node":
-                    self.on_node()
-                elif which == "zygote":
-                    self.on_zygote()
-                elif which == "sess":
-                    self.on_sess(call)
-                elif which == "stdin":
-                    self.sel.unregister(key.fd)
-                    self.write_stdin(key.fd, call)
-                else:
-                    self.on_pipe(which, call, key.fd)
+                try:
+                    self.on_event(which, call, key.fd)
+                except Exception:  # noqa: BLE001 - one call's trouble must not end every other call
+                    log(f"error handling a {which} event: {traceback.format_exc()}")
             self.flush()
             # after the answers went out: neither the wipe nor a spare's fork is on their latency
             if self.dirty:
                 for slot in self.dirty:
-                    wipe(slot)
-                self.free.extend(self.dirty)
+                    if is_clean(slot):
+                        self.release(slot)
+                    else:
+                        self.wiper.put(slot)
                 self.dirty.clear()
                 self.dispatch()
+                self.dispatch_sessions()
             self.refill()
             timeout = self.check_deadlines() if self.timed else None  # last: dispatch may have started clocks
 

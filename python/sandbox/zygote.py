@@ -64,7 +64,7 @@ _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
 _ll_restrict = libc.syscall
 PID_NS = bool(CFG.get("pidNamespace", False))
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
-REASON_NONE, REASON_TIMEOUT, REASON_OUTPUT, REASON_CLOSED = 0, 1, 2, 3
+REASON_NONE, REASON_TIMEOUT, REASON_OUTPUT, REASON_CLOSED, REASON_MEMORY = 0, 1, 2, 3, 4
 ZRES = struct.Struct("<IiiBIII")  # rid, exit code (-1), signal (0), reason, cpu us, rss kb, leftovers
 ZRUN = struct.Struct("<IIH")  # rid, mem mb, slot
 ZKILL = struct.Struct("<IB")  # rid, reason
@@ -211,6 +211,7 @@ def child_main(slot, fds):
         R.setrlimit(R.RLIMIT_NOFILE, (NOFILE, NOFILE))
         R.setrlimit(R.RLIMIT_CORE, (0, 0))
         R.setrlimit(R.RLIMIT_MSGQUEUE, (0, 0))
+        os.umask(0o077)  # /dev/shm is shared by the slots: what a snippet makes there is its own
         os.chdir(HOME_BYTES[slot])
         uid = slot_uid(slot)
         if uid:
@@ -329,6 +330,7 @@ def session_main(slot, mem_mb, fds):
         R.setrlimit(R.RLIMIT_NOFILE, (NOFILE, NOFILE))
         R.setrlimit(R.RLIMIT_CORE, (0, 0))
         R.setrlimit(R.RLIMIT_MSGQUEUE, (0, 0))
+        os.umask(0o077)
         home = slot_dir(slot)
         os.chdir(home)
         uid = slot_uid(slot)
@@ -601,7 +603,10 @@ class Zygote:
                 if fd != sock:
                     exited = True  # a child's pidfd
                     continue
-                msg, fds = recv_fds(self.sock, 256)
+                try:
+                    msg, fds = recv_fds(self.sock, 256)
+                except ConnectionResetError:  # the broker exited with our reports unread
+                    msg = b""
                 if not msg:  # broker gone: take every child with us
                     for pid in list(self.jobs):
                         os.kill(pid, signal.SIGKILL)

@@ -1,4 +1,5 @@
 import { type Command, InvalidArgumentError } from 'commander';
+import { resolveToken, TOKEN_ENV } from '../util/http-guard.js';
 import { startDashboard } from './server.js';
 
 export function registerDashboardCommands(program: Command): void {
@@ -19,15 +20,32 @@ export function registerDashboardCommands(program: Command): void {
       },
       8090,
     )
-    .option('--host <addr>', 'address to bind (keep 127.0.0.1 unless you mean to share it)', '127.0.0.1')
+    .option(
+      '--host <addr>',
+      'address to bind (keep 127.0.0.1 unless you mean to share it); anything but loopback needs a token',
+      '127.0.0.1',
+    )
+    .option(
+      '--token <token>',
+      `require this token (16+ characters; default $${TOKEN_ENV}). The printed URL carries it as ` +
+        '?token=, which the page passes on to the API as a bearer header; other clients send ' +
+        "'Authorization: Bearer <token>' or ?token= on GET",
+    )
     .option(
       '--poll-ms <n>',
       'how often the page refreshes live data',
       (v) => Math.max(200, Number(v) || 2000),
       2000,
     )
-    .action(async (o: { runs: string; port: number; host: string; pollMs: number }) => {
-      const d = await startDashboard({ root: o.runs, port: o.port, host: o.host, pollMs: o.pollMs });
+    .action(async (o: { runs: string; port: number; host: string; pollMs: number; token?: string }) => {
+      const token = resolveToken(o.token);
+      const d = await startDashboard({
+        root: o.runs,
+        port: o.port,
+        host: o.host,
+        pollMs: o.pollMs,
+        ...(token ? { token } : {}),
+      });
       console.log(`rstar2 dashboard: ${d.url}  (serving ${o.runs}; Ctrl-C to stop)`);
       const stop = () => void d.close().then(() => process.exit(0));
       process.once('SIGINT', stop);

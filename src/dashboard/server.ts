@@ -2,6 +2,14 @@ import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { resolve } from 'node:path';
 import {
+  baseUrl,
+  checkBind,
+  httpGuard,
+  type Refusal,
+  requestTarget,
+  sendRefusal,
+} from '../util/http-guard.js';
+import {
   type DirEntry,
   evalData,
   FILTERS,
@@ -15,7 +23,8 @@ import {
 
 // A read-only local web server over run/eval directories: one HTML page (static/app.js draws inline
 // SVG charts) and a small JSON API the page polls for live updates. Only directories found under
-// --runs are reachable; names from the client are looked up, never joined into paths.
+// --runs are reachable; names from the client are looked up, never joined into paths. Every request
+// passes the shared guard (util/http-guard.ts: Host, Origin, optional token) first.
 
 const STATIC = new URL('./static/', import.meta.url);
 
@@ -49,13 +58,16 @@ function escapeHtml(s: string): string {
 export interface DashboardOptions {
   root: string;
   port?: number; // 0 = any free port
-  host?: string;
+  host?: string; // default 127.0.0.1; anything but loopback needs `token`
   pollMs?: number;
+  /** Required on every route but the static files, as a bearer header or `?token=` (the page passes
+   * its own `?token=` on to the API). */
+  token?: string;
 }
 
 export interface Dashboard {
   server: Server;
-  url: string;
+  url: string; // the page to open, with ?token= when there is one
   close(): Promise<void>;
 }
 
@@ -78,8 +90,13 @@ function entries(root: string) {
   });
 }
 
-function handle(root: string, pollMs: number, req: IncomingMessage, res: ServerResponse) {
-  const url = new URL(req.url ?? '/', 'http://x');
+type Guard = (req: IncomingMessage, url: URL) => Refusal | null;
+
+function handle(root: string, pollMs: number, guard: Guard, req: IncomingMessage, res: ServerResponse) {
+  const url = requestTarget(req.url ?? '/');
+  if (!url) return send(res, 400, 'text/plain; charset=utf-8', 'bad request target');
+  const refusal = guard(req, url);
+  if (refusal) return sendRefusal(res, refusal);
   const q = url.searchParams;
   const find = (): DirEntry => {
     const name = q.get('name');
@@ -137,17 +154,24 @@ class BadRequest extends Error {}
 
 export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
   const root = resolve(o.root);
+  const host = o.host ?? '127.0.0.1';
+  checkBind(host, o.token, 'dashboard');
   scanDirs(root); // fail early on a bad --runs
-  const server = createServer((req, res) => handle(root, o.pollMs ?? 2000, req, res));
+  // The static files are the public app code, and the page's <script>/<link> cannot carry a token.
+  const open = (p: string) => p.startsWith('/static/') || p === '/favicon.ico';
+  const guard = httpGuard({ host, token: o.token, open, queryToken: true });
+  const server = createServer({ requestTimeout: 30_000, headersTimeout: 10_000 }, (req, res) =>
+    handle(root, o.pollMs ?? 2000, guard, req, res),
+  );
   await new Promise<void>((ok, fail) => {
     server.once('error', fail);
-    server.listen(o.port ?? 8090, o.host ?? '127.0.0.1', () => ok());
+    server.listen(o.port ?? 8090, host, () => ok());
   });
   const addr = server.address();
-  const port = typeof addr === 'object' && addr ? addr.port : o.port;
+  const port = typeof addr === 'object' && addr ? addr.port : (o.port ?? 8090);
   return {
     server,
-    url: `http://${o.host ?? '127.0.0.1'}:${port}/`,
+    url: `${baseUrl(host, port)}/${o.token ? `?token=${encodeURIComponent(o.token)}` : ''}`,
     close: () =>
       new Promise<void>((ok) => {
         server.closeAllConnections();

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Trajectory } from '../agent/trajectory.js';
-import { appendJsonl } from '../util/jsonl.js';
+import { appendJsonl, writeAtomic } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
 import { type BenchProblem, type EvalReport, renderMarkdown, scoreEval } from './score.js';
 import { eachTrajectory, TrajectoryIndex, type TrajSummary } from './trajfile.js';
@@ -82,11 +82,6 @@ export interface EvalState {
   updated: string;
 }
 
-function writeAtomic(path: string, text: string): void {
-  writeFileSync(`${path}.tmp`, text);
-  renameSync(`${path}.tmp`, path);
-}
-
 // A killed writer may leave a torn last line; appending after it would glue two records together.
 function dropTornTail(path: string): void {
   if (!existsSync(path)) return;
@@ -137,6 +132,8 @@ export interface RunEvalOptions {
   progress?: boolean;
   signal?: AbortSignal;
   log?: (m: string) => void;
+  /** Least time between state.json writes as samples land (default 5000): what a kill -9 can lose. */
+  stateEveryMs?: number;
 }
 
 export async function runEval(o: RunEvalOptions): Promise<EvalReport> {
@@ -189,11 +186,20 @@ export async function runEval(o: RunEvalOptions): Promise<EvalReport> {
   let finished = 0;
   const bar = new Progress(`eval ${config.bench}`, total, o.progress ?? true);
   bar.set(total - reqs.length);
-  const saveState = () =>
-    writeAtomic(
-      join(outDir, 'state.json'),
-      `${JSON.stringify({ wallTimeS: prior.wallTimeS + (Date.now() - start) / 1000, sessions: prior.sessions + 1, updated: new Date().toISOString() }, null, 2)}\n`,
-    );
+  // Written now and while samples land, not only at the end: a session killed with SIGKILL still
+  // counts, with its wall time up to the last write.
+  const stateEveryMs = o.stateEveryMs ?? 5000;
+  let savedAt = 0;
+  const saveState = () => {
+    savedAt = Date.now();
+    const state: EvalState = {
+      wallTimeS: prior.wallTimeS + (savedAt - start) / 1000,
+      sessions: prior.sessions + 1,
+      updated: new Date(savedAt).toISOString(),
+    };
+    writeAtomic(join(outDir, 'state.json'), `${JSON.stringify(state, null, 2)}\n`);
+  };
+  saveState();
   let failure: unknown = null;
   if (reqs.length > 0) {
     try {
@@ -208,6 +214,7 @@ export async function runEval(o: RunEvalOptions): Promise<EvalReport> {
           finished++;
           if (scored.correct) correct++;
           bar.tick(1, `acc ${((100 * correct) / finished).toFixed(1)}%`);
+          if (Date.now() - savedAt >= stateEveryMs) saveState();
         },
         o.signal,
       );

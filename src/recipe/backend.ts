@@ -28,7 +28,7 @@ import { PolicyWorker } from '../worker/client.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
 import type { TrainOptions, TrainSequence, TrainStats } from '../worker/types.js';
 import type { Recipe } from './config.js';
-import type { PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
+import type { HeldoutScore, PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
 
 // The embedded backend: one torch worker both generates (through the agent loop and the KV-budget scheduler)
 // and trains, so weights are shared and "sync" is free. Tool calls run in the isolated sandbox pool.
@@ -257,19 +257,27 @@ export class EmbeddedBackend implements PolicyBackend {
     return this.trained(this.worker.trainStep({ loss: 'sft', sequences }, opts));
   }
 
-  async sftLoss(examples: ChatExample[]): Promise<number> {
+  async sftHeldout(examples: ChatExample[]): Promise<HeldoutScore> {
     const seqs = this.sftSequences(examples);
-    const lps = await this.worker.logprobs(seqs.map((s) => s.ids));
+    const scored = await this.worker.logprobs(seqs.map((s) => s.ids));
     let sum = 0;
     let count = 0;
-    for (const [i, { logprobs }] of lps.entries()) {
-      for (const [t, m] of seqs[i].mask.entries()) {
+    let exact = 0;
+    for (const [i, { logprobs, argmax }] of scored.entries()) {
+      const mask = seqs[i].mask;
+      for (const [t, m] of mask.entries()) {
         if (m === 0) continue;
         sum -= logprobs[t];
         count++;
       }
+      // the final assistant turn is the last run of trained tokens (tool turns are masked)
+      let t = mask.length - 1;
+      let ok = true;
+      while (t >= 0 && mask[t] === 0) t--;
+      for (; t >= 0 && mask[t] === 1; t--) ok &&= argmax[t];
+      if (ok) exact++;
     }
-    return sum / Math.max(1, count);
+    return { loss: sum / Math.max(1, count), exact: exact / Math.max(1, seqs.length) };
   }
 
   private async trained(step: Promise<TrainStats>): Promise<TrainStats> {

@@ -3,9 +3,10 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { remoteEngine } from '../engines/factory.js';
-import { loadRecipe, type Overrides, parseRecipe, type Recipe } from './config.js';
+import { LOGGERS, loadRecipe, type Overrides, parseRecipe, type Recipe } from './config.js';
 import { FakeBackend } from './fake.js';
 import { HealthError } from './health.js';
+import { checkLoggers, exportMetrics } from './loggers.js';
 import { plotRuns } from './plot.js';
 import { forkRun, type PolicyBackend, Trainer } from './trainer.js';
 
@@ -24,6 +25,7 @@ interface TrainFlags {
   set: string[];
   strictHealth?: boolean;
   dryRun?: boolean;
+  logger?: string;
 }
 
 async function makeBackend(recipe: Recipe, flags: TrainFlags, runDir: string): Promise<PolicyBackend> {
@@ -55,6 +57,13 @@ async function train(flags: TrainFlags): Promise<void> {
     set.push(`seed=${flags.seed}`);
   }
   if (flags.strictHealth) set.push('health.strict=true');
+  if (flags.logger !== undefined) {
+    const names = flags.logger.split(',').map((s) => s.trim());
+    const bad = names.filter((n) => !(LOGGERS as readonly string[]).includes(n));
+    if (bad.length > 0)
+      throw new Error(`--logger: unknown ${bad.join(', ')} (choose from ${LOGGERS.join(', ')})`);
+    set.push(`logger=${JSON.stringify(names)}`);
+  }
   const overrides: Overrides = { set, ...(flags.roc ? { roc: flags.roc as 'on' | 'off' } : {}) };
   let recipe: Recipe;
   let runDir: string;
@@ -64,7 +73,8 @@ async function train(flags: TrainFlags): Promise<void> {
     if (!existsSync(cfg)) throw new Error(`--resume ${runDir}: no config.json there (not a run directory?)`);
     if (flags.roc || flags.seed !== undefined || flags.set.length > 0)
       throw new Error('--roc, --seed and --set cannot change a run being resumed; its config.json decides');
-    recipe = parseRecipe(JSON.parse(readFileSync(cfg, 'utf8')), cfg, flags.strictHealth ? { set } : {});
+    // only --strict-health and --logger are left in `set` here: neither changes what is trained
+    recipe = parseRecipe(JSON.parse(readFileSync(cfg, 'utf8')), cfg, { set });
   } else {
     let forkSrc: string | undefined;
     if (flags.fork) {
@@ -95,6 +105,7 @@ async function train(flags: TrainFlags): Promise<void> {
     process.stdout.write(JSON.stringify(recipe, null, 2) + '\n');
     return;
   }
+  checkLoggers(recipe.logger);
   if (flags.dryRun) {
     const { dryRun } = await import('./dry-run.js');
     const engines = (flags.engines ?? '')
@@ -191,6 +202,11 @@ export function registerRecipeCommands(program: Command): void {
     )
     .option('--strict-health', 'stop with exit code 3 at the first health warning (the run is not learning)')
     .option(
+      '--logger <names>',
+      'also log step metrics to: tensorboard (event files in <run>/tensorboard/), comma-separated; ' +
+        'metrics.jsonl is always written (same as --set logger=...; allowed with --resume)',
+    )
+    .option(
       '--backend <name>',
       'embedded (torch worker + sandbox) or fake (a 3-parameter stand-in policy)',
       'embedded',
@@ -207,6 +223,18 @@ export function registerRecipeCommands(program: Command): void {
         '(default: <run>/engine-weights)',
     )
     .action((flags: TrainFlags) => train(flags));
+
+  program
+    .command('export-metrics')
+    .description(
+      "Write a run's metrics.jsonl and evals.jsonl as a TensorBoard event file (the scalars --logger tensorboard logs)",
+    )
+    .argument('<run>', 'run directory')
+    .requiredOption('--tensorboard <dir>', 'directory for the event file (new, or without event files)')
+    .action((run: string, o: { tensorboard: string }) => {
+      const r = exportMetrics(run, o.tensorboard);
+      console.log(`wrote ${r.records} records to ${r.path}`);
+    });
 
   program
     .command('train-plot')

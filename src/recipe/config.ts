@@ -9,6 +9,9 @@ import { TASK_KINDS } from './tasks.js';
 
 export const RECIPES_DIR = new URL('../../data/recipes/', import.meta.url).pathname;
 
+export const LOGGERS = ['jsonl', 'tensorboard', 'wandb'] as const;
+export type LoggerName = (typeof LOGGERS)[number];
+
 const Levels = z.array(z.number().int().min(0).max(3)).min(1);
 
 export const RocSchema = z
@@ -93,7 +96,21 @@ const SftStage = z
     checkpointEvery: z.number().int().min(1).default(100),
     gate: z
       .object({
-        loss: z.number().positive().describe('the stage ends once held-out demo loss is at or below this'),
+        loss: z
+          .number()
+          .positive()
+          .nullable()
+          .default(null)
+          .describe('the stage may end once held-out loss per trained token is at or below this'),
+        exact: z
+          .number()
+          .gt(0)
+          .max(1)
+          .nullable()
+          .default(null)
+          .describe(
+            "the stage may end once this fraction of held-out examples has its final assistant turn as the model's greedy choice under teacher forcing (for tool demos: the tool's result copied into the answer exactly)",
+          ),
         every: z.number().int().min(1).default(25).describe('steps between held-out checks'),
         heldout: z.number().int().min(1).default(64).describe('demos held out of training for the check'),
         on: z
@@ -104,9 +121,12 @@ const SftStage = z
           ),
       })
       .strict()
+      .refine((g) => g.loss != null || g.exact != null, { message: 'a gate needs loss, exact or both' })
       .nullable()
       .default(null)
-      .describe('a skill gate: `steps` becomes a cap, and a stage that hits it without the gate warns'),
+      .describe(
+        'a skill gate, checked on held-out demos: the stage ends when every threshold given is met; `steps` becomes a cap, and a stage that hits it without the gate warns',
+      ),
   })
   .strict();
 
@@ -166,6 +186,16 @@ export const RecipeSchema = z
   .object({
     name: z.string().default('recipe'),
     seed: z.number().int().default(1),
+    logger: z
+      .preprocess(
+        // "tensorboard,wandb" from --logger or --set; jsonl is always written (resume and the dashboard read it)
+        (v) => (typeof v === 'string' ? v.split(',').map((s) => s.trim()) : v),
+        z.array(z.enum(LOGGERS)).transform((l) => [...new Set(['jsonl' as const, ...l])]),
+      )
+      .default(['jsonl'])
+      .describe(
+        'where step metrics go: jsonl (metrics.jsonl, always), tensorboard (<run>/tensorboard/); wandb is refused with how to sync the TensorBoard files instead',
+      ),
     model: z
       .object({
         path: z

@@ -5,7 +5,7 @@ import type { ChatExample } from '../data/index.js';
 import { Rng } from '../util/rng.js';
 import type { TrainOptions, TrainStats } from '../worker/types.js';
 import { answerText, demoStyle, type TaskProblem, toolCallText, toolObservationText } from './tasks.js';
-import type { PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
+import type { HeldoutScore, PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
 
 // A three-parameter stand-in policy for exercising the trainer without torch: logits for "call the tool",
 // "the first call is broken", and "copy stdout correctly". SFT moves them toward the demo mix; GRPO moves
@@ -124,9 +124,11 @@ export class FakeBackend implements PolicyBackend {
     return this.stats(opts.lr);
   }
 
-  /** Falls as the copy skill grows: enough for the SFT gate to pass or not, deterministically. */
-  async sftLoss(): Promise<number> {
-    return 1 - sig(this.p.copy);
+  /** Loss falls and exact copies (all 5 digits right) rise with the copy skill: enough for the SFT gate to pass
+   * or not, deterministically. */
+  async sftHeldout(): Promise<HeldoutScore> {
+    const q = sig(this.p.copy);
+    return { loss: 1 - q, exact: q ** 5 };
   }
 
   async grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats> {

@@ -77,10 +77,31 @@ export function sftLossWarning(stage: string, step: number, loss: number): Healt
     : [{ code: 'nonfinite_loss', message: `${stage} step ${step}: loss is ${loss}` }];
 }
 
-export function gateWarning(stage: string, cap: number, best: number, target: number): HealthWarning {
+export interface GateSpec {
+  loss?: number | null;
+  exact?: number | null;
+}
+
+export function gatePassed(gate: GateSpec, score: { loss: number; exact: number }): boolean {
+  return (gate.loss == null || score.loss <= gate.loss) && (gate.exact == null || score.exact >= gate.exact);
+}
+
+export function describeGate(gate: GateSpec): string {
+  const parts = [];
+  if (gate.loss != null) parts.push(`loss <= ${gate.loss}`);
+  if (gate.exact != null) parts.push(`exact >= ${gate.exact}`);
+  return `gate ${parts.join(' and ')}`;
+}
+
+export function gateWarning(
+  stage: string,
+  cap: number,
+  best: { loss: number; exact: number },
+  gate: GateSpec,
+): HealthWarning {
   return {
     code: 'sft_gate_not_reached',
-    message: `${stage}: held-out loss ${best.toFixed(4)} at the ${cap}-step cap, gate ${target} not reached`,
+    message: `${stage}: best held-out loss ${best.loss.toFixed(4)}, exact ${best.exact.toFixed(3)} at the ${cap}-step cap, ${describeGate(gate)} not reached`,
   };
 }
 

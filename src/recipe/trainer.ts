@@ -1,32 +1,27 @@
-import {
-  cpSync,
-  existsSync,
-  mkdirSync,
-  readdirSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Trajectory } from '../agent/trajectory.js';
 import { type ChatExample, type FilterResult, loadProblems, type Problem } from '../data/index.js';
 import { type Scored, scoreTrajectory } from '../reward/index.js';
 import { type PenaltyOptions, selectAndScore } from '../rl/index.js';
-import { appendJsonl, readJsonlTolerant } from '../util/jsonl.js';
+import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
 import { Rng } from '../util/rng.js';
 import type { TrainOptions, TrainStats } from '../worker/types.js';
 import type { Recipe, RlStageConfig, SftStageConfig, Stage } from './config.js';
 import { rowFilters, sectionExamples, sectionProblems } from './data.js';
 import {
+  describeGate,
+  type GateSpec,
   gainWarning,
+  gatePassed,
   gateWarning,
   Health,
   HealthError,
   type HealthWarning,
   sftLossWarning,
 } from './health.js';
+import { openRunLog, type RunLog } from './loggers.js';
 import { generateProblems, type ProblemSpec, sftExamples } from './tasks.js';
 
 // The training loop over a recipe's stages, writing the run directory of docs/RUN_DIR.md. The policy, its
@@ -49,13 +44,21 @@ export interface ScoredItem {
   oldLogprobs?: number[];
 }
 
+export interface HeldoutScore {
+  /** Mean loss per trained token. */
+  loss: number;
+  /** Fraction of examples whose final assistant turn is the model's greedy choice at every token, given the
+   * true prefix: for a tool demo, whether the model copies the tool's result into its answer exactly. */
+  exact: number;
+}
+
 export interface PolicyBackend {
   /** n trajectories per problem, in problem order then sample order; `promptId` is the problem id. */
   rollout(req: RolloutRequest, onDone?: (done: number, total: number) => void): Promise<Trajectory[]>;
   /** One optimizer step on chat examples, loss on the assistant tokens (tool turns masked, as in RL). */
   sftStep(examples: ChatExample[], opts: TrainOptions): Promise<TrainStats>;
-  /** Mean loss per trained token over these examples, without training (the SFT gate's held-out check). */
-  sftLoss(examples: ChatExample[]): Promise<number>;
+  /** Scores held-out examples without training (the SFT gate's check). */
+  sftHeldout(examples: ChatExample[]): Promise<HeldoutScore>;
   /** One optimizer step on these trajectories; the new weights reach the rollout engines before the next rollout. */
   grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats>;
   /** Response-token logprobs of these trajectories under the current weights (oldLogprobs: recompute). */
@@ -99,11 +102,6 @@ function seedFor(...parts: (number | string)[]): number {
   let h = 0x811c9dc5;
   for (const c of parts.join('|')) h = Math.imul(h ^ c.charCodeAt(0), 0x01000193) >>> 0;
   return h;
-}
-
-function writeAtomic(path: string, data: string): void {
-  writeFileSync(`${path}.tmp`, data);
-  renameSync(`${path}.tmp`, path);
 }
 
 export function readState(runDir: string): RunState | null {
@@ -150,6 +148,7 @@ export class Trainer {
   private testSet: Problem[] = [];
   private readonly health: Health;
   private unhealthy: HealthWarning[] = [];
+  private runLog?: RunLog;
   /** Every warning of this session, for the closing summary. */
   readonly warnings: HealthWarning[] = [];
 
@@ -269,19 +268,25 @@ export class Trainer {
     }
     this.truncateAfter(state);
     await this.loadTestSet();
-    for (let i = state?.stageIndex ?? 0; i < this.recipe.stages.length; i++) {
-      const stage = this.recipe.stages[i];
-      const start = state && i === state.stageIndex ? state.step : 0;
-      if (start >= stage.steps) continue; // done, or a stage switched off with steps: 0
-      if (state?.stageDone && i === state.stageIndex) continue;
-      this.health.resetStage();
-      if (start === 0 && i > 0 && stage.optimizer === 'fresh') {
-        if (!this.backend.resetOptimizer)
-          throw new Error(`stage ${stage.name}: this backend cannot reset its optimizer`);
-        await this.backend.resetOptimizer();
+    this.runLog = openRunLog(this.recipe.logger, this.recipe.stages, this.runDir, state);
+    try {
+      for (let i = state?.stageIndex ?? 0; i < this.recipe.stages.length; i++) {
+        const stage = this.recipe.stages[i];
+        const start = state && i === state.stageIndex ? state.step : 0;
+        if (start >= stage.steps) continue; // done, or a stage switched off with steps: 0
+        if (state?.stageDone && i === state.stageIndex) continue;
+        this.health.resetStage();
+        if (start === 0 && i > 0 && stage.optimizer === 'fresh') {
+          if (!this.backend.resetOptimizer)
+            throw new Error(`stage ${stage.name}: this backend cannot reset its optimizer`);
+          await this.backend.resetOptimizer();
+        }
+        if (stage.type === 'sft') await this.runSft(i, stage, start);
+        else await this.runRl(i, stage, start);
       }
-      if (stage.type === 'sft') await this.runSft(i, stage, start);
-      else await this.runRl(i, stage, start);
+    } finally {
+      this.runLog.close();
+      this.runLog = undefined;
     }
     const evals = readJsonlTolerant<{ stage: string; step: number; accuracy: number }>(
       join(this.runDir, 'evals.jsonl'),
@@ -334,7 +339,7 @@ export class Trainer {
         `stage ${stage.name}: none of the ${gate.heldout} held-out examples calls a tool (gate.on: tool)`,
       );
     const demos = gate ? all.slice(0, all.length - gate.heldout) : all;
-    let best = Number.POSITIVE_INFINITY;
+    let best: HeldoutScore = { loss: Number.POSITIVE_INFINITY, exact: 0 };
     const bar = new Progress(
       `${stage.name}`,
       stage.steps,
@@ -355,26 +360,29 @@ export class Trainer {
         time: new Date().toISOString(),
         loss: round(st.loss),
         grad_norm: round(st.gradNorm),
+        lr: st.lr,
         tokens_per_s: Math.round(st.tokensPerS),
         time_update_s: round((Date.now() - t0) / 1000, 3),
       };
       const warnings = sftLossWarning(stage.name, step, st.loss);
       let passed = false;
       if (gate && (step % gate.every === 0 || step === stage.steps)) {
-        const loss = await this.backend.sftLoss(heldout);
-        record.heldout_loss = round(loss);
-        best = Math.min(best, loss);
-        passed = loss <= gate.loss;
+        const score = await this.backend.sftHeldout(heldout);
+        record.heldout_loss = round(score.loss);
+        record.heldout_exact = round(score.exact);
+        best = { loss: Math.min(best.loss, score.loss), exact: Math.max(best.exact, score.exact) };
+        passed = gatePassed(gate, score);
         if (passed) record.gate = 'reached';
-        else if (step === stage.steps) warnings.push(gateWarning(stage.name, step, best, gate.loss));
+        else if (step === stage.steps) warnings.push(gateWarning(stage.name, step, best, gate));
       }
       this.warn(warnings, record);
       appendJsonl(join(this.runDir, 'metrics.jsonl'), [record]);
+      this.runLog?.record('metrics', record);
       bar.set(step, `loss=${st.loss.toFixed(3)}`);
       if (passed) {
         bar.finish();
         this.log(
-          `[gate] ${stage.name}: held-out loss ${record.heldout_loss} <= ${gate?.loss} at step ${step}; stage done`,
+          `[gate] ${stage.name}: held-out loss ${record.heldout_loss}, exact ${record.heldout_exact} at step ${step} (${describeGate(gate as GateSpec)}); stage done`,
         );
         await this.checkpoint(stageIndex, stage, step, true);
         return;
@@ -398,19 +406,19 @@ export class Trainer {
     const gold = new Map(this.testSet.map((p) => [p.id, p.answer ?? '']));
     const correct = trajs.filter((t) => this.reward(t, gold.get(t.promptId) ?? '').correct).length;
     const accuracy = correct / Math.max(1, trajs.length);
-    appendJsonl(join(this.runDir, 'evals.jsonl'), [
-      {
-        stage,
-        step,
-        accuracy: round(accuracy),
-        n: trajs.length,
-        samples: e.samples,
-        temperature: e.temperature,
-        split: 'test',
-        tool_calls_mean: round(mean(trajs.map((t) => t.numToolCalls))),
-        tool_errors_mean: round(mean(trajs.map((t) => t.numToolErrors))),
-      },
-    ]);
+    const record = {
+      stage,
+      step,
+      accuracy: round(accuracy),
+      n: trajs.length,
+      samples: e.samples,
+      temperature: e.temperature,
+      split: 'test',
+      tool_calls_mean: round(mean(trajs.map((t) => t.numToolCalls))),
+      tool_errors_mean: round(mean(trajs.map((t) => t.numToolErrors))),
+    };
+    appendJsonl(join(this.runDir, 'evals.jsonl'), [record]);
+    this.runLog?.record('evals', record);
     this.log(
       `[eval] ${stage} step ${step}: held-out accuracy ${(accuracy * 100).toFixed(1)}% ` +
         `(${this.testSet.length} problems × ${e.samples}, T=${e.temperature})`,
@@ -614,6 +622,7 @@ export class Trainer {
               entropy: round(mean(stats.map((s) => s.entropy))),
               grad_norm: round(mean(stats.map((s) => s.gradNorm))),
               loss: round(mean(stats.map((s) => s.loss))),
+              lr: stats[stats.length - 1].lr,
             }
           : { skipped: true }),
         ...(redraws > 0 ? { redraws } : {}),
@@ -659,6 +668,7 @@ export class Trainer {
           .join(''),
       );
       appendJsonl(join(this.runDir, 'metrics.jsonl'), [metrics]);
+      this.runLog?.record('metrics', metrics);
       bar.set(
         step,
         `reward=${metrics.reward_mean.toFixed(2)} acc=${metrics.accuracy.toFixed(2)} tools=${metrics.tool_calls_mean.toFixed(2)}`,

@@ -4,6 +4,7 @@
 // two parse errors as equal, so validity is checked and its `isEqual` is never trusted.
 
 import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
 
 interface BoxedLike {
   isValid: boolean;
@@ -14,17 +15,35 @@ interface EngineLike {
   parse(latex: string): BoxedLike;
 }
 
+const PACKAGE = '@cortex-js/compute-engine';
 let engine: EngineLike | null | undefined;
+let loadError: string | null = null;
 
 // Loaded lazily (≈0.1–0.2 s) and synchronously, so `verify` stays sync and most checks never pay for it.
+// The package's `require` condition names a UMD file inside a `"type": "module"` package: plain Node loads
+// it as an ES module, where the UMD wrapper finds no `exports` and exports nothing (only tsx's CommonJS
+// hook, registered on the main thread alone, made it work). So the ESM entry is resolved through the
+// `import` condition and loaded with require(esm) (Node ≥ 20.19 / 22.12), the same in worker threads,
+// under tsx and in compiled JS. A failure is reported once per thread and in `casLoadError()`.
 function ce(): EngineLike | null {
   if (engine === undefined) {
     try {
-      const require = createRequire(import.meta.url);
-      const mod = require('@cortex-js/compute-engine') as { ComputeEngine: new () => EngineLike };
+      const entry = fileURLToPath(import.meta.resolve(PACKAGE));
+      const mod = createRequire(import.meta.url)(entry) as { ComputeEngine?: new () => EngineLike };
+      if (typeof mod.ComputeEngine !== 'function')
+        throw new Error(
+          `${entry} has no ComputeEngine export (got: ${Object.keys(mod).join(', ') || 'none'})`,
+        );
       engine = new mod.ComputeEngine();
-    } catch {
+    } catch (e) {
+      const err = e as NodeJS.ErrnoException;
+      const hint =
+        err.code === 'ERR_REQUIRE_ESM' ? ' (loading it needs require(esm): Node ≥ 20.19 or 22.12)' : '';
+      loadError = `cannot load ${PACKAGE}: ${err.message ?? String(e)}${hint}`;
       engine = null;
+      process.emitWarning(`${loadError}; answers only the CAS can read will score "unknown"`, {
+        code: 'RSTAR2_CAS_UNAVAILABLE',
+      });
     }
   }
   return engine;
@@ -74,4 +93,9 @@ export function casValue(latex: string): number | null {
 
 export function casAvailable(): boolean {
   return ce() !== null;
+}
+
+/** Why the CAS failed to load in this thread, or null (also null before anything asked for it). */
+export function casLoadError(): string | null {
+  return loadError;
 }

@@ -1,4 +1,4 @@
-import { casValue } from './cas.js';
+import { casLoadError, casValue } from './cas.js';
 import { type CompareOptions, Comparer, evalNum, floatsAgree, freeVars, Timeout } from './compare.js';
 import {
   type Extracted,
@@ -216,7 +216,9 @@ function check(
     if (byCas === false) {
       return { ...res, correct: false, status: 'not-equal', reason: join('not-equal (cas-numeric)', notes) };
     }
-    return { ...res, correct: false, status: 'unknown', reason: join(which, notes) };
+    const casErr = casLoadError();
+    const why = casErr ? `${which}; CAS unavailable: ${casErr}` : which;
+    return { ...res, correct: false, status: 'unknown', reason: join(why, notes) };
   }
   const cmp = new Comparer({
     ...PROFILES[profile],

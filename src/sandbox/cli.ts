@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import type { Command } from 'commander';
+import { checkBind, resolveToken, TOKEN_ENV } from '../util/http-guard.js';
 import { SandboxPool } from './pool.js';
 import { RedisRunner, RedisWorker } from './redis.js';
 import { SandboxServer } from './server.js';
@@ -74,12 +75,26 @@ export function registerSandboxCommands(program: Command): void {
         'HTTP service: code-judge-compatible routes (/run, /run/long-batch, ...) plus the native /v1 API',
       )
       .option('--port <port>', 'TCP port', '8088')
-      .option('--host <host>', 'address to bind', '127.0.0.1')
+      .option(
+        '--host <host>',
+        'address to bind; anything but a loopback address (127.0.0.1, ::1, localhost) needs a token',
+        '127.0.0.1',
+      )
+      .option(
+        '--token <token>',
+        `require 'Authorization: Bearer <token>' on every route but /ping (16+ characters; ` +
+          `default $${TOKEN_ENV}, which keeps it out of the process list)`,
+      )
+      .option('--request-timeout-ms <ms>', 'time allowed to receive a whole request', '30000')
+      .option('--max-body-mb <mb>', 'largest request body', '64')
+      .option('--max-body-in-flight-mb <mb>', 'request bodies being received at once, all together', '128')
       .option('--redis <url>', 'front door only: enqueue on Redis for `rstar2 sandbox worker` hosts')
       .option('--max-queue <n>', 'items allowed to wait before requests are refused with 503 busy', '100000')
       .option('--max-in-flight <n>', 'with --redis: items outstanding at the workers at once', '4096')
       .option('--quiet', 'log only warnings and errors, not every request'),
   ).action(async (o: PoolFlags & Record<string, string | boolean | undefined>) => {
+    const token = resolveToken(o.token as string | undefined);
+    checkBind(String(o.host), token, 'sandbox service'); // before starting anything
     const closers: Array<() => Promise<void>> = [];
     let runner: CodeRunner;
     let concurrency: number;
@@ -111,6 +126,10 @@ export function registerSandboxCommands(program: Command): void {
       runner,
       port: int('port', o.port as string, 8088, 0),
       host: String(o.host),
+      ...(token ? { token } : {}),
+      requestTimeoutMs: int('request-timeout-ms', o.requestTimeoutMs as string, 30_000),
+      maxBodyBytes: int('max-body-mb', o.maxBodyMb as string, 64) * 2 ** 20,
+      maxBodyBytesInFlight: int('max-body-in-flight-mb', o.maxBodyInFlightMb as string, 128) * 2 ** 20,
       concurrency,
       maxQueue: int('max-queue', o.maxQueue as string, 100_000),
       timeoutMs: int('timeout-ms', o.timeoutMs, 4000),

@@ -1,4 +1,6 @@
+import { randomBytes } from 'node:crypto';
 import { type HttpAnswer, postJson } from '../util/http.js';
+import { authHeaders, resolveToken } from '../util/http-guard.js';
 import { sleep } from '../util/sleep.js';
 import { failedResult } from './codejudge.js';
 import type { CodeRunner, RunRequest, RunResult } from './types.js';
@@ -18,14 +20,32 @@ export interface SandboxClientOptions {
   maxBatch?: number;
   /** Per-request HTTP timeout; default none (the server answers every item). */
   requestTimeoutMs?: number;
+  /** The service's bearer token; default $RSTAR2_TOKEN. */
+  token?: string;
+  /** Secret that makes this client's sessions its own; default a random one per client. Share it
+   * only between clients that should see each other's sessions. */
+  sessionKey?: string;
 }
 
 export class SandboxClient implements CodeRunner {
-  private readonly o: Required<Omit<SandboxClientOptions, 'clientId' | 'requestTimeoutMs'>> &
+  private readonly o: Required<Omit<SandboxClientOptions, 'clientId' | 'requestTimeoutMs' | 'token'>> &
     SandboxClientOptions;
+  private readonly headers: Record<string, string>;
 
   constructor(opts: SandboxClientOptions) {
-    this.o = { retries: 5, backoffMs: 200, maxBatch: 256, ...opts, url: opts.url.replace(/\/+$/, '') };
+    this.o = {
+      retries: 5,
+      backoffMs: 200,
+      maxBatch: 256,
+      sessionKey: randomBytes(16).toString('hex'),
+      ...opts,
+      url: opts.url.replace(/\/+$/, ''),
+    };
+    this.headers = {
+      ...authHeaders(opts.token ?? resolveToken()),
+      'x-rstar2-session-key': this.o.sessionKey,
+      ...(this.o.clientId ? { 'x-rstar2-client': this.o.clientId } : {}),
+    };
   }
 
   async run(req: RunRequest): Promise<RunResult> {
@@ -47,7 +67,7 @@ export class SandboxClient implements CodeRunner {
       let res: HttpAnswer;
       try {
         res = await postJson(`${this.o.url}/v1/batch`, JSON.stringify({ requests: reqs }), {
-          headers: this.o.clientId ? { 'x-rstar2-client': this.o.clientId } : {},
+          headers: this.headers,
           signal: this.o.requestTimeoutMs ? AbortSignal.timeout(this.o.requestTimeoutMs) : undefined,
         });
       } catch (e) {
@@ -87,7 +107,9 @@ export class SandboxClient implements CodeRunner {
   }
 
   async closeSession(session: string): Promise<boolean> {
-    const res = await postJson(`${this.o.url}/v1/session/close`, JSON.stringify({ session }));
+    const res = await postJson(`${this.o.url}/v1/session/close`, JSON.stringify({ session }), {
+      headers: this.headers,
+    });
     const text = res.text;
     if (res.status !== 200)
       throw new Error(`sandbox service could not close session ${session} (${res.status}): ${text}`);

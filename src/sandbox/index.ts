@@ -8,6 +8,12 @@ export {
   toSubmissionResult,
 } from './codejudge.js';
 export { RedisRunner, type RedisRunnerOptions, RedisWorker, type RedisWorkerOptions } from './redis.js';
+export {
+  type CommandRunResult,
+  type RunCodeRequest,
+  type RunCodeResponse,
+  toRunCodeResponse,
+} from './sandboxfusion.js';
 export { FairScheduler, SandboxServer, type SandboxServerOptions } from './server.js';
 export {
   buildToolCode,

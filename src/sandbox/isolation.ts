@@ -1,7 +1,15 @@
 // How the sandbox broker is launched: the bubblewrap command line, the seccomp filter, and what the
 // host supports. Everything a layer cannot do here is returned as a note so the pool can log it.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, openSync, readlinkSync, realpathSync, rmSync } from 'node:fs';
+import {
+  existsSync,
+  mkdtempSync,
+  openSync,
+  readlinkSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PYTHON_DIR } from '../util/python.js';
@@ -29,6 +37,8 @@ export interface LaunchPlan {
   args: string[];
   /** extra fds for spawn's stdio array, starting at fd 3 */
   extraFds: number[];
+  /** written to the server's stdin before anything else: its config */
+  input: Buffer;
   /** config fields the Python server needs (scratch, uid base, paths) */
   serverConfig: Record<string, unknown>;
   notes: string[];
@@ -99,12 +109,15 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
   const uidBase = root ? (inp.uidBase ?? defaultUidBase()) : 0;
   if (!root)
     notes.push('not running as root: no per-slot uids, so leftover processes are swept by session only');
-  const serverArgs = (script: string, cfg: Record<string, unknown>) => [
-    '-I',
-    '-S',
-    script,
-    JSON.stringify({ ...inp.config, ...cfg }),
-  ];
+  // The config goes in on stdin, ahead of the first frame, not in argv: /proc/PID/cmdline is readable by
+  // every process in the sandbox, snippets included.
+  const serverArgs = (script: string) => ['-I', '-S', script];
+  const configFrame = (cfg: Record<string, unknown>) => {
+    const json = Buffer.from(JSON.stringify({ ...inp.config, ...cfg }));
+    const len = Buffer.alloc(4);
+    len.writeUInt32LE(json.length);
+    return Buffer.concat([len, json]);
+  };
 
   if (inp.isolation === 'none') {
     notes.push(
@@ -120,7 +133,8 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
     };
     return {
       command: inp.python,
-      args: serverArgs(join(SANDBOX_PY_DIR, 'server.py'), serverConfig),
+      args: serverArgs(join(SANDBOX_PY_DIR, 'server.py')),
+      input: configFrame(serverConfig),
       extraFds: [],
       serverConfig,
       notes,
@@ -176,7 +190,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
     '--perms',
     '1777',
     '--size',
-    String(inp.shmMb << 20),
+    String(inp.shmMb * inp.slots * 1048576),
     '--tmpfs',
     '/dev/shm',
     '--remount-ro',
@@ -211,6 +225,21 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
     shmDir: '/dev/shm',
     sysPath: DIST_PACKAGES,
   };
-  args.push(py, ...serverArgs(`${INNER_PY_DIR}/server.py`, serverConfig));
-  return { command: bwrap, args, extraFds, serverConfig, notes, cleanup: () => {} };
+  // bwrap stays in the sandbox as its pid 1, so its argv (host paths) would be readable there: it reads its
+  // options from an unlinked file instead (--args FD). The command itself names only paths inside.
+  const argsDir = mkdtempSync(join(tmpdir(), 'rstar2-bwrap-'));
+  const argsFile = join(argsDir, 'args');
+  writeFileSync(argsFile, args.map((a) => `${a}\0`).join(''), { mode: 0o600 });
+  const argsFd = openSync(argsFile, 'r');
+  rmSync(argsDir, { recursive: true, force: true });
+  extraFds.push(argsFd);
+  return {
+    command: bwrap,
+    args: ['--args', String(2 + extraFds.length), py, ...serverArgs(`${INNER_PY_DIR}/server.py`)],
+    input: configFrame(serverConfig),
+    extraFds,
+    serverConfig,
+    notes,
+    cleanup: () => {},
+  };
 }

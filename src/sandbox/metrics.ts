@@ -1,58 +1,114 @@
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { RunStatus } from './types.js';
 
-// Prometheus text exposition, kept dependency-free: a handful of counters, two gauges and one
-// latency histogram are all the service reports.
+// The service's Prometheus metrics, written by prom-client (escaping, formatting) into a registry of
+// this server's own, so several servers in one process (tests, embedded use) never share or collide.
+// Label values come from closed sets: a route the service does not serve is counted as `other`, an
+// outcome outside RunStatus as `other`, so no client can add series or break the exposition.
+// Process and event-loop metrics (prom-client's default set) describe the process, not a server:
+// they live in one registry per process, collected once and appended to every server's scrape.
 
 const BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
+/** The `route` label of requests to paths the service does not serve. */
+export const OTHER_ROUTE = 'other';
+
+const STATUSES: ReadonlySet<string> = new Set<RunStatus>([
+  'ok',
+  'error',
+  'timeout',
+  'oom',
+  'output_limit',
+  'killed',
+  'queue_timeout',
+  'busy',
+  'invalid_input',
+  'internal_error',
+]);
+
+let processRegistry: Registry | undefined;
+
+/** prom-client's default metrics (process_*, nodejs_*: CPU, memory, handles, GC, event-loop lag from
+ * perf_hooks' delay histogram), registered once per process: each collectDefaultMetrics call starts a
+ * delay monitor and a GC observer that live as long as the process. */
+function processMetrics(): Registry {
+  if (!processRegistry) {
+    processRegistry = new Registry();
+    collectDefaultMetrics({ register: processRegistry });
+  }
+  return processRegistry;
+}
+
 export class ServiceMetrics {
-  readonly outcomes = new Map<string, number>();
-  readonly requests = new Map<string, number>();
-  rejectedBusy = 0;
-  private readonly bucketCounts = new Array<number>(BUCKETS_S.length).fill(0);
-  private latencyCount = 0;
-  private latencySum = 0;
+  readonly registry = new Registry();
+  readonly contentType = this.registry.contentType;
+  private readonly requests: Counter<'route'>;
+  private readonly busy: Counter;
+  private readonly items: Counter<'status'>;
+  private readonly latency: Histogram;
 
-  constructor(private readonly gauges: () => { queueDepth: number; inFlight: number; clients: number }) {}
+  /** routes: the paths the service serves; any other path counts as `other`. */
+  constructor(
+    gauges: () => { queueDepth: number; inFlight: number; clients: number },
+    private readonly routes: ReadonlySet<string>,
+  ) {
+    const registers = [this.registry];
+    const gauge = (name: string, help: string, read: (g: ReturnType<typeof gauges>) => number) =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.set(read(gauges()));
+        },
+      });
+    gauge('rstar2_sandbox_queue_depth', 'Items admitted and waiting to start.', (g) => g.queueDepth);
+    gauge('rstar2_sandbox_in_flight', 'Items running now.', (g) => g.inFlight);
+    gauge('rstar2_sandbox_clients_waiting', 'Clients with at least one queued item.', (g) => g.clients);
+    this.requests = new Counter({
+      name: 'rstar2_sandbox_requests_total',
+      help: `HTTP requests by route (paths the service does not serve: route="${OTHER_ROUTE}").`,
+      labelNames: ['route'],
+      registers,
+    });
+    this.busy = new Counter({
+      name: 'rstar2_sandbox_busy_rejections_total',
+      help: 'Requests refused because the queue was full.',
+      registers,
+    });
+    this.items = new Counter({
+      name: 'rstar2_sandbox_items_total',
+      help: 'Finished items by status.',
+      labelNames: ['status'],
+      registers,
+    });
+    this.latency = new Histogram({
+      name: 'rstar2_sandbox_item_latency_seconds',
+      help: 'Admission to result, per item.',
+      buckets: BUCKETS_S,
+      registers,
+    });
+    processMetrics();
+  }
 
-  request(route: string): void {
-    this.requests.set(route, (this.requests.get(route) ?? 0) + 1);
+  /** One request that passed the guard; `path` is the raw path, mapped to a served route or `other`. */
+  request(path: string): void {
+    this.requests.inc({ route: this.routes.has(path) ? path : OTHER_ROUTE });
+  }
+
+  rejectedBusy(): void {
+    this.busy.inc();
   }
 
   /** One finished item: its outcome and its time from admission to result. */
   item(status: RunStatus, latencyMs: number): void {
-    this.outcomes.set(status, (this.outcomes.get(status) ?? 0) + 1);
-    const s = latencyMs / 1000;
-    this.latencyCount++;
-    this.latencySum += s;
-    for (let i = 0; i < BUCKETS_S.length; i++) if (s <= BUCKETS_S[i]) this.bucketCounts[i]++;
+    this.items.inc({ status: STATUSES.has(status) ? status : 'other' });
+    this.latency.observe(latencyMs / 1000);
   }
 
-  render(): string {
-    const g = this.gauges();
-    const lines: string[] = [];
-    const head = (name: string, type: string, help: string) =>
-      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
-    head('rstar2_sandbox_queue_depth', 'gauge', 'Items admitted and waiting to start.');
-    lines.push(`rstar2_sandbox_queue_depth ${g.queueDepth}`);
-    head('rstar2_sandbox_in_flight', 'gauge', 'Items running now.');
-    lines.push(`rstar2_sandbox_in_flight ${g.inFlight}`);
-    head('rstar2_sandbox_clients_waiting', 'gauge', 'Clients with at least one queued item.');
-    lines.push(`rstar2_sandbox_clients_waiting ${g.clients}`);
-    head('rstar2_sandbox_requests_total', 'counter', 'HTTP requests by route.');
-    for (const [route, n] of this.requests)
-      lines.push(`rstar2_sandbox_requests_total{route="${route}"} ${n}`);
-    head('rstar2_sandbox_busy_rejections_total', 'counter', 'Requests refused because the queue was full.');
-    lines.push(`rstar2_sandbox_busy_rejections_total ${this.rejectedBusy}`);
-    head('rstar2_sandbox_items_total', 'counter', 'Finished items by status.');
-    for (const [status, n] of this.outcomes)
-      lines.push(`rstar2_sandbox_items_total{status="${status}"} ${n}`);
-    head('rstar2_sandbox_item_latency_seconds', 'histogram', 'Admission to result, per item.');
-    for (let i = 0; i < BUCKETS_S.length; i++)
-      lines.push(`rstar2_sandbox_item_latency_seconds_bucket{le="${BUCKETS_S[i]}"} ${this.bucketCounts[i]}`);
-    lines.push(`rstar2_sandbox_item_latency_seconds_bucket{le="+Inf"} ${this.latencyCount}`);
-    lines.push(`rstar2_sandbox_item_latency_seconds_sum ${this.latencySum}`);
-    lines.push(`rstar2_sandbox_item_latency_seconds_count ${this.latencyCount}`);
-    return `${lines.join('\n')}\n`;
+  /** The exposition: this server's metrics, then the process's. */
+  async render(): Promise<string> {
+    const [own, proc] = await Promise.all([this.registry.metrics(), processMetrics().metrics()]);
+    return `${own}\n${proc}`;
   }
 }

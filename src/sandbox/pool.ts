@@ -21,8 +21,11 @@ export interface SandboxPoolOptions {
   timeoutMs?: number;
   /** largest timeoutMs a request may ask for */
   maxTimeoutMs?: number;
-  /** default address-space limit per call (RLIMIT_AS); 0 = none */
+  /** default memory limit per call: RLIMIT_AS per process, and (as root) the resident memory of all of a
+   * call's processes together; 0 = none */
   memoryMb?: number;
+  /** largest memoryMb a request may ask for (requests cannot ask for none) */
+  maxMemoryMb?: number;
   /** bytes kept per stream; more is counted and flagged `truncated` */
   maxOutputBytes?: number;
   /** a call whose stream passes this many bytes is killed with `output_limit` */
@@ -40,6 +43,7 @@ export interface SandboxPoolOptions {
   fileSizeMb?: number;
   /** size of each slot's scratch tmpfs */
   scratchMb?: number;
+  /** each slot's share of /dev/shm (sized slots x this): a call holding more is killed as `oom` */
   shmMb?: number;
   landlock?: boolean;
   /** calls waiting beyond this many are answered `busy` at once */
@@ -133,6 +137,7 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     timeoutMs: o.timeoutMs ?? 4000,
     maxTimeoutMs: o.maxTimeoutMs ?? 600_000,
     memoryMb: o.memoryMb ?? 1024,
+    maxMemoryMb: o.maxMemoryMb ?? 4096,
     maxOutputBytes: o.maxOutputBytes ?? 1 << 20,
     killOutputBytes: o.killOutputBytes ?? 16 << 20,
     preload: o.preload ?? [],
@@ -161,6 +166,7 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     'slots',
     'timeoutMs',
     'maxTimeoutMs',
+    'maxMemoryMb',
     'maxOutputBytes',
     'killOutputBytes',
     'nproc',
@@ -198,6 +204,7 @@ class Broker {
     command: string,
     args: string[],
     extraFds: number[],
+    input: Buffer,
     private onResult: (
       id: number,
       hdr: Record<string, number>,
@@ -211,6 +218,7 @@ class Broker {
   ) {
     this.proc = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe', ...extraFds], detached: false });
     for (const fd of extraFds) closeSync(fd);
+    this.proc.stdin?.write(input);
     let readyResolve!: (v: Record<string, unknown>) => void;
     let readyReject!: (e: Error) => void;
     this.ready = new Promise((res, rej) => {
@@ -594,8 +602,11 @@ export class SandboxPool implements CodeRunner {
       return `timeoutMs must be in (0, ${o.maxTimeoutMs}], got ${req.timeoutMs}`;
     }
     const memoryMb = req.memoryMb ?? o.memoryMb;
-    if (!Number.isInteger(memoryMb) || memoryMb < 0 || memoryMb > 1 << 20) {
-      return `memoryMb must be a non-negative integer, got ${req.memoryMb}`;
+    if (
+      req.memoryMb !== undefined &&
+      !(Number.isInteger(req.memoryMb) && req.memoryMb >= 1 && req.memoryMb <= o.maxMemoryMb)
+    ) {
+      return `memoryMb must be an integer in [1, ${o.maxMemoryMb}], got ${req.memoryMb}`;
     }
     if (req.session !== undefined) {
       if (o.maxSessions === 0) return 'stateful sessions are disabled in this pool (maxSessions 0)';
@@ -695,6 +706,7 @@ export class SandboxPool implements CodeRunner {
         killOutputBytes: o.killOutputBytes,
         nproc: o.nproc,
         fileSizeMb: o.fileSizeMb,
+        shmMb: o.shmMb,
         preload: o.preload,
         landlock: o.landlock,
         prefork: o.prefork,
@@ -705,6 +717,7 @@ export class SandboxPool implements CodeRunner {
       plan.command,
       plan.args,
       plan.extraFds,
+      plan.input,
       (id, hdr, out, err, fetched) => this.onResult(id, hdr, out, err, fetched),
       (why) => {
         plan.cleanup();
@@ -818,7 +831,15 @@ export class SandboxPool implements CodeRunner {
     let error: string | undefined;
     if (h.r === 1) status = 'timeout';
     else if (h.r === 2) status = 'output_limit';
-    else if (exitCode === 121 && stderr.startsWith(SETUP_FAILED)) {
+    else if (h.r === 4) {
+      status = 'oom';
+      oom = true;
+      const mb = (kb = 0) => Math.round(kb / 1024);
+      error =
+        (h.ms ?? 0) > this.options.shmMb * 1024
+          ? `memory limit: the call held ${mb(h.ms)} MB in /dev/shm (its share: ${this.options.shmMb} MB)`
+          : `memory limit: the call's processes held ${mb(h.mk)} MB together (limit ${item.memoryMb} MB)`;
+    } else if (exitCode === 121 && stderr.startsWith(SETUP_FAILED)) {
       status = 'internal_error';
       error = stderr.slice(SETUP_FAILED.length).trim();
     } else {

@@ -83,11 +83,33 @@ redis.call('DEL', KEYS[1])
 return {requeued, failed}
 `;
 
-/** ioredis reconnects by itself; log its errors (at most one line per 5 s) instead of crashing. */
-function connectRedis(url: string, o: Resolved, role: string): Redis {
+/** ioredis reconnects by itself; log its errors (at most one line per 5 s) instead of crashing.
+ * The URL goes to ioredis as given: redis://:password@host:port/db, redis://user:password@host,
+ * rediss://… for TLS. A first connection that fails throws the server's reason (WRONGPASS, NOAUTH),
+ * where ioredis's own rejection says only "Connection is closed". */
+async function connectRedis(url: string, o: Resolved, role: string): Promise<Redis> {
   const r = new Redis(url, { lazyConnect: true });
+  let cause: Error | undefined;
+  r.on('error', (e: Error) => (cause ??= e));
   watchErrors(r, o, role);
+  try {
+    await r.connect();
+  } catch (e) {
+    r.disconnect(); // else it keeps retrying
+    throw new Error(`${role}: cannot use redis at ${redactUrl(url)}: ${(cause ?? (e as Error)).message}`);
+  }
   return r;
+}
+
+/** The URL with its password starred, for messages. */
+function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '(unparseable url)';
+  }
 }
 
 function watchErrors(r: Redis, o: Resolved, role: string): Redis {
@@ -132,7 +154,7 @@ export class RedisRunner implements CodeRunner {
   readonly id = `${hostname()}-${process.pid}-${randomUUID().slice(0, 8)}`;
   private readonly pending = new Map<
     string,
-    { resolve: (r: RunResult) => void; timer: NodeJS.Timeout; payload: string }
+    { resolve: (r: RunResult) => void; timer: NodeJS.Timeout; queueTimer?: NodeJS.Timeout; payload: string }
   >();
   private runId = '';
   private downSince = 0;
@@ -188,8 +210,7 @@ export class RedisRunner implements CodeRunner {
 
   static async connect(url: string, opts: RedisRunnerOptions = {}): Promise<RedisRunner> {
     const o = resolve(opts);
-    const cmd = connectRedis(url, o, 'front door');
-    await cmd.connect();
+    const cmd = await connectRedis(url, o, 'front door');
     const runner = new RedisRunner(cmd, watchErrors(cmd.duplicate(), o, 'front door replies'), opts);
     runner.runId = await runner.serverRunId();
     return runner;
@@ -229,7 +250,11 @@ export class RedisRunner implements CodeRunner {
             );
           }, this.o.maxWaitMs);
           timer.unref();
-          this.pending.set(id, { resolve: resolveItem, timer, payload: payloads[i] });
+          const qt = reqs[i].queueTimeoutMs ?? 0;
+          const queueTimer =
+            qt > 0 && qt < this.o.maxWaitMs ? setTimeout(() => this.unqueue(id, qt), qt) : undefined;
+          queueTimer?.unref();
+          this.pending.set(id, { resolve: resolveItem, timer, queueTimer, payload: payloads[i] });
         }),
     );
     // Not awaited: an item answered meanwhile (timeout, outage) must not wait for the push to settle.
@@ -245,7 +270,19 @@ export class RedisRunner implements CodeRunner {
     if (!p) return; // already answered (timeout) or a duplicate after a requeue
     this.pending.delete(id);
     clearTimeout(p.timer);
+    clearTimeout(p.queueTimer);
     p.resolve(r);
+  }
+
+  /** RunRequest.queueTimeoutMs passed: an item no worker has taken yet is pulled off the queue, so a
+   * worker arriving later never runs it, and answered queue_timeout. One a worker holds has started
+   * and runs to the end, as in the pool. */
+  private async unqueue(id: string, qt: number): Promise<void> {
+    const p = this.pending.get(id);
+    if (!p) return;
+    // Redis unreachable: answer on time anyway; should the item still run later, its result is ignored.
+    const removed = await this.cmd.lrem(this.k.queue, 1, p.payload).catch(() => 1);
+    if (removed > 0) this.settle(id, failedResult('queue_timeout', `no worker took it within ${qt} ms`));
   }
 
   private async readReplies(): Promise<void> {
@@ -323,8 +360,7 @@ export class RedisWorker {
 
   static async start(url: string, runner: CodeRunner, opts: RedisWorkerOptions = {}): Promise<RedisWorker> {
     const o = resolve(opts);
-    const cmd = connectRedis(url, o, 'worker');
-    await cmd.connect();
+    const cmd = await connectRedis(url, o, 'worker');
     const w = new RedisWorker(cmd, runner, opts);
     await w.beat();
     w.heartbeat = setInterval(

@@ -1,4 +1,11 @@
-import { appendFileSync, createReadStream, existsSync, readFileSync } from 'node:fs';
+import {
+  appendFileSync,
+  createReadStream,
+  existsSync,
+  readFileSync,
+  renameSync,
+  writeFileSync,
+} from 'node:fs';
 import { createInterface } from 'node:readline';
 
 // JSONL is the on-disk shape of every record that passes between stages (trajectories, metrics,
@@ -57,4 +64,10 @@ export function readJsonlTolerant<T = unknown>(path: string): T[] {
     }
   });
   return out;
+}
+
+/** Replaces `path` whole: a reader, or a process killed mid-write, never sees half a file. */
+export function writeAtomic(path: string, text: string): void {
+  writeFileSync(`${path}.tmp`, text);
+  renameSync(`${path}.tmp`, path);
 }

@@ -332,7 +332,8 @@ export class PolicyWorker {
       const f = await this.send('logprobs', { ...opts }, { ids: flat, lens }, 'rank0');
       const lp = unpackRagged(f.arrays.logprobs, lens);
       const ent = unpackRagged(f.arrays.entropy, lens);
-      return lp.map((logprobs, i) => ({ logprobs, entropy: ent[i] }));
+      const top = unpackRagged(f.arrays.argmax, lens);
+      return lp.map((logprobs, i) => ({ logprobs, entropy: ent[i], argmax: top[i].map((x) => x === 1) }));
     });
   }
 

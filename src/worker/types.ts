@@ -95,6 +95,7 @@ export interface LogprobsOptions {
 export interface LogprobsResult {
   logprobs: number[];
   entropy: number[]; // entropy of the predictive distribution at t (entry 0 is 0)
+  argmax: boolean[]; // ids[t] is the most likely token at t: teacher-forced greedy agreement (entry 0 false)
 }
 
 export interface SaveOptions {

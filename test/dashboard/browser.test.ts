@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { type Dashboard, startDashboard } from '../../src/dashboard/server.js';
+import { fakeTrajectory } from '../../src/eval/fake.js';
 import { appendJsonl } from '../../src/util/jsonl.js';
 import { makeEval, makeRun, metricLine } from './fixture.js';
 
@@ -181,5 +182,64 @@ test('dashboard over a run written by `rstar2 train` (fake backend): stages, cur
     assert.deepEqual(jsErrors(), []);
   } finally {
     await d2.close();
+  }
+});
+
+test('numbers from a tampered run directory render as text, never as markup (dashboard with a token)', {
+  skip,
+  timeout: 120_000,
+}, async () => {
+  const hostile = '<img src=x onerror="window.__pwned=1">';
+  const root3 = mkdtempSync(join(tmpdir(), 'rstar2-dash-xss-'));
+  const run = join(root3, 'runs', 'evil');
+  mkdirSync(join(run, 'trajectories'), { recursive: true });
+  appendJsonl(join(run, 'metrics.jsonl'), [metricLine(1)]);
+  const t = fakeTrajectory({ problemId: 'q0', answer: '42', sample: 0, seed: 1 }, 1);
+  appendJsonl(join(run, 'trajectories', 'rl-step-000001.jsonl'), [
+    {
+      ...t,
+      numToolCalls: hostile,
+      numToolErrors: hostile,
+      events: t.events.map((e) => ({
+        ...e,
+        turn: hostile,
+        ...(e.kind === 'tool_result' ? { ms: hostile } : {}),
+      })),
+    },
+  ]);
+  const ev = join(root3, 'evals', 'evil');
+  await makeEval(ev, 0.5, 'fake:0.5');
+  const report = JSON.parse(readFileSync(join(ev, 'report.json'), 'utf8'));
+  report.perProblem = report.perProblem.map((p: object) => ({
+    ...p,
+    correct: hostile,
+    n: hostile,
+    majorityVotes: hostile,
+  }));
+  writeFileSync(join(ev, 'report.json'), JSON.stringify(report));
+  const d3 = await startDashboard({ root: root3, port: 0, pollMs: 500, token: 'browser-token-0123456789' });
+  const errorsBefore = jsErrors().length;
+  try {
+    await page.goto(d3.url); // carries ?token=; the page passes it on to every API call
+    await page.click('li.entry[data-name="runs/evil"]', { timeout: 60_000 });
+    await page.waitForSelector('#traj-detail .turn', { timeout: 60_000 });
+    const list = (await page.textContent('#traj-list')) ?? '';
+    assert.ok(list.includes(`${hostile} calls`), list);
+    const detail = (await page.textContent('#traj-detail')) ?? '';
+    assert.ok(detail.includes(`${hostile} tool calls, ${hostile} errors`), detail);
+    assert.ok(detail.includes(`· ${hostile} ms ·`), 'tool-result ms as text');
+    assert.ok(detail.includes(`Turn ${hostile}1`), 'turn as text');
+    assert.equal(await page.getAttribute('#traj-detail .turn', 'data-turn'), hostile);
+    await page.click('li.entry[data-name="evals/evil"]');
+    await page.waitForSelector('#eval-problems tbody tr', { timeout: 60_000 });
+    const problems = (await page.textContent('#eval-problems')) ?? '';
+    assert.ok(problems.includes(`${hostile}/${hostile}`), problems);
+    assert.ok(problems.includes(`(${hostile})`), problems);
+    await page.waitForTimeout(500); // an injected <img> fails to load at once; give onerror its turn
+    assert.equal(await page.locator('img').count(), 0);
+    assert.equal(await page.evaluate('window.__pwned'), undefined);
+    assert.deepEqual(jsErrors().slice(errorsBefore), []);
+  } finally {
+    await d3.close();
   }
 });

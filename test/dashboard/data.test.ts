@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -98,4 +99,64 @@ test('an eval still running (no report.json yet) is scored from its trajectories
   const d = evalData(entry) as { report: { samples: number; avgAtK: number; complete: boolean } };
   assert.equal(d.report.samples, 20);
   assert.equal(d.report.avgAtK, 1);
+});
+
+test('dashboard guard: foreign Origin 403, foreign Host 421, token required (header or ?token=) but for static files', {
+  timeout: 30_000,
+}, async () => {
+  const root = mkdtempSync(join(tmpdir(), 'rstar2-dash-guard-'));
+  makeRun(join(root, 'runs', 'r1'), 2);
+  await assert.rejects(
+    startDashboard({ root, port: 0, host: '0.0.0.0' }),
+    /refusing to serve the dashboard on --host 0\.0\.0\.0: it is not a loopback address/,
+  );
+  const token = 'dash-token-0123456789';
+  const d = await startDashboard({ root, port: 0, token });
+  try {
+    const u = new URL(d.url);
+    assert.equal(u.searchParams.get('token'), token, 'the printed URL carries the token');
+    const get = (path: string, headers: Record<string, string> = {}) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = request({ host: '127.0.0.1', port: u.port, path, headers, agent: false }, async (res) => {
+          let body = '';
+          for await (const c of res) body += c;
+          resolve({ status: res.statusCode ?? 0, body });
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    const q = `token=${token}`;
+    const none = await get('/api/list');
+    assert.equal(none.status, 401);
+    assert.match(JSON.parse(none.body).message, /needs its token/);
+    assert.equal((await get('/')).status, 401);
+    assert.equal((await get('/api/list?token=wrong-token-wrong')).status, 401);
+    assert.equal((await get(`/api/list?${q}`)).status, 200);
+    // request targets Node's URL parser reads as an authority: answered, never a crash
+    assert.equal((await get(`/\\?${q}`)).status, 404);
+    assert.equal((await get(`//evil.example/api/list?${q}`)).status, 404);
+    assert.equal((await get('/api/list', { authorization: `Bearer ${token}` })).status, 200);
+    const page = await get(`/?${q}`);
+    assert.equal(page.status, 200);
+    assert.match(page.body, /<script src="\/static\/app\.js">/);
+    assert.equal((await get('/static/app.js')).status, 200);
+    const origin = await get(`/api/run?name=runs/r1&${q}`, { origin: 'http://evil.example' });
+    assert.equal(origin.status, 403);
+    assert.equal(JSON.parse(origin.body).error, 'bad_origin');
+    const host = await get(`/api/run?name=runs/r1&${q}`, { host: 'evil.example' });
+    assert.equal(host.status, 421);
+    assert.match(JSON.parse(host.body).message, /DNS rebinding/);
+    assert.equal((await get(`/api/list?${q}`, { host: `localhost:${u.port}` })).status, 200);
+  } finally {
+    await d.close();
+  }
+  // without a token, Host and Origin are still checked
+  const open = await startDashboard({ root, port: 0 });
+  try {
+    const r = await fetch(new URL('/api/list', open.url), { headers: { origin: 'http://evil.example' } });
+    assert.equal(r.status, 403);
+    assert.equal((await fetch(new URL('/api/list', open.url))).status, 200);
+  } finally {
+    await open.close();
+  }
 });

@@ -10,6 +10,7 @@ import { fakeTrajectory } from '../../src/eval/fake.js';
 import { type EvalConfig, perRequest, rescoreEvalDir, reverifyEvalDir, runEval } from '../../src/eval/run.js';
 import { fallbackVerify, lastBoxed, openVerifier } from '../../src/eval/verify.js';
 import { readJsonl } from '../../src/util/jsonl.js';
+import { sleep } from '../../src/util/sleep.js';
 
 const problems = [
   { id: 'p1', problem: '1+1?', answer: '2' },
@@ -99,6 +100,51 @@ test('a killed eval resumes from saved trajectories without regenerating them', 
   assert.equal(readJsonl(join(out, 'trajectories.jsonl')).length, 12); // torn line gone, file parses
   const state = JSON.parse(readFileSync(join(out, 'state.json'), 'utf8'));
   assert.equal(state.sessions, 2);
+});
+
+test('state.json counts a session killed mid-way: sessions and wall time add up across the resume', async () => {
+  const out = dir();
+  // Session 1 stops for good after 3 samples: its runEval never returns, so nothing it would do at
+  // the end happens, as when the process gets SIGKILL. Each session's measured span (first rollout
+  // call to last sample returned) lies inside what it must record.
+  let calls = 0;
+  const span1 = { first: 0, last: 0 };
+  void runEval({
+    outDir: out,
+    config: config(),
+    problems,
+    rollout: perRequest(async (q) => {
+      span1.first ||= Date.now();
+      if (++calls > 3) return new Promise<Trajectory>(() => {});
+      await sleep(100);
+      span1.last = Date.now();
+      return rolloutFn(q);
+    }, 1),
+    verify: fallbackVerify,
+    stateEveryMs: 0,
+    ...quiet,
+  });
+  while (calls <= 3) await sleep(10); // the 4th call starts once the 3rd sample is saved
+  const span2 = { first: 0, last: 0 };
+  const r = await runEval({
+    outDir: out,
+    config: config(),
+    problems,
+    rollout: perRequest(async (q) => {
+      span2.first ||= Date.now();
+      await sleep(100);
+      span2.last = Date.now();
+      return rolloutFn(q);
+    }, 1),
+    verify: fallbackVerify,
+    ...quiet,
+  });
+  assert.equal(r.samples, 12);
+  const state = JSON.parse(readFileSync(join(out, 'state.json'), 'utf8'));
+  assert.equal(state.sessions, 2);
+  const ranMs = span1.last - span1.first + (span2.last - span2.first);
+  assert.ok(Math.round(state.wallTimeS * 1000) >= ranMs, `recorded ${state.wallTimeS} s, ran ${ranMs} ms`);
+  assert.equal(r.wallTimeS, state.wallTimeS);
 });
 
 test('resume refuses different settings; engine-error samples are regenerated', async () => {
@@ -279,6 +325,7 @@ test('CLI: an eval killed with SIGKILL resumes where it stopped', { timeout: 60_
   assert.equal(saved.length, 12);
   assert.equal(new Set(saved.map((t) => t.id)).size, 12);
   assert.match(again.stdout, /avg@4 100\.0%/);
+  assert.equal(JSON.parse(readFileSync(join(out, 'state.json'), 'utf8')).sessions, 2);
 });
 
 test('eval scores with any reward profile through reward/, and rejects unknown ones by name', async () => {

@@ -47,8 +47,8 @@ class ParityPolicy implements PolicyBackend {
   async sftStep() {
     return emptyStats();
   }
-  async sftLoss() {
-    return 0;
+  async sftHeldout() {
+    return { loss: 0, exact: 1 };
   }
   async grpoStep() {
     return emptyStats();

@@ -16,7 +16,7 @@ process.env.RSTAR2_NO_PROGRESS = '1';
 const quiet = { log: () => {}, progress: false };
 
 interface Opts {
-  gate?: { loss: number; every?: number; heldout?: number } | null;
+  gate?: { loss?: number; exact?: number; every?: number; heldout?: number } | null;
   sftSteps?: number;
   rlSteps?: number;
   rlLr?: number;
@@ -101,6 +101,29 @@ test('an SFT gate ends its stage once held-out loss reaches it, and resume skips
   );
 });
 
+// The fake's exact-copy rate is sigmoid(copy)^5 (five digits right): 0.050 after 20 steps, 0.06 first after 29.
+test('an exact-copy gate, alone or with a loss gate, ends the stage only when every threshold is met', async () => {
+  for (const gate of [{ exact: 0.06 }, { loss: 0.46, exact: 0.06 }]) {
+    const dir = mkdtempSync(join(tmpdir(), 'rstar2-exact-'));
+    await new Trainer(
+      recipe({ gate: { ...gate, every: 5, heldout: 16 } }),
+      dir,
+      new FakeBackend(),
+      quiet,
+    ).run();
+    const sft = metrics(dir).filter((r) => r.stage === 'sft');
+    assert.equal(sft.length, 30, JSON.stringify(gate));
+    const checks = sft.filter((r) => r.heldout_exact !== undefined);
+    assert.deepEqual(
+      checks.map((r) => r.step),
+      [5, 10, 15, 20, 25, 30],
+    );
+    assert.ok(checks[4].heldout_exact < 0.06 && checks[5].heldout_exact >= 0.06);
+    assert.equal(sft[29].gate, 'reached');
+  }
+  assert.throws(() => recipe({ gate: { every: 5 } }), /gate needs loss, exact or both/);
+});
+
 test('a gate not reached by the step cap warns; strict health stops the run after its checkpoint', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-nogate-'));
   const t = new Trainer(
@@ -112,7 +135,7 @@ test('a gate not reached by the step cap warns; strict health stops the run afte
   await t.run();
   const last = metrics(dir).filter((r) => r.stage === 'sft')[19];
   assert.equal(last.health[0].code, 'sft_gate_not_reached');
-  assert.match(last.health[0].message, /gate 0.1 not reached/);
+  assert.match(last.health[0].message, /best held-out loss 0.4502, .* gate loss <= 0.1 not reached/);
   assert.ok(t.warnings.some((w) => w.code === 'sft_gate_not_reached'));
 
   const strictDir = mkdtempSync(join(tmpdir(), 'rstar2-strict-'));
@@ -234,7 +257,7 @@ test('rstar2 train --strict-health exits 3 with the reason; --seed is validated'
     env: { ...process.env, RSTAR2_NO_PROGRESS: '1' },
   });
   assert.equal(r.status, 3, r.stderr);
-  assert.match(r.stderr, /WARNING \[health\] sft: held-out loss .* gate 0.01 not reached/);
+  assert.match(r.stderr, /WARNING \[health\] sft: best held-out loss .* gate loss <= 0.01 not reached/);
   const cfg = execFileSync(
     process.execPath,
     [bin, 'train', '--recipe', file, '--seed', '5', '--print-config'],

@@ -55,6 +55,36 @@ test('rstar2 verify writes each line back with correct and reason', { timeout: 6
   );
 });
 
+test('rstar2 verify decides CAS-only answers in its worker threads', { timeout: 60_000 }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-verify-'));
+  const file = join(dir, 'cas.jsonl');
+  writeFileSync(
+    file,
+    [
+      { pred: '\\sum_{k=1}^{10} k', gold: '55' },
+      { pred: '\\lfloor 7/2 \\rfloor', gold: '3' },
+      { pred: '\\sum_{k=1}^{10} k', gold: '56' },
+    ]
+      .map((x) => JSON.stringify(x))
+      .join('\n'),
+  );
+  const r = run(['verify', file, '--no-extract', '--workers', '1']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.doesNotMatch(r.stderr, /compute-engine/);
+  const rows = r.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
+  assert.deepEqual(
+    rows.map((x) => [x.correct, x.reason]),
+    [
+      [true, 'equal by cas-numeric'],
+      [true, 'equal by cas-numeric'],
+      [false, 'not-equal (cas-numeric)'],
+    ],
+  );
+});
+
 test('rstar2 verify: bad input gets a clear error', { timeout: 60_000 }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-verify-'));
   const file = join(dir, 'bad.jsonl');

@@ -26,6 +26,41 @@ test('pool returns results in input order, equal to in-thread verify', { timeout
   }
 });
 
+// Answers only the CAS (@cortex-js/compute-engine) can read: our parser has no \sum, \lfloor or \operatorname.
+// Issue 14: the package loaded only on tsx's main thread, so in a worker these came back "unsupported command".
+test('the CAS works in worker threads: CAS-only answers get the in-thread verdict', {
+  timeout: 60_000,
+}, async () => {
+  const pool = new VerifierPool({ size: 2 });
+  try {
+    const items = [
+      { pred: '\\sum_{k=1}^{10} k', gold: '55', opts: { extract: false } },
+      { pred: 'So the total is \\boxed{\\sum_{k=1}^{10} k}.', gold: '55' },
+      { pred: '\\lfloor 7/2 \\rfloor', gold: '3', opts: { extract: false } },
+      { pred: '\\operatorname{lcm}(4,6)', gold: '12', opts: { extract: false } },
+      { pred: '\\sum_{k=1}^{10} k', gold: '56', opts: { extract: false } },
+    ];
+    const got = await pool.verifyBatch(items);
+    assert.deepEqual(
+      got.map((r) => [r.correct, r.status, r.matchedBy]),
+      [
+        [true, 'equal', 'cas-numeric'],
+        [true, 'equal', 'cas-numeric'],
+        [true, 'equal', 'cas-numeric'],
+        [true, 'equal', 'cas-numeric'],
+        [false, 'not-equal', null],
+      ],
+      got.map((r) => r.reason).join('\n'),
+    );
+    assert.deepEqual(
+      got,
+      items.map((i) => verify(i.pred, i.gold, i.opts)),
+    );
+  } finally {
+    await pool.close();
+  }
+});
+
 test('a check past its hard limit gets a timeout result and the pool keeps working', {
   timeout: 60_000,
 }, async () => {

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { findBwrap } from '../../src/sandbox/isolation.js';
+import { findBwrap, SANDBOX_PY_DIR } from '../../src/sandbox/isolation.js';
 import { SandboxPool } from '../../src/sandbox/pool.js';
 import type { RunResult } from '../../src/sandbox/types.js';
 
@@ -186,5 +186,101 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     const [a, b] = await pool.runBatch([{ code: server }, { code: client }]);
     assert.equal(a.stdout, 'alone\n');
     assert.match(b.stdout, /^blocked/);
+  });
+
+  test('directories nested 1100 deep (and past PATH_MAX) are wiped without disturbing a concurrent call', async () => {
+    const deep =
+      'import os\nfor i in range(1100):\n    os.mkdir("a" * 200)\n    os.chdir("a" * 200)\n' +
+      'open("f", "w").write("x")\nos.chmod(".", 0)\nprint("ok")';
+    const innocent = 'import time\ntime.sleep(0.5)\nprint(6*7)';
+    const [a, b] = await pool.runBatch([{ code: deep }, { code: innocent }]);
+    assert.equal(a.stdout, 'ok\n', a.stderr);
+    assert.equal(b.status, 'ok', JSON.stringify(b));
+    assert.equal(b.stdout, '42\n');
+    // every slot is clean afterwards: each of 4 concurrent calls finds its scratch empty
+    const empty = await pool.runBatch(
+      Array.from({ length: 4 }, () => ({ code: 'import os\nprint(os.listdir("."))' })),
+    );
+    assert.deepEqual(
+      empty.map((r) => r.stdout),
+      ['[]\n', '[]\n', '[]\n', '[]\n'],
+    );
+    assert.ok(!logs.some((l) => /RecursionError|wipe of slot \d+ failed/.test(l)), logs.join('\n'));
+    await attack('print(1)');
+  });
+
+  test("a slot full of files is wiped off the broker's thread: other calls stay fast", async () => {
+    const flood = 'import os\nfor i in range(60000):\n    open(str(i), "w").close()\nprint("made")';
+    const r = await pool.run({ code: flood, timeoutMs: 30_000 });
+    assert.equal(r.stdout, 'made\n', r.stderr);
+    // while that slot is being wiped, other slots answer at their usual speed
+    const t0 = performance.now();
+    const quick = await pool.run({ code: 'print(6*7)' });
+    const ms = performance.now() - t0;
+    assert.equal(quick.stdout, '42\n');
+    assert.ok(ms < 400, `a call next to a 60k-file wipe took ${ms.toFixed(0)} ms`);
+    const all = await pool.runBatch(
+      Array.from({ length: 4 }, () => ({ code: 'import os\nprint(len(os.listdir(".")))' })),
+    );
+    assert.deepEqual(
+      all.map((x) => x.stdout),
+      ['0\n', '0\n', '0\n', '0\n'],
+    );
+  });
+
+  test("memory held by several processes counts against one call's limit", async () => {
+    // each child stays under RLIMIT_AS (1024 MB per process); together they hold 1.5 GB
+    const code =
+      'import os, time\nfor i in range(3):\n    if os.fork() == 0:\n        b = b"x" * (500 << 20)\n' +
+      '        time.sleep(5)\n        os._exit(0)\ntime.sleep(5)\nprint("survived")';
+    const r = await attack(code, { timeoutMs: 8000, memoryMb: 1024 });
+    assert.equal(r.status, 'oom', JSON.stringify({ ...r, stdout: r.stdout.slice(0, 200) }));
+    assert.equal(r.oom, true);
+    assert.match(r.error ?? '', /memory limit: the call's processes held \d+ MB together \(limit 1024 MB\)/);
+    assert.ok(r.wallMs < 5000, `killed after ${r.wallMs} ms`);
+    // one process under the limit is left alone
+    const ok = await pool.run({ code: 'b = b"x" * (300 << 20)\nprint(len(b) >> 20)', memoryMb: 1024 });
+    assert.equal(ok.stdout, '300\n', JSON.stringify(ok));
+  });
+
+  test('a request may not ask for more memory than the pool allows, nor for none', async () => {
+    for (const memoryMb of [1 << 20, 0, 4097]) {
+      const r = await pool.run({ code: 'print(1)', memoryMb });
+      assert.equal(r.status, 'invalid_input');
+      assert.match(r.error ?? '', /memoryMb must be an integer in \[1, 4096\]/);
+    }
+  });
+
+  test('/dev/shm: files are private to their call, and one call cannot take more than its share', async () => {
+    const writer = 'import time\nopen("/dev/shm/note", "w").write("private")\nprint("wrote")\ntime.sleep(1)';
+    const reader =
+      'import time\ntime.sleep(0.4)\ntry:\n    print(open("/dev/shm/note").read())\nexcept OSError as e:\n' +
+      '    print("denied", e.errno)';
+    const [w, r] = await pool.runBatch([{ code: writer }, { code: reader }]);
+    assert.equal(w.stdout, 'wrote\n', w.stderr);
+    assert.match(r.stdout, /^denied 13/, 'another call read the file');
+    // 4 x 16 MiB in /dev/shm is more than one slot's 64 MB share: killed, and a concurrent call's
+    // multiprocessing lock (a POSIX semaphore in /dev/shm) still works
+    const hog =
+      'import time\nfor i in range(6):\n    open(f"/dev/shm/big{i}", "wb").write(b"x" * (16 << 20))\n' +
+      '    time.sleep(0.05)\ntime.sleep(3)\nprint("kept it")';
+    const lock =
+      'import time, multiprocessing\ntime.sleep(0.5)\nl = multiprocessing.Lock()\nwith l:\n    print("locked")';
+    const [h, l] = await pool.runBatch([{ code: hog, timeoutMs: 6000 }, { code: lock }]);
+    assert.equal(h.status, 'oom', JSON.stringify(h));
+    assert.match(h.error ?? '', /held \d+ MB in \/dev\/shm \(its share: 64 MB\)/);
+    assert.equal(l.stdout, 'locked\n', l.stderr);
+    await attack('import os\nprint(os.listdir("/dev/shm"))');
+  });
+
+  test("no process's command line shows host paths or the service's config", async () => {
+    const r = await attack(
+      'import os\nfor p in os.listdir("/proc"):\n    if p.isdigit():\n        try:\n' +
+        '            print(open(f"/proc/{p}/cmdline", "rb").read().replace(b"\\0", b" ").decode())\n' +
+        '        except OSError:\n            pass',
+    );
+    assert.match(r.stdout, /bwrap --args \d/);
+    assert.ok(!r.stdout.includes(SANDBOX_PY_DIR), r.stdout);
+    assert.ok(!r.stdout.includes('"slots"'), r.stdout);
   });
 });

@@ -78,6 +78,7 @@ export function okResult(req: RunRequest): RunResult {
 /** A private redis-server on a free 127.0.0.1 port; null when the binary is absent. */
 export async function startRedis(
   fixedPort?: number,
+  extraArgs: string[] = [],
 ): Promise<{ url: string; port: number; stop: () => Promise<void> } | null> {
   const { existsSync } = await import('node:fs');
   const bin = '/usr/bin/redis-server';
@@ -93,7 +94,7 @@ export async function startRedis(
     }));
   const proc = spawn(
     bin,
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extraArgs],
     {
       stdio: ['ignore', 'pipe', 'pipe'],
     },

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { RedisRunner, RedisWorker } from '../../src/sandbox/redis.js';
+import { SandboxServer } from '../../src/sandbox/server.js';
 import type { RunRequest, RunResult } from '../../src/sandbox/types.js';
 import { FakeRunner, okResult, startRedis } from './helpers.js';
 
@@ -104,6 +105,105 @@ test('no worker at all: queue_timeout after maxWaitMs, never a hang', { skip, ti
     r.map((x) => x.status),
     ['queue_timeout', 'queue_timeout'],
   );
+});
+
+test('queue deadline: no worker takes it in time → queue_timeout, and a later worker never runs it', {
+  skip,
+  timeout: 10_000,
+}, async () => {
+  const url = redis!.url;
+  const p = prefix();
+  const front = await RedisRunner.connect(url, { ...fast, prefix: p });
+  cleanup.push(() => front.close());
+  const t0 = Date.now();
+  const expired = front.run({ code: 'late', queueTimeoutMs: 300 });
+  const patient = front.run({ code: 'patient' }); // no deadline: waits for a worker
+  const r = await expired;
+  const ms = Date.now() - t0;
+  assert.equal(r.status, 'queue_timeout');
+  assert.ok(ms >= 290 && ms < 2000, `answered after ${ms} ms`);
+  assert.equal(await front.queueDepth(), 1, 'only the patient item is left on the queue');
+  const late = new FakeRunner();
+  const w = await RedisWorker.start(url, late, { ...fast, prefix: p, concurrency: 1 });
+  cleanup.push(() => w.stop());
+  assert.equal((await patient).status, 'ok');
+  assert.deepEqual(
+    late.seen.map((x) => x.code),
+    ['patient'],
+  );
+});
+
+test('HTTP service on Redis: /run answers queue_timeout at its deadline, /run/long-batch waits', {
+  skip,
+  timeout: 30_000,
+}, async () => {
+  const url = redis!.url;
+  const p = prefix();
+  const front = await RedisRunner.connect(url, { ...fast, prefix: p });
+  const server = new SandboxServer({ runner: front, port: 0, log: () => {}, shortQueueWaitMs: 500 });
+  const { url: base } = await server.listen();
+  cleanup.push(
+    () => front.close(),
+    () => server.close(),
+  );
+  const post = async (path: string, body: unknown) =>
+    (await fetch(base + path, { method: 'POST', body: JSON.stringify(body) })).json() as Promise<any>;
+  const long = post('/run/long-batch', { submissions: [{ type: 'python', solution: 'long' }] });
+  const t0 = Date.now();
+  const short = await post('/run', { type: 'python', solution: 'short' });
+  const ms = Date.now() - t0;
+  assert.equal(short.reason, 'queue_timeout');
+  assert.ok(ms >= 490 && ms < 3000, `answered after ${ms} ms`);
+  const late = new FakeRunner();
+  const w = await RedisWorker.start(url, late, { ...fast, prefix: p, concurrency: 1 });
+  cleanup.push(() => w.stop());
+  assert.equal((await long).results[0].stdout, 'ran:long\n');
+  assert.deepEqual(
+    late.seen.map((x) => x.code),
+    ['long'],
+  );
+});
+
+test('queue deadline: an item a worker took in time runs to the end', { skip, timeout: 30_000 }, async () => {
+  const url = redis!.url;
+  const p = prefix();
+  const slow = new FakeRunner(
+    (req) => new Promise<RunResult>((r) => setTimeout(() => r(okResult(req)), 600)),
+  );
+  const w = await RedisWorker.start(url, slow, { ...fast, prefix: p, concurrency: 1 });
+  const front = await RedisRunner.connect(url, { ...fast, prefix: p });
+  cleanup.push(
+    () => front.close(),
+    () => w.stop(),
+  );
+  const r = await front.run({ code: 'started', queueTimeoutMs: 200 });
+  assert.equal(r.status, 'ok');
+  assert.equal(r.stdout, 'ran:started\n');
+});
+
+test('password URLs reach Redis unchanged; a wrong or missing password fails clearly', {
+  skip,
+  timeout: 30_000,
+}, async () => {
+  const own = await startRedis(undefined, ['--requirepass', 'pa55:w/rd']);
+  assert.ok(own);
+  cleanup.push(() => own.stop());
+  const good = own.url.replace('redis://', `redis://:${encodeURIComponent('pa55:w/rd')}@`);
+  const p = prefix();
+  const front = await RedisRunner.connect(good, { ...fast, prefix: p });
+  const w = await RedisWorker.start(good, new FakeRunner(), { ...fast, prefix: p, concurrency: 1 });
+  cleanup.push(
+    () => front.close(),
+    () => w.stop(),
+  );
+  assert.equal((await front.run({ code: 'authed' })).stdout, 'ran:authed\n');
+  const wrong = own.url.replace('redis://', 'redis://:not-the-password@');
+  await assert.rejects(RedisRunner.connect(wrong, fast), (e: Error) => {
+    assert.match(e.message, /front door: cannot use redis at redis:\/\/:\*\*\*@127\.0\.0\.1:\d+: WRONGPASS/);
+    assert.doesNotMatch(e.message, /not-the-password/);
+    return true;
+  });
+  await assert.rejects(RedisWorker.start(own.url, new FakeRunner(), fast), /worker: .*NOAUTH/);
 });
 
 test('closing the front door answers pending items', { skip, timeout: 30_000 }, async () => {

@@ -113,8 +113,8 @@ test('bad input: malformed JSON, missing fields, empty batch, oversized body, ov
   assert.equal(empty.status, 400);
   assert.match(empty.body.error, /submissions/);
   const big = await post('/v1/run', { code: 'x'.repeat(20_000) });
-  assert.equal(big.status, 400);
-  assert.match(big.body.error, /over the 10000-byte limit/);
+  assert.equal(big.status, 413);
+  assert.match(big.body.error, /over the 10000-byte limit per request/);
   const code = await post('/v1/batch', { requests: [{ code: 'x'.repeat(200) }, { code: '1' }] });
   assert.equal(code.status, 200);
   assert.equal(code.body.results[0].status, 'invalid_input');

@@ -58,6 +58,10 @@ test('stateful sessions through the service: state persists until the session is
   assert.equal(second.stdout, '42\n');
   const other = await client.run({ code: 'print(x)', session: 'cell-b' });
   assert.equal(other.status, 'error', 'another session must not see cell-a state');
+  // the same session id from another client is that client's own session
+  const stranger = await new SandboxClient({ url }).run({ code: 'print(x)', session: 'cell-a' });
+  assert.equal(stranger.status, 'error', "another client must not reach this client's cell-a");
+  assert.match(stranger.stderr, /NameError/);
   assert.equal(await client.closeSession('cell-a'), true);
   const fresh = await client.run({ code: 'print(x)', session: 'cell-a' });
   assert.equal(fresh.status, 'error', 'a closed session starts with no state');

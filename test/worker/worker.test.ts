@@ -80,6 +80,16 @@ test('greedy, top-k 1 and stop token ids', { timeout: 60_000 }, async () => {
     assert.deepEqual(r.outputIds, j < 0 ? greedy[i].outputIds : greedy[i].outputIds.slice(0, j + 1));
     assert.ok(maxAbsDiff(r.logprobs, greedy[i].logprobs.slice(0, r.logprobs.length)) <= 1e-5);
   });
+  // teacher-forced argmax flags agree with greedy decoding: every greedy token is the argmax, a changed one is not
+  const seq = [...prompts[0], ...greedy[0].outputIds];
+  const other = seq.map((t, i) => (i === seq.length - 1 ? (t + 1) % TEST_CONFIG.vocab_size : t));
+  const [scored, changed] = await w.logprobs([seq, other]);
+  assert.deepEqual(
+    scored.argmax.slice(prompts[0].length),
+    greedy[0].outputIds.map(() => true),
+  );
+  assert.equal(changed.argmax[seq.length - 1], false);
+  assert.equal(scored.argmax[0], false);
   const zero = await w.generate(prompts, sampling({ maxNewTokens: 0 }));
   assert.deepEqual(zero[0], { outputIds: [], logprobs: [], finishReason: 'length' });
 });

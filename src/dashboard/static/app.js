@@ -16,21 +16,27 @@ const state = {
 };
 
 const $ = (s) => document.querySelector(s);
+// Run directories are files anyone may have edited: every value that reaches innerHTML goes through
+// esc, numbers included (a "number" field may hold markup), or through fmt/pct, which print numbers only.
 const esc = (s) =>
   String(s ?? '').replace(
     /[&<>"']/g,
     (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c],
   );
-const pct = (x) => (x == null || Number.isNaN(x) ? '–' : `${(100 * x).toFixed(1)}%`);
+const pct = (x) => (typeof x !== 'number' || Number.isNaN(x) ? '–' : `${(100 * x).toFixed(1)}%`);
 const fmt = (x, d = 3) => {
-  if (x == null || Number.isNaN(x)) return '–';
+  if (typeof x !== 'number' || Number.isNaN(x)) return '–';
   const a = Math.abs(x);
   if (a !== 0 && (a >= 1e5 || a < 1e-3)) return x.toExponential(2);
   return Number.isInteger(x) ? String(x) : x.toFixed(a >= 100 ? 0 : d);
 };
 
+// The dashboard's token, when it has one, comes in the page's own URL (?token=, printed by the CLI).
+const TOKEN = new URLSearchParams(location.search).get('token');
+
 async function api(path) {
-  const r = await fetch(path, { cache: 'no-store' });
+  const headers = TOKEN ? { authorization: `Bearer ${TOKEN}` } : {};
+  const r = await fetch(path, { cache: 'no-store', headers });
   if (!r.ok) throw new Error(`${path}: ${r.status} ${await r.text()}`);
   return r.json();
 }
@@ -152,7 +158,7 @@ function renderList() {
       e.kind === 'eval'
         ? `<input type="checkbox" data-compare="${esc(e.name)}" ${state.compare.has(e.name) ? 'checked' : ''} title="compare side by side">`
         : '';
-    return `<li class="entry${sel}" data-kind="${e.kind}" data-name="${esc(e.name)}">${box}<span>${esc(e.name)}</span><span class="sub">${esc(e.sub || '')}</span></li>`;
+    return `<li class="entry${sel}" data-kind="${esc(e.kind)}" data-name="${esc(e.name)}">${box}<span>${esc(e.name)}</span><span class="sub">${esc(e.sub || '')}</span></li>`;
   };
   $('#runs').innerHTML = runs.map(item).join('') || '<div class="empty">no run directories</div>';
   $('#evals').innerHTML = evals.map(item).join('') || '<div class="empty">no eval directories</div>';
@@ -238,7 +244,7 @@ function renderRun(d) {
   const m = seg ? seg.rows : [];
   $('#stage-tabs').innerHTML =
     segs.length > 1
-      ? `Stage: ${segs.map((g) => `<button data-stage="${esc(g.key)}" class="${g.key === state.stage ? 'on' : ''}">${esc(g.label)} (${g.rows.length})</button>`).join('')}`
+      ? `Stage: ${segs.map((g) => `<button data-stage="${esc(g.key)}" class="${g.key === state.stage ? 'on' : ''}">${esc(g.label)} (${esc(g.rows.length)})</button>`).join('')}`
       : '';
   const last = m[m.length - 1] || {};
   const heldPts = d.evals
@@ -249,7 +255,7 @@ function renderRun(d) {
       `${e.stage ?? ''} step ${e.step} (${e.split ?? 'eval'})`,
     ]);
   $('#run-title').innerHTML =
-    `${esc(d.name)} <span class="sub">${d.metrics.length} steps${d.state?.step != null ? ` · last checkpoint ${esc(d.state.stage ?? '')} step ${esc(d.state.step)}` : ''}</span>`;
+    `${esc(d.name)} <span class="sub">${esc(d.metrics.length)} steps${d.state?.step != null ? ` · last checkpoint ${esc(d.state.stage ?? '')} step ${esc(d.state.step)}` : ''}</span>`;
   // the trainer's health warnings (recipe/health.ts), newest last, across every stage
   const warnings = d.metrics.flatMap((r) =>
     Array.isArray(r.health) ? r.health.map((w) => ({ stage: r.stage, step: r.step, ...w })) : [],
@@ -364,7 +370,7 @@ function renderEvalOne(d) {
   const rows = (r.perProblem || [])
     .map(
       (p) =>
-        `<tr><td>${esc(p.id)}</td><td>${esc(p.answer)}</td><td class="num">${p.correct}/${p.n}</td><td class="num">${pct(p.passAt1)}</td><td>${esc(p.majority ?? '–')} (${p.majorityVotes})</td><td>${p.majorityCorrect ? '<span class="badge ok">yes</span>' : '<span class="badge bad">no</span>'}</td><td class="num">${fmt(p.meanResponseTokens, 0)}</td><td class="num">${fmt(p.meanToolCalls, 2)}</td></tr>`,
+        `<tr><td>${esc(p.id)}</td><td>${esc(p.answer)}</td><td class="num">${esc(p.correct)}/${esc(p.n)}</td><td class="num">${pct(p.passAt1)}</td><td>${esc(p.majority ?? '–')} (${esc(p.majorityVotes)})</td><td>${p.majorityCorrect ? '<span class="badge ok">yes</span>' : '<span class="badge bad">no</span>'}</td><td class="num">${fmt(p.meanResponseTokens, 0)}</td><td class="num">${fmt(p.meanToolCalls, 2)}</td></tr>`,
     )
     .join('');
   $('#eval-problems').innerHTML =
@@ -470,7 +476,7 @@ async function loadTrajList() {
   $('#filters').innerHTML = Object.entries(labels)
     .map(
       ([f, l]) =>
-        `<button data-filter="${f}" class="${state.filter === f ? 'on' : ''}">${l} (${d.counts[f]})</button>`,
+        `<button data-filter="${esc(f)}" class="${state.filter === f ? 'on' : ''}">${esc(l)} (${esc(d.counts[f])})</button>`,
     )
     .join('');
   const key = JSON.stringify([state.trajFile, state.filter, d.items.map((t) => t.id)]);
@@ -480,7 +486,7 @@ async function loadTrajList() {
     d.items
       .map(
         (t) =>
-          `<li data-traj="${esc(t.id)}" class="${t.id === state.trajId ? 'sel' : ''}">${verdict(t)}<span class="tid" title="${esc(t.id)}">${esc(t.id)}</span>${t.numToolErrors > 0 ? '<span class="badge warn">tool err</span>' : ''}${t.kept === false ? '<span class="badge muted">dropped</span>' : ''}<span class="meta">${t.responseTokens} tok · ${t.numToolCalls} calls</span></li>`,
+          `<li data-traj="${esc(t.id)}" class="${t.id === state.trajId ? 'sel' : ''}">${verdict(t)}<span class="tid" title="${esc(t.id)}">${esc(t.id)}</span>${t.numToolErrors > 0 ? '<span class="badge warn">tool err</span>' : ''}${t.kept === false ? '<span class="badge muted">dropped</span>' : ''}<span class="meta">${esc(t.responseTokens)} tok · ${esc(t.numToolCalls)} calls</span></li>`,
       )
       .join('') || '<div class="placeholder">none match</div>';
   if (!state.trajId || !d.items.some((t) => t.id === state.trajId)) state.trajId = d.items[0]?.id ?? null;
@@ -492,13 +498,14 @@ async function loadTrajList() {
 function maskBar(runs, total) {
   let x = 0;
   const rects = runs
-    .map(([m, n]) => {
-      const r = `<rect x="${x}" y="0" width="${n}" height="1" fill="${m ? 'var(--trained)' : 'var(--masked)'}"/>`;
+    .map(([m, len]) => {
+      const n = Number(len);
+      const r = `<rect x="${esc(x)}" y="0" width="${esc(n)}" height="1" fill="${m ? 'var(--trained)' : 'var(--masked)'}"/>`;
       x += n;
       return r;
     })
     .join('');
-  return `<svg class="maskbar" viewBox="0 0 ${Math.max(1, total)} 1" preserveAspectRatio="none">${rects}</svg>`;
+  return `<svg class="maskbar" viewBox="0 0 ${esc(Math.max(1, total))} 1" preserveAspectRatio="none">${rects}</svg>`;
 }
 
 async function loadTraj() {
@@ -511,8 +518,8 @@ async function loadTraj() {
     `/api/trajectory?name=${encodeURIComponent(sel.name)}&kind=${sel.kind}&file=${encodeURIComponent(state.trajFile)}&id=${encodeURIComponent(state.trajId)}`,
   );
   const total = t.trainedTokens + t.maskedTokens;
-  const head = `<div class="traj-head"><b>${esc(t.id)}</b>${verdict(t)}<span class="badge muted">${esc(t.finish)}</span>${t.reward != null ? `<span>reward ${fmt(t.reward)}</span>` : ''}${t.advantage != null ? `<span>advantage ${fmt(t.advantage)}</span>` : ''}${t.kept != null ? `<span>${t.kept ? 'kept by RoC' : 'dropped by RoC'}</span>` : ''}<span>${t.numToolCalls} tool calls, ${t.numToolErrors} errors</span><span>${fmt(t.ms / 1000, 1)} s</span></div>`;
-  const mask = `${maskBar(t.maskRuns, total)}<div class="masklegend"><i class="sw" style="background:var(--trained)"></i>trained (mask 1): ${t.trainedTokens} tokens<i class="sw" style="background:var(--masked)"></i>masked tool observation (mask 0): ${t.maskedTokens} tokens</div>`;
+  const head = `<div class="traj-head"><b>${esc(t.id)}</b>${verdict(t)}<span class="badge muted">${esc(t.finish)}</span>${t.reward != null ? `<span>reward ${fmt(t.reward)}</span>` : ''}${t.advantage != null ? `<span>advantage ${fmt(t.advantage)}</span>` : ''}${t.kept != null ? `<span>${t.kept ? 'kept by RoC' : 'dropped by RoC'}</span>` : ''}<span>${esc(t.numToolCalls)} tool calls, ${esc(t.numToolErrors)} errors</span><span>${fmt(t.ms / 1000, 1)} s</span></div>`;
+  const mask = `${maskBar(t.maskRuns, total)}<div class="masklegend"><i class="sw" style="background:var(--trained)"></i>trained (mask 1): ${esc(t.trainedTokens)} tokens<i class="sw" style="background:var(--masked)"></i>masked tool observation (mask 0): ${esc(t.maskedTokens)} tokens</div>`;
   const turns = t.turns
     .map((u) => {
       const calls = u.toolCalls
@@ -524,13 +531,13 @@ async function loadTraj() {
       const results = u.toolResults
         .map(
           (r) =>
-            `<div class="block result ${r.error ? 'err' : ''}"><label>Tool result · ${esc(r.status ?? (r.error ? 'error' : 'ok'))} · ${r.ms} ms · ${r.tokens} masked tokens</label><pre>${esc(r.text)}</pre></div>`,
+            `<div class="block result ${r.error ? 'err' : ''}"><label>Tool result · ${esc(r.status ?? (r.error ? 'error' : 'ok'))} · ${esc(r.ms)} ms · ${esc(r.tokens)} masked tokens</label><pre>${esc(r.text)}</pre></div>`,
         )
         .join('');
       const reasoning = u.reasoning
-        ? `<div class="block reasoning"><label>Reasoning · ${u.genTokens} trained tokens</label><pre>${esc(u.reasoning)}</pre></div>`
+        ? `<div class="block reasoning"><label>Reasoning · ${esc(u.genTokens)} trained tokens</label><pre>${esc(u.reasoning)}</pre></div>`
         : '';
-      return `<div class="turn" data-turn="${u.turn}"><div class="turn-h">Turn ${u.turn + 1}${u.finishReason ? ` · finish: ${esc(u.finishReason)}` : ''}</div>${reasoning}${calls}${results}</div>`;
+      return `<div class="turn" data-turn="${esc(u.turn)}"><div class="turn-h">Turn ${esc(u.turn + 1)}${u.finishReason ? ` · finish: ${esc(u.finishReason)}` : ''}</div>${reasoning}${calls}${results}</div>`;
     })
     .join('');
   const answer = `<div class="block answer ${t.correct ? '' : 'wrong'}"><label>Answer</label><pre>${esc(t.answer ?? '(no <answer> block)')}</pre><div>extracted: <b>${esc(t.extracted ?? '–')}</b> · gold: <b>${esc(t.gold ?? '–')}</b></div></div>`;

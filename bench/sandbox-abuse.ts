@@ -1,0 +1,110 @@
+// Innocent calls next to hostile ones. Measures the idle p50/p99 of a trivial call, then runs a mixed stream for
+// --seconds: --hostile workers loop over the attacks below while --innocent workers send trivial calls; prints
+// the innocent calls' success rate and p50/p99 latency, and each attack's outcomes. Targets (issue 17): 100 %
+// innocent success, innocent p99 within 3x the idle p99, no sandbox restart.
+//
+//   npx tsx bench/sandbox-abuse.ts [--seconds 30] [--slots 4] [--hostile 2] [--innocent 2]
+import { cpus } from 'node:os';
+import { parseArgs } from 'node:util';
+import { SandboxPool } from '../src/sandbox/pool.js';
+import type { RunRequest } from '../src/sandbox/types.js';
+
+const { values } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '30' },
+    slots: { type: 'string', default: '4' },
+    hostile: { type: 'string', default: '2' },
+    innocent: { type: 'string', default: '2' },
+  },
+});
+const seconds = Number(values.seconds);
+const [slots, hostileN, innocentN] = [values.slots, values.hostile, values.innocent].map(Number);
+for (const [k, v] of Object.entries({ seconds, slots, hostile: hostileN, innocent: innocentN }))
+  if (!(Number.isFinite(v) && v > 0)) throw new Error(`--${k} must be a positive number`);
+
+const ATTACKS: Record<string, RunRequest> = {
+  'deep dirs': {
+    code: 'import os\nfor i in range(1100):\n    os.mkdir("a")\n    os.chdir("a")\nprint("ok")',
+  },
+  '50k files': { code: 'for i in range(50000):\n    open(str(i), "w").close()' },
+  'fork memory': {
+    code:
+      'import os, time\nfor i in range(3):\n    if os.fork() == 0:\n        b = b"x" * (500 << 20)\n' +
+      '        time.sleep(2)\n        os._exit(0)\ntime.sleep(2)',
+    timeoutMs: 4000,
+  },
+  'shm fill': {
+    code: 'for i in range(8):\n    open(f"/dev/shm/f{i}", "wb").write(b"x" * (16 << 20))',
+  },
+  'fork bomb': {
+    code: 'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass',
+  },
+  'output flood': { code: 'while True:\n    print("x" * 10000)' },
+  'busy loop': { code: 'while True:\n    pass', timeoutMs: 1000 },
+  'kill -1': { code: 'import os, signal\nos.kill(-1, signal.SIGKILL)' },
+};
+const INNOCENT: RunRequest = { code: 'print(6*7)' };
+
+const pct = (xs: number[], q: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? Number.NaN;
+};
+
+const pool = await SandboxPool.start({ slots, timeoutMs: 2000, log: () => {} });
+try {
+  for (let i = 0; i < 20; i++) await pool.run(INNOCENT); // warm up
+  const idle: number[] = [];
+  for (let i = 0; i < 300; i++) {
+    const t0 = performance.now();
+    await pool.run(INNOCENT);
+    idle.push(performance.now() - t0);
+  }
+  const end = Date.now() + seconds * 1000;
+  const outcomes: Record<string, Record<string, number>> = {};
+  const sample: Record<string, string> = {}; // the first error text per attack
+  const lat: number[] = [];
+  let ok = 0;
+  let failed = 0;
+  const names = Object.keys(ATTACKS);
+  await Promise.all([
+    ...Array.from({ length: hostileN }, async (_, w) => {
+      for (let i = w; Date.now() < end; i++) {
+        const name = names[i % names.length];
+        const r = await pool.run(ATTACKS[name]);
+        outcomes[name] ??= {};
+        outcomes[name][r.status] = (outcomes[name][r.status] ?? 0) + 1;
+        sample[name] ??= (r.error ?? r.stderr.trim().split('\n').pop() ?? '').slice(0, 100);
+      }
+    }),
+    ...Array.from({ length: innocentN }, async () => {
+      while (Date.now() < end) {
+        const t0 = performance.now();
+        const r = await pool.run(INNOCENT);
+        lat.push(performance.now() - t0);
+        if (r.status === 'ok' && r.stdout === '42\n') ok++;
+        else failed++;
+      }
+    }),
+  ]);
+  const idleP99 = pct(idle, 0.99);
+  const p99 = pct(lat, 0.99);
+  console.log(
+    `# sandbox abuse: ${seconds} s, ${slots} slots, ${hostileN} hostile + ${innocentN} innocent workers, ` +
+      `host CPU ${cpus()[0]?.model ?? '?'} x ${cpus().length}`,
+  );
+  console.log(`idle trivial call: p50 ${pct(idle, 0.5).toFixed(1)} ms, p99 ${idleP99.toFixed(1)} ms`);
+  console.log(
+    `innocent calls: ${ok} ok, ${failed} failed (${((100 * ok) / Math.max(1, ok + failed)).toFixed(2)} %), ` +
+      `p50 ${pct(lat, 0.5).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (${(p99 / idleP99).toFixed(1)}x idle p99)`,
+  );
+  console.log(`sandbox restarts: ${pool.stats().restarts}`);
+  console.log('\n| attack | outcomes | first message |\n|---|---|---|');
+  for (const name of names)
+    console.log(
+      `| ${name} | ${Object.entries(outcomes[name] ?? {})
+        .map(([s, n]) => `${s} ${n}`)
+        .join(', ')} | ${sample[name] ?? ''} |`,
+    );
+} finally {
+  await pool.close();
+}

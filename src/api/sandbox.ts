@@ -1,0 +1,5 @@
+// Public entry point `rstar2/sandbox`: running Python in isolation. `SandboxClient` talks to a sandbox
+// service over HTTP (`rstar2 sandbox serve`); `SandboxPool` is the embedded, warm bubblewrap pool that the
+// service itself uses. Both implement `CodeRunner` (`run`, `runBatch`, `close`).
+export * from '../sandbox/index.js';
+export { type PoolInfo, type PoolStats, SandboxPool, type SandboxPoolOptions } from '../sandbox/pool.js';
