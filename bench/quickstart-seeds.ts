@@ -112,8 +112,13 @@ console.log(
     `host CPU ${cpus()[0]?.model ?? '?'} × ${cpus().length}${values.ablation ? ', with RoC-off ablation' : ''}`,
 );
 const rows: Rec[] = [];
-const spanMinutes = (run: string) => {
-  const t = readJsonlTolerant<Rec>(join(run, 'metrics.jsonl')).map((r) => Date.parse(r.time));
+// a fork's metrics.jsonl starts with its parent's records: only its own (RL) stage counts for its time
+const spanMinutes = (run: string, rlOnly = false) => {
+  const cfg = JSON.parse(readFileSync(join(run, 'config.json'), 'utf8'));
+  const rl = new Set(cfg.stages.filter((s: Rec) => s.type === 'rl').map((s: Rec) => s.name));
+  const t = readJsonlTolerant<Rec>(join(run, 'metrics.jsonl'))
+    .filter((r) => !rlOnly || rl.has(r.stage))
+    .map((r) => Date.parse(r.time));
   return t.length ? (Math.max(...t) - Math.min(...t)) / 60_000 : Number.NaN;
 };
 await pool(seeds, jobs, async (seed) => {
@@ -122,7 +127,7 @@ await pool(seeds, jobs, async (seed) => {
     const row: Rec = { seed, code: 0, minutes: spanMinutes(run), ...summarise(run) };
     const off = `${run}-grpo`;
     if (values.ablation && existsSync(join(off, 'metrics.jsonl')))
-      row.grpo = { code: 0, minutes: spanMinutes(off), ...summarise(off) };
+      row.grpo = { code: 0, minutes: spanMinutes(off, true), ...summarise(off) };
     rows.push(row);
     return;
   }
