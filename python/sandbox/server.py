@@ -162,26 +162,32 @@ def clear_dir(root):
                 failed += 1  # a name clash or a race: the next round retries it
 
 
+def left_as_found(d):
+    """One stat says whether dir d is empty with mode 0700 (d's empty size is known; see learn_empty_size)."""
+    st = os.stat(d)
+    return EMPTY_SIZE.get(d, -1) == st.st_size and st.st_mode & 0o7777 == 0o700
+
+
+def shm_empty():
+    return EMPTY_SIZE.get(SHM, -1) == os.stat(SHM).st_size
+
+
 def is_clean(slot):
-    """One stat each for the slot's dir and /dev/shm says whether a call left anything behind (most do not)."""
+    """Whether a call left anything behind in its slot (most do not): then the slot needs no wipe."""
     try:
-        st = os.stat(slot_dir(slot))
-        if EMPTY_SIZE.get(slot_dir(slot), -1) != st.st_size or st.st_mode & 0o7777 != 0o700:
-            return False
-        return not (slot_uid(slot) and SHM and EMPTY_SIZE.get(SHM, -1) != os.stat(SHM).st_size)
+        return left_as_found(slot_dir(slot)) and not (slot_uid(slot) and SHM and not shm_empty())
     except OSError:
         return False
 
 
 def wipe(slot):
-    """Empties a slot's scratch dir and its uid's files in /dev/shm. Runs on the wiper thread (Wiper) once the
-    zygote has reported the slot's processes dead, before the slot is given out again. Never raises: a wipe
+    """Empties a slot's scratch dir and its uid's files in /dev/shm. Runs in the wiper's process (Wiper) once
+    the zygote has reported the slot's processes dead, before the slot is given out again. Never raises: a wipe
     that fails is logged and the slot is used as it is."""
     d = slot_dir(slot)
     uid = slot_uid(slot)
     try:
-        st = os.stat(d)
-        if EMPTY_SIZE.get(d, -1) != st.st_size or st.st_mode & 0o7777 != 0o700:
+        if not left_as_found(d):
             fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             try:
                 left = clear_dir(fd)
@@ -192,7 +198,7 @@ def wipe(slot):
             os.chmod(d, 0o700)  # the owner (the slot uid) may have changed it; only root could chown
             if d not in EMPTY_SIZE:
                 learn_empty_size(d)
-        if uid and SHM and EMPTY_SIZE.get(SHM, -1) != os.stat(SHM).st_size:
+        if uid and SHM and not shm_empty():
             with os.scandir(SHM) as it:
                 for e in it:
                     try:
@@ -244,6 +250,9 @@ class Wiper:
             data = os.read(self.r, 1 << 16)
         except BlockingIOError:
             return []
+        if not data:  # slots it held would never come back: restart the sandbox as for a dead zygote
+            log("wiper died")
+            os._exit(4)
         return [x for (x,) in struct.iter_unpack("<H", data)]
 
 
@@ -271,7 +280,7 @@ def slot_memory_kb(base_kb):
         slot = (uid or 0) - UID_BASE
         if anon is not None and 0 <= slot < SLOTS:
             used[slot] = used.get(slot, 0) + max(0, anon - base_kb)
-    if SHM and EMPTY_SIZE.get(SHM, -1) != os.stat(SHM).st_size:
+    if SHM and not shm_empty():
         with os.scandir(SHM) as it:
             for e in it:
                 try:
