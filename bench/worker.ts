@@ -1,6 +1,8 @@
 // Policy worker throughput vs a bare PyTorch loop on the same model, in the same run.
 // Run: flock /tmp/bench.lock node --import tsx bench/worker.ts [--reps 5] [--threads 2] [--models tiny,small]
 // Generate: batch 64, 32-token prompts, 96 new tokens (no stops), temperature 1. Train: one GRPO step on 32×128.
+// Mixed: one GRPO step on 32 sequences of 16–256 tokens, padded length-grouped micro-batches (microBatchTokens)
+// vs packed ones (maxTokensPerMicroBatch), both with an 8,192-token budget; tokens/s counts real tokens only.
 // Worker numbers are timed in TypeScript (protocol, batching and bookkeeping included). The bare loop (same
 // model, plain forward / multinomial / backward / AdamW) runs inside the same worker process, and the two
 // alternate repetition by repetition, so both see the same machine load. Prints medians and ratios.
@@ -43,6 +45,14 @@ for (const name of values.models.split(',') as ModelPreset[]) {
       return { ids, mask: ids.map((_, i) => (i === 0 ? 0 : 1)), advantage: rng.next() * 2 - 1 };
     }),
   };
+  const mixed: TrainBatch = {
+    loss: 'grpo',
+    sequences: Array.from({ length: S.trainBatch }, () => {
+      const ids = Array.from({ length: rng.int(16, 256) }, () => rng.int(0, config.vocab_size - 1));
+      return { ids, mask: ids.map((_, i) => (i === 0 ? 0 : 1)), advantage: rng.next() * 2 - 1 };
+    }),
+  };
+  const mixedTokens = mixed.sequences.reduce((n, s) => n + s.ids.length, 0);
   const sampling = {
     temperature: 1,
     topP: 1,
@@ -58,6 +68,8 @@ for (const name of values.models.split(',') as ModelPreset[]) {
     bareGen: [] as number[],
     train: [] as number[],
     bareTrain: [] as number[],
+    padded: [] as number[],
+    packed: [] as number[],
   };
   let params = 0;
   try {
@@ -76,6 +88,13 @@ for (const name of values.models.split(',') as ModelPreset[]) {
       r.train.push((S.trainBatch * S.trainLen) / dt);
       r.bareTrain.push(bare);
     }
+    for (let i = 0; i <= reps; i++) {
+      const padded = await timeIt(() => w.trainStep(mixed, { lr: 1e-4, microBatchTokens: 8192 }));
+      const packed = await timeIt(() => w.trainStep(mixed, { lr: 1e-4, maxTokensPerMicroBatch: 8192 }));
+      if (i === 0) continue;
+      r.padded.push(mixedTokens / padded);
+      r.packed.push(mixedTokens / packed);
+    }
   } finally {
     await w.close();
   }
@@ -83,6 +102,8 @@ for (const name of values.models.split(',') as ModelPreset[]) {
   console.log(
     `${name} (${(params / 1e6).toFixed(2)}M params, ${threads} threads, median of ${reps}): ` +
       `generate ${g.toFixed(0)} tok/s vs bare ${bg.toFixed(0)} (bare/worker ${(bg / g).toFixed(2)}x); ` +
-      `train ${t.toFixed(0)} tok/s vs bare ${bt.toFixed(0)} (bare/worker ${(bt / t).toFixed(2)}x)`,
+      `train ${t.toFixed(0)} tok/s vs bare ${bt.toFixed(0)} (bare/worker ${(bt / t).toFixed(2)}x); ` +
+      `mixed-length train: padded ${median(r.padded).toFixed(0)} tok/s, packed ${median(r.packed).toFixed(0)} ` +
+      `(packed/padded ${(median(r.packed) / median(r.padded)).toFixed(2)}x)`,
   );
 }

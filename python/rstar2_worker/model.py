@@ -8,6 +8,10 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+# A [chunk, vocab] slice of fp32 logits is at most this big (log-softmax and its exp add two more of the same).
+LOGITS_CHUNK_BYTES = 1 << 27
 
 
 class Config:
@@ -63,17 +67,17 @@ class Rotary:
         self.inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim))
         self.cos = self.sin = None
 
-    def tables(self, n):
-        if self.cos is None or self.cos.shape[0] < n:
-            t = torch.arange(max(n, 256), dtype=torch.float32)
-            freqs = torch.outer(t, self.inv_freq)
+    def tables(self, n, device):
+        if self.cos is None or self.cos.shape[0] < n or self.cos.device != device:
+            t = torch.arange(max(n, 256), dtype=torch.float32, device=device)
+            freqs = torch.outer(t, self.inv_freq.to(device))
             emb = torch.cat((freqs, freqs), dim=-1)
             self.cos, self.sin = emb.cos(), emb.sin()
         return self.cos, self.sin
 
     def apply(self, q, k, pos):
         # q,k: [B, H, T, D]; pos: [B, T] absolute positions
-        cos, sin = self.tables(int(pos.max()) + 1)
+        cos, sin = self.tables(int(pos.max()) + 1, q.device)
         cos = cos[pos].unsqueeze(1).to(q.dtype)
         sin = sin[pos].unsqueeze(1).to(q.dtype)
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
@@ -92,7 +96,7 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
 
-    def forward(self, x, pos, rope, bias, cache=None, cache_at=0):
+    def forward(self, x, pos, rope, bias, cache=None, cache_at=0, seqlens=None):
         B, T, _ = x.shape
         c = self.cfg
         q = self.q_proj(x).view(B, T, c.num_attention_heads, c.head_dim)
@@ -108,15 +112,45 @@ class Attention(nn.Module):
             kc[:, :, cache_at : cache_at + T] = k
             vc[:, :, cache_at : cache_at + T] = v
             k, v = kc[:, :, : cache_at + T], vc[:, :, : cache_at + T]
-        # GQA without repeat_interleave: the rep query heads that share a kv head become extra query rows
+        if seqlens is None:
+            out = self.attend(q, k, v, bias)
+        else:
+            # a packed row: each sequence attends causally to itself only (block-diagonal), one block at a
+            # time, so attention costs Σ len² instead of (Σ len)²
+            outs, at = [], 0
+            for n in seqlens:
+                outs.append(self.attend(q[:, :, at : at + n], k[:, :, at : at + n], v[:, :, at : at + n], None))
+                at += n
+            out = torch.cat(outs, 2)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+    def attend(self, q, k, v, bias):
+        """q [B, H, T, D], k/v [B, nkv, S, D] → [B, H, T, D]. `bias`: additive [B, 1, T, S] mask, or None for
+        plain causal attention (T == S)."""
+        c = self.cfg
+        B, _, T, _ = q.shape
         rep = c.num_attention_heads // c.num_key_value_heads
+        if ATTENTION == "sdpa":
+            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias == 0, is_causal=bias is None)
+        if bias is None:
+            idx = torch.arange(T, device=q.device)
+            bias = attn_bias(torch.zeros(1, dtype=torch.long, device=q.device), idx, idx)
+        # GQA without repeat_interleave: the rep query heads that share a kv head become extra query rows
         S = k.shape[2]
         qg = q.reshape(B, c.num_key_value_heads, rep * T, c.head_dim)
         att = torch.matmul(qg, k.transpose(-1, -2)) * (1.0 / math.sqrt(c.head_dim))
         att = att.view(B, c.num_key_value_heads, rep, T, S) + bias.unsqueeze(2)
-        att = torch.softmax(att.float(), dim=-1).to(q.dtype).view(B, c.num_key_value_heads, rep * T, S)
-        out = torch.matmul(att, v).view(B, c.num_attention_heads, T, c.head_dim).transpose(1, 2).reshape(B, T, -1)
-        return self.o_proj(out)
+        att = torch.softmax(att.float(), dim=-1).to(v.dtype).view(B, c.num_key_value_heads, rep * T, S)
+        return torch.matmul(att, v).view(B, c.num_attention_heads, T, c.head_dim)
+
+
+def attention_impl(functional=F):
+    """'sdpa' where torch has F.scaled_dot_product_attention (≥ 2.0: fused kernels), else 'eager' (torch 1.13)."""
+    return "sdpa" if hasattr(functional, "scaled_dot_product_attention") else "eager"
+
+
+ATTENTION = attention_impl()
 
 
 class MLP(nn.Module):
@@ -138,8 +172,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, pos, rope, bias, cache=None, cache_at=0):
-        x = x + self.self_attn(self.input_layernorm(x), pos, rope, bias, cache, cache_at)
+    def forward(self, x, pos, rope, bias, cache=None, cache_at=0, seqlens=None):
+        x = x + self.self_attn(self.input_layernorm(x), pos, rope, bias, cache, cache_at, seqlens)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -154,11 +188,14 @@ class DecoderModel(nn.Module):
 class CausalLM(nn.Module):
     """forward(ids, pad_left=None) → logits. `pad_left[b]` leading positions of row b are padding.
     `drop_last`: no logits for the last position (nothing to score there); with a 150K vocabulary, slicing the
-    hidden states instead of the logits saves a vocab-sized buffer and its zero-filled gradient."""
+    hidden states instead of the logits saves a vocab-sized buffer and its zero-filled gradient.
+    `gradient_checkpointing`: in training, each decoder layer keeps only its input and recomputes the rest in
+    backward."""
 
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
+        self.gradient_checkpointing = False
         self.model = DecoderModel(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
@@ -177,27 +214,90 @@ class CausalLM(nn.Module):
                 else:
                     p.copy_(torch.randn(p.shape, generator=g) * std)
 
-    def hidden(self, ids, pos, bias, caches=None, cache_at=0):
+    def hidden(self, ids, pos, bias, caches=None, cache_at=0, seqlens=None):
+        """Final hidden states [B, T, H]. `bias` None: causal; `seqlens`: ids is one packed row of sequences
+        of these lengths (pos restarting at 0 for each)."""
         x = self.model.embed_tokens(ids)
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and caches is None
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, pos, self.rope, bias, None if caches is None else caches[i], cache_at)
+            if recompute:
+                x = checkpoint(layer, x, pos, self.rope, bias, None, 0, seqlens, use_reentrant=False)
+            else:
+                x = layer(x, pos, self.rope, bias, None if caches is None else caches[i], cache_at, seqlens)
         return self.model.norm(x)
+
+    def token_logprobs(self, h, targets, temperature=1.0, chunk=None):
+        """(log p(target), entropy, target is the argmax) per row of h [N, H], computed `chunk` tokens at a
+        time (default: LOGITS_CHUNK_BYTES of fp32 logits); differentiable in log p."""
+        chunk = chunk or max(1, LOGITS_CHUNK_BYTES // (4 * self.cfg.vocab_size))
+        return ChunkedLogprobs.apply(h, self.lm_head.weight, targets, float(temperature), int(chunk))
 
     def forward(self, ids, pad_left=None, drop_last=False):
         B, T = ids.shape
-        pad_left = torch.zeros(B, dtype=torch.long) if pad_left is None else pad_left
-        idx = torch.arange(T)
+        pad_left = torch.zeros(B, dtype=torch.long, device=ids.device) if pad_left is None else pad_left
+        idx = torch.arange(T, device=ids.device)
         pos = (idx.unsqueeze(0) - pad_left.unsqueeze(1)).clamp(min=0)
         bias = attn_bias(pad_left, idx, idx, ids.dtype)
         h = self.hidden(ids, pos, bias)
         return self.lm_head(h[:, :-1] if drop_last else h)
 
-    def new_cache(self, B, S, dtype=torch.float32):
+    def new_cache(self, B, S, dtype=torch.float32, device=None):
         c = self.cfg
-        return [
-            (torch.zeros(B, c.num_key_value_heads, S, c.head_dim, dtype=dtype), torch.zeros(B, c.num_key_value_heads, S, c.head_dim, dtype=dtype))
-            for _ in range(c.num_hidden_layers)
-        ]
+        shape = (B, c.num_key_value_heads, S, c.head_dim)
+        return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)) for _ in range(c.num_hidden_layers)]
+
+
+class ChunkedLogprobs(torch.autograd.Function):
+    """lm_head + log-softmax over `chunk` rows at a time, so neither pass holds more than a [chunk, vocab]
+    slice of the logits: forward keeps only h and the weight, backward recomputes each slice's logits (as
+    activation checkpointing would) and turns them into gradients at once. Logits are made in the matmul's
+    dtype (bf16 under autocast) and normalised in fp32."""
+
+    @staticmethod
+    def forward(ctx, h, weight, targets, temperature, chunk):
+        N = h.shape[0]
+        lp = torch.empty(N, dtype=torch.float32, device=h.device)
+        ent = torch.empty(N, dtype=torch.float32, device=h.device)
+        top = torch.empty(N, dtype=torch.bool, device=h.device)
+        ctx.dtype = weight.dtype
+        for s in range(0, N, chunk):
+            raw = F.linear(h[s : s + chunk], weight)
+            ctx.dtype = raw.dtype
+            logits = raw.float()
+            t = targets[s : s + chunk]
+            top[s : s + chunk] = logits.argmax(-1) == t
+            if temperature != 1.0:
+                logits = logits / temperature
+            logp = torch.log_softmax(logits, -1)
+            lp[s : s + chunk] = logp.gather(-1, t.unsqueeze(-1)).squeeze(-1)
+            ent[s : s + chunk] = -(logp.exp() * logp).sum(-1)
+        ctx.save_for_backward(h, weight, targets)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.mark_non_differentiable(ent, top)
+        return lp, ent, top
+
+    @staticmethod
+    def backward(ctx, g, _g_ent, _g_top):
+        h, weight, targets = ctx.saved_tensors
+        dt, T, chunk = ctx.dtype, ctx.temperature, ctx.chunk
+        w = weight.to(dt)
+        gh = torch.empty_like(h) if ctx.needs_input_grad[0] else None
+        gw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if ctx.needs_input_grad[1] else None
+        for s in range(0, h.shape[0], chunk):
+            hc, gc = h[s : s + chunk].to(dt), g[s : s + chunk].unsqueeze(-1)
+            logits = F.linear(hc, w).float()
+            if T != 1.0:
+                logits = logits / T
+            # d log p(t) / d logits = onehot(t) - softmax, times the incoming grad; 1/T through the scaling
+            gl = torch.softmax(logits, -1).mul_(-gc).scatter_add_(-1, targets[s : s + chunk].unsqueeze(-1), gc)
+            if T != 1.0:
+                gl = gl / T
+            gl = gl.to(dt)
+            if gh is not None:
+                gh[s : s + chunk] = gl @ w
+            if gw is not None:
+                gw += (gl.t() @ hc).float()
+        return gh, None if gw is None else gw.to(weight.dtype), None, None, None
 
 
 def attn_bias(pad_left, q_idx, k_idx, _dtype=None):
@@ -207,7 +307,7 @@ def attn_bias(pad_left, q_idx, k_idx, _dtype=None):
     ok = causal.unsqueeze(0) & valid.unsqueeze(1)
     # a padding query row would see no key at all; let it see itself so softmax stays finite
     ok = ok | (q_idx.unsqueeze(1) == k_idx.unsqueeze(0)).unsqueeze(0)
-    bias = torch.zeros(ok.shape, dtype=torch.float32)
+    bias = torch.zeros(ok.shape, dtype=torch.float32, device=ok.device)
     bias.masked_fill_(~ok, float("-inf"))
     return bias.unsqueeze(1)
 

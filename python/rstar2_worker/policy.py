@@ -1,4 +1,5 @@
 """The policy: model + optimizer + RNG, and the operations the TS client calls."""
+import contextlib
 import os
 import shutil
 import time
@@ -9,6 +10,8 @@ import torch.distributed as dist
 from .checkpoint import read_config, read_state_dict, write_json, write_state_dict
 from .detok import Detok
 from .model import CausalLM, Config, attn_bias, count_params
+
+PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -30,11 +33,17 @@ class Policy:
         self.pending_opt_state = None
         self.step = 0
         self.gen = torch.Generator()  # sampling RNG for generate calls without a seed
+        self.device, self.precision = pick_device(rank), pick_precision(os.environ.get("RSTAR2_PRECISION", "fp32"))
 
     # ---- model lifecycle -------------------------------------------------------------------------
 
+    def _place(self):
+        """This rank's device; precision bf16 also stores the weights (and so AdamW's state) in bf16."""
+        self.model.to(self.device, torch.bfloat16 if self.precision == "bf16" else torch.float32)
+
     def _info(self, restored=False):
         out = {"config": self.cfg.raw, "params": count_params(self.model), "restoredOptimizer": restored}
+        out.update(device=str(self.device), precision=self.precision)
         if self.src_dir:
             out["dir"] = self.src_dir
         return out
@@ -44,6 +53,7 @@ class Policy:
         torch.manual_seed(seed)
         self.model = CausalLM(self.cfg)
         self.model.init_weights(seed)
+        self._place()
         self.gen.manual_seed(seed)
         self.src_dir, self.detok, self.opt, self.pending_opt_state, self.step = None, None, None, None, 0
         return self._info()
@@ -65,6 +75,7 @@ class Policy:
         if missing or unexpected:
             raise ValueError(f"{directory}: weights do not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}")
         self.cfg, self.model, self.src_dir = cfg, model, directory
+        self._place()
         self.detok = None  # built on the first stop-string request: parsing a 150K-entry tokenizer.json takes ~0.6 s
         self.opt, self.pending_opt_state, self.step = None, None, 0
         restored = False
@@ -85,7 +96,7 @@ class Policy:
         if self.cfg.tie_word_embeddings:
             sd.pop("lm_head.weight", None)
         raw = dict(self.cfg.raw)
-        raw.setdefault("torch_dtype", "float32")
+        raw["torch_dtype"] = "bfloat16" if self.precision == "bf16" else "float32"
         write_json(os.path.join(directory, "config.json"), raw)
         files = write_state_dict(directory, sd, shards, max_shard_bytes)
         if self.src_dir and os.path.abspath(self.src_dir) != os.path.abspath(directory):
@@ -108,6 +119,12 @@ class Policy:
     def _need_model(self):
         if self.model is None:
             raise RuntimeError("no model: call init or load first")
+
+    def _autocast(self):
+        """bf16-mixed: bf16 matmuls over fp32 weights; the other precisions run in the weights' own dtype."""
+        if self.precision != "bf16-mixed":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
 
     # ---- generation ------------------------------------------------------------------------------
 
@@ -145,21 +162,24 @@ class Policy:
         if max_new == 0:
             return out_ids, out_lp, finish
         P = max(len(p) for p in prompts)
+        dev = self.device
         ids = torch.zeros(B, P, dtype=torch.long)
-        pad_left = torch.tensor([P - len(p) for p in prompts], dtype=torch.long)
         for i, p in enumerate(prompts):
             ids[i, P - len(p) :] = torch.tensor(p, dtype=torch.long)
-        caches = model.new_cache(B, P + max_new)
+        ids = ids.to(dev)
+        pad_left = torch.tensor([P - len(p) for p in prompts], dtype=torch.long, device=dev)
+        caches = model.new_cache(B, P + max_new, torch.float32 if self.precision == "fp32" else torch.bfloat16, dev)
         rows = torch.arange(B)  # original index of each live batch row
         stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long) if stop_ids else None
         max_stop = max((len(s) for s in stop_strs), default=0)
-        with torch.no_grad():
-            idx = torch.arange(P)
+        with torch.no_grad(), self._autocast():
+            idx = torch.arange(P, device=dev)
             pos = (idx.unsqueeze(0) - pad_left.unsqueeze(1)).clamp(min=0)
             h = model.hidden(ids, pos, attn_bias(pad_left, idx, idx), caches, 0)
             logits = model.lm_head(h[:, -1])
             for step in range(max_new):
-                tok, lp = sample(logits, temperature, top_k, top_p, gen)
+                # sampled on the CPU: one generator (saved in optimizer.pt) whatever device the model is on
+                tok, lp = sample(logits.float().cpu(), temperature, top_k, top_p, gen)
                 done = torch.zeros(len(rows), dtype=torch.bool)
                 if stop_tensor is not None:
                     done |= (tok.unsqueeze(1) == stop_tensor.unsqueeze(0)).any(1)
@@ -182,36 +202,38 @@ class Policy:
                 keep = (~done).nonzero().squeeze(1)
                 if len(keep) < len(rows):
                     # drop finished rows so the rest of the batch stops paying for them
-                    rows, tok, pad_left = rows[keep], tok[keep], pad_left[keep]
-                    caches = [(k.index_select(0, keep), v.index_select(0, keep)) for k, v in caches]
+                    kd = keep.to(dev)
+                    rows, tok, pad_left = rows[keep], tok[keep], pad_left[kd]
+                    caches = [(k.index_select(0, kd), v.index_select(0, kd)) for k, v in caches]
                 cur = P + step
                 pos = (cur - pad_left).unsqueeze(1)
-                bias = attn_bias(pad_left, torch.tensor([cur]), torch.arange(cur + 1))
-                h = model.hidden(tok.unsqueeze(1), pos, bias, caches, cur)
+                bias = attn_bias(pad_left, torch.tensor([cur], device=dev), torch.arange(cur + 1, device=dev))
+                h = model.hidden(tok.unsqueeze(1).to(dev), pos, bias, caches, cur)
                 logits = model.lm_head(h[:, -1])
         return out_ids, out_lp, finish
 
     # ---- scoring ---------------------------------------------------------------------------------
 
-    def logprobs(self, seqs, temperature=1.0, budget=8192):
+    def logprobs(self, seqs, temperature=1.0, budget=8192, chunk=None):
         self._need_model()
         self.model.eval()
-        out = []
-        with torch.no_grad():
+        out = [([], [], [])] * len(seqs)
+        with torch.no_grad(), self._autocast():
             for mb in micro_batches(seqs, budget):
-                ids, _ = pad_right([seqs[i] for i in mb])
-                logits = self.model(ids, drop_last=True).float()
-                if temperature != 1.0:
-                    logits = logits / temperature
-                logp_all = torch.log_softmax(logits, -1)
-                lp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-                ent = -(logp_all.exp() * logp_all).sum(-1)
-                top = logits.argmax(-1) == ids[:, 1:]
-                for j, i in enumerate(mb):
-                    n = len(seqs[i])
-                    out.append((i, [0.0] + lp[j, : n - 1].tolist(), [0.0] + ent[j, : n - 1].tolist(), [0] + top[j, : n - 1].int().tolist()))
-        out.sort(key=lambda x: x[0])
-        return [x[1] for x in out], [x[2] for x in out], [x[3] for x in out]
+                rows = [seqs[i] for i in mb]
+                if all(len(r) < 2 for r in rows):
+                    lp = ent = top = []
+                else:
+                    h, _ = predicting_hidden(self.model, rows, False, self.device)
+                    lp, ent, top = self.model.token_logprobs(h, next_tokens(rows, self.device), temperature, chunk)
+                    lp, ent, top = lp.tolist(), ent.tolist(), top.int().tolist()
+                at = 0
+                for i, r in zip(mb, rows):
+                    n = len(r) - 1
+                    if n >= 0:
+                        out[i] = ([0.0] + lp[at : at + n], [0.0] + ent[at : at + n], [0] + top[at : at + n])
+                        at += n
+        return [x[0] for x in out], [x[1] for x in out], [x[2] for x in out]
 
     # ---- training --------------------------------------------------------------------------------
 
@@ -244,8 +266,14 @@ class Policy:
             "clipHigh": float(opts.get("clipHigh", 0.28)),
             "dualClip": float(opts.get("dualClip", 3.0)),
             "microBatchTokens": int(opts.get("microBatchTokens", 8192)),
+            "maxTokensPerMicroBatch": opts.get("maxTokensPerMicroBatch"),
+            "gradientCheckpointing": bool(opts.get("gradientCheckpointing", False)),
+            "logitsChunkTokens": opts.get("logitsChunkTokens"),
             "lossAgg": opts.get("lossAgg", "token-mean"),
         }
+        for k in ("maxTokensPerMicroBatch", "logitsChunkTokens"):
+            if o[k] is not None and not (isinstance(o[k], int) and o[k] >= 1):
+                raise ValueError(f"{k} must be a positive integer, got {o[k]!r}")
         if o["lossAgg"] not in ("token-mean", "verl"):
             raise ValueError(f"lossAgg must be 'token-mean' or 'verl', got {o['lossAgg']!r}")
         if o["dualClip"] <= 1.0:
@@ -264,24 +292,34 @@ class Policy:
             raise ValueError("train batch has no mask=1 tokens")
         lo, hi = self.rank * n_global // self.world, (self.rank + 1) * n_global // self.world
         mine = list(range(lo, hi))
-        # stats: loss, clipped tokens, entropy sum, trained tokens, all tokens, padded tokens
+        # stats: loss, clipped tokens, entropy sum, trained tokens, all tokens, computed tokens (padding included)
         stats = torch.zeros(6, dtype=torch.float64)
-        mbs = micro_batches([seqs[i] for i in mine], o["microBatchTokens"])
+        packed = o["maxTokensPerMicroBatch"] is not None
+        model.gradient_checkpointing = o["gradientCheckpointing"]
+        mine_seqs = [seqs[i] for i in mine]
+        mbs = pack(mine_seqs, o["maxTokensPerMicroBatch"]) if packed else micro_batches(mine_seqs, o["microBatchTokens"])
+        dev = self.device
         for mb in mbs:
             idx = [mine[j] for j in mb]
-            ids, valid = pad_right([seqs[i] for i in idx])
-            mask, _ = pad_right([masks[i] for i in idx])
-            mask = mask[:, 1:].float()
-            logits = model(ids, drop_last=True).float()
-            logp_all = torch.log_softmax(logits, -1)
-            logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-            with torch.no_grad():
-                ent = -(logp_all.exp() * logp_all).sum(-1)
+            rows = [seqs[i] for i in idx]
+            tokens = sum(len(r) for r in rows)
+            if all(len(r) < 2 for r in rows):  # nothing to predict
+                stats[4] += tokens
+                continue
+            # per predicted token (ids[1:] of each sequence, sequence after sequence)
+            mask = torch.tensor([m for i in idx for m in masks[i][1:]], dtype=torch.float32, device=dev)
+            with self._autocast():
+                h, computed = predicting_hidden(model, rows, packed, dev)
+                logp, ent, _ = model.token_logprobs(h, next_tokens(rows, dev), 1.0, o["logitsChunkTokens"])
             if kind == "grpo":
-                old, _ = pad_right([olds[i] if olds[i] is not None else [0.0] * len(seqs[i]) for i in idx], torch.float32)
-                has_old = torch.tensor([olds[i] is not None for i in idx]).unsqueeze(1)
-                old = torch.where(has_old, old[:, 1:], logp.detach())
-                adv = torch.tensor([advs[i] for i in idx], dtype=torch.float32).unsqueeze(1)
+                n_pred = [max(len(seqs[i]) - 1, 0) for i in idx]
+                old = torch.tensor(
+                    [x for i, n in zip(idx, n_pred) for x in (olds[i][1:] if olds[i] is not None else [0.0] * n)],
+                    dtype=torch.float32, device=dev,
+                )
+                has_old = torch.tensor([olds[i] is not None for i, n in zip(idx, n_pred) for _ in range(n)], device=dev)
+                old = torch.where(has_old, old, logp.detach())
+                adv = torch.tensor([advs[i] for i, n in zip(idx, n_pred) for _ in range(n)], dtype=torch.float32, device=dev)
                 tok_loss, clipped = grpo_token_loss(logp, old, adv, o["clipLow"], o["clipHigh"], o["dualClip"])
             else:
                 tok_loss, clipped = -logp, torch.zeros_like(logp)
@@ -292,8 +330,7 @@ class Policy:
                 loss = msum / mask.sum().clamp(min=1) * (len(idx) / n_global)
             loss.backward()
             stats += torch.tensor(
-                [loss.item(), float((clipped * mask).sum()), float((ent * mask).sum()), float(mask.sum()), float(valid.sum()),
-                 float(valid.numel())],
+                [loss.item(), float((clipped * mask).sum()), float((ent * mask).sum()), float(mask.sum()), tokens, computed],
                 dtype=torch.float64,
             )
         params = unique_params(model)
@@ -359,6 +396,61 @@ def sample(logits, temperature, top_k, top_p, gen):
     probs = torch.softmax(filt, -1) if filt is not scaled else logp.exp()
     tok = torch.multinomial(probs, 1, generator=gen).squeeze(1)
     return tok, logp.gather(-1, tok.unsqueeze(1)).squeeze(1)
+
+
+def predicting_hidden(model, rows, packed, device):
+    """Final hidden states at every position that predicts a next token of its own sequence, sequence after
+    sequence ([Σ (len - 1), H]), and how many positions the forward computed. Packed: one row, no padding,
+    positions restarting at 0 per sequence, attention inside each sequence only. Else: right-padded rows."""
+    if packed:
+        lens = [len(r) for r in rows if r]
+        ids = torch.tensor([t for r in rows for t in r], dtype=torch.long, device=device).unsqueeze(0)
+        pos = torch.cat([torch.arange(n) for n in lens]).to(device).unsqueeze(0)
+        h = model.hidden(ids, pos, None, seqlens=lens)[0]
+        keep = torch.ones(ids.shape[1], dtype=torch.bool)
+        keep[torch.tensor(lens).cumsum(0) - 1] = False  # a sequence's last token predicts nothing
+        return h[keep.to(device)], ids.shape[1]
+    ids, valid = pad_right(rows)
+    B, T = ids.shape
+    h = model.hidden(ids.to(device), torch.arange(T, device=device).expand(B, T), None)
+    return h[:, :-1][valid[:, 1:].to(device)], ids.numel()
+
+
+def next_tokens(rows, device):
+    """The targets predicting_hidden's rows are scored against: ids[1:] of each sequence, concatenated."""
+    return torch.tensor([t for r in rows for t in r[1:]], dtype=torch.long, device=device)
+
+
+def pack(seqs, budget):
+    """Packed micro-batches of at most `budget` tokens (no padding): longest first, each sequence into the
+    first micro-batch with room for it (first-fit decreasing); a sequence over the budget gets its own."""
+    out, sizes = [], []
+    for i in sorted(range(len(seqs)), key=lambda i: -len(seqs[i])):
+        n = len(seqs[i])
+        j = next((j for j, size in enumerate(sizes) if size + n <= budget), None)
+        if j is None:
+            out.append([i])
+            sizes.append(n)
+        else:
+            out[j].append(i)
+            sizes[j] += n
+    return out
+
+
+def pick_device(rank, cuda=torch.cuda):
+    """This rank's local GPU (LOCAL_RANK, else the rank) when CUDA is present, else the CPU."""
+    if not cuda.is_available():
+        return torch.device("cpu")
+    local, n = int(os.environ.get("LOCAL_RANK", rank)), cuda.device_count()
+    if local >= n:
+        raise RuntimeError(f"rank {rank} wants GPU {local} (LOCAL_RANK), but only {n} are visible")
+    return torch.device("cuda", local)
+
+
+def pick_precision(name):
+    if name not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {name!r}")
+    return name
 
 
 def micro_batches(seqs, budget):

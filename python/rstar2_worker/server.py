@@ -43,7 +43,10 @@ def handle(policy, h, a):
         return {"finish": finish}, {"out_ids": ("i32", flat_ids), "out_lens": ("i32", lens), "out_logprobs": ("f32", flat_lp)}
     if op == "logprobs":
         seqs = ragged(a["ids"], a["lens"])
-        lps, ents, tops = policy.logprobs(seqs, float(h.get("temperature", 1.0)), int(h.get("microBatchTokens", 8192)))
+        chunk = h.get("logitsChunkTokens")
+        if chunk is not None and not (isinstance(chunk, int) and chunk >= 1):
+            raise ValueError(f"logitsChunkTokens must be a positive integer, got {chunk!r}")
+        lps, ents, tops = policy.logprobs(seqs, float(h.get("temperature", 1.0)), int(h.get("microBatchTokens", 8192)), chunk)
         return {}, {
             "logprobs": ("f32", np.concatenate([np.asarray(x, dtype=np.float32) for x in lps])),
             "entropy": ("f32", np.concatenate([np.asarray(x, dtype=np.float32) for x in ents])),

@@ -128,6 +128,7 @@ export class EmbeddedBackend implements PolicyBackend {
     private readonly stack: RolloutStack,
     private readonly toolCallStyle: ToolCallStyle,
     private readonly remote: RemoteSync | null,
+    private readonly memory: Pick<TrainOptions, 'gradientCheckpointing' | 'maxTokensPerMicroBatch'>,
   ) {}
 
   /** The recipe's model directory (with its tokenizer) or a fresh preset, on the one rollout stack. */
@@ -145,7 +146,10 @@ export class EmbeddedBackend implements PolicyBackend {
     const template = recipe.tokenizer.template;
     const files = await recipeTokenizerFiles(recipe);
     const tokenizer = tokenizerFromFiles(files);
-    const worker = await PolicyWorker.start({ threads: recipe.model.threads });
+    const worker = await PolicyWorker.start({
+      threads: recipe.model.threads,
+      precision: recipe.model.precision,
+    });
     try {
       if (dir) await worker.load(dir);
       else {
@@ -177,7 +181,11 @@ export class EmbeddedBackend implements PolicyBackend {
       });
       const remote =
         engines.length > 0 ? { engines, dir: opts.syncDir as string, version: 0, dirty: true } : null;
-      return new EmbeddedBackend(worker, files, stack, recipe.tokenizer.toolCallStyle, remote);
+      const { gradientCheckpointing, maxTokensPerMicroBatch } = recipe.model;
+      return new EmbeddedBackend(worker, files, stack, recipe.tokenizer.toolCallStyle, remote, {
+        gradientCheckpointing,
+        maxTokensPerMicroBatch: maxTokensPerMicroBatch ?? undefined,
+      });
     } catch (e) {
       await worker.close();
       throw e;
@@ -254,7 +262,7 @@ export class EmbeddedBackend implements PolicyBackend {
 
   async sftStep(examples: ChatExample[], opts: TrainOptions): Promise<TrainStats> {
     const sequences = this.sftSequences(examples);
-    return this.trained(this.worker.trainStep({ loss: 'sft', sequences }, opts));
+    return this.trained(this.worker.trainStep({ loss: 'sft', sequences }, { ...opts, ...this.memory }));
   }
 
   async sftHeldout(examples: ChatExample[]): Promise<HeldoutScore> {
@@ -293,7 +301,7 @@ export class EmbeddedBackend implements PolicyBackend {
       advantage,
       oldLogprobs: [...t.promptIds.map(() => 0), ...(oldLogprobs ?? t.responseLogprobs)],
     }));
-    return this.trained(this.worker.trainStep({ loss: 'grpo', sequences }, opts));
+    return this.trained(this.worker.trainStep({ loss: 'grpo', sequences }, { ...opts, ...this.memory }));
   }
 
   async recomputeLogprobs(trajectories: Trajectory[], temperature: number): Promise<number[][]> {

@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import YAML from 'yaml';
 import { z } from 'zod';
+import { PRECISIONS } from '../worker/types.js';
 import { TASK_KINDS } from './tasks.js';
 
 // A recipe: model + data + an SFT stage followed by RL stages. Validated at the boundary; every default is
@@ -210,9 +211,37 @@ export const RecipeSchema = z
           .default('tiny')
           .describe('a fresh model when path is null'),
         threads: z.number().int().min(1).default(2),
+        precision: z
+          .enum(PRECISIONS)
+          .default('fp32')
+          .describe(
+            "'bf16-mixed': bf16 autocast over fp32 weights and AdamW state; 'bf16': weights and AdamW state in bf16",
+          ),
+        gradientCheckpointing: z
+          .boolean()
+          .default(false)
+          .describe(
+            'recompute each decoder layer in backward: activation memory of one layer, ~1.3x the compute',
+          ),
+        maxTokensPerMicroBatch: z
+          .number()
+          .int()
+          .min(1)
+          .nullable()
+          .default(null)
+          .describe(
+            'training micro-batches packed to this many tokens with no padding; null = padded, length-grouped',
+          ),
       })
       .strict()
-      .default({ path: null, preset: 'tiny', threads: 2 }),
+      .default({
+        path: null,
+        preset: 'tiny',
+        threads: 2,
+        precision: 'fp32',
+        gradientCheckpointing: false,
+        maxTokensPerMicroBatch: null,
+      }),
     tokenizer: z
       .object({
         template: z

@@ -12,16 +12,17 @@ import {
   unpackRagged,
   type WireArray,
 } from './protocol.js';
-import type {
-  LogprobsOptions,
-  LogprobsResult,
-  ModelConfig,
-  ModelInfo,
-  SaveOptions,
-  TrainBatch,
-  TrainOptions,
-  TrainStats,
-  WorkerStartOptions,
+import {
+  type LogprobsOptions,
+  type LogprobsResult,
+  type ModelConfig,
+  type ModelInfo,
+  PRECISIONS,
+  type SaveOptions,
+  type TrainBatch,
+  type TrainOptions,
+  type TrainStats,
+  type WorkerStartOptions,
 } from './types.js';
 
 const STDERR_TAIL = 4000;
@@ -154,6 +155,10 @@ export class PolicyWorker {
       throw new Error(`ranks must be a positive integer, got ${ranks}`);
     if (!Number.isInteger(threads) || threads < 1)
       throw new Error(`threads must be a positive integer, got ${threads}`);
+    if (opts.precision !== undefined && !PRECISIONS.includes(opts.precision))
+      throw new Error(
+        `precision must be one of ${PRECISIONS.join(', ')}, got ${JSON.stringify(opts.precision)}`,
+      );
     const w = new PolicyWorker({ ...opts, ranks, threads });
     await w.spawnAll();
     return w;
@@ -186,6 +191,7 @@ export class PolicyWorker {
           .filter(Boolean)
           .join(':'),
         RSTAR2_THREADS: String(this.opts.threads),
+        RSTAR2_PRECISION: this.opts.precision ?? 'fp32',
         // torch threads parallelise; a second BLAS pool on top oversubscribes 2 cores (ts-tensor-engines.md)
         OPENBLAS_NUM_THREADS: process.env.OPENBLAS_NUM_THREADS ?? '1',
         OMP_NUM_THREADS: String(this.opts.threads),

@@ -16,3 +16,4 @@ export type {
   TrainStats,
   WorkerStartOptions,
 } from './types.js';
+export { PRECISIONS, type Precision } from './types.js';

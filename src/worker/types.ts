@@ -22,9 +22,14 @@ export interface ModelConfig {
   [key: string]: unknown;
 }
 
+export const PRECISIONS = ['fp32', 'bf16-mixed', 'bf16'] as const;
+// 'bf16-mixed': bf16 autocast over fp32 weights and AdamW state; 'bf16': weights and AdamW state in bf16.
+export type Precision = (typeof PRECISIONS)[number];
+
 export interface WorkerStartOptions {
   python?: string; // default: findPython() (RSTAR2_PYTHON, else /usr/bin/python3)
   threads?: number; // torch intra-op threads per rank (default 2)
+  precision?: Precision; // default 'fp32'. Each rank runs on its local GPU (LOCAL_RANK) when CUDA is present.
   ranks?: number; // torch.distributed ranks on the gloo backend (default 1)
   env?: Record<string, string>;
   // Kill and report a call that has not answered after this long (0 = no limit). A hung worker (e.g. a stuck
@@ -37,6 +42,8 @@ export interface ModelInfo {
   params: number;
   dir?: string; // the checkpoint directory it came from, if loaded
   restoredOptimizer?: boolean;
+  device: string; // 'cpu', 'cuda:0', …
+  precision: Precision;
 }
 
 /** One training sequence. Every per-token array is aligned with `ids`. */
@@ -66,6 +73,11 @@ export interface TrainOptions {
   clipHigh?: number; // PPO ratio upper clip eps, clip-higher (default 0.28)
   dualClip?: number; // dual-clip constant c for negative advantages (default 3.0)
   microBatchTokens?: number; // per-rank micro-batch budget in padded tokens (default 8192)
+  // Pack micro-batches to at most this many tokens with no padding (attention kept inside each sequence),
+  // instead of padded length-grouped ones; microBatchTokens is then unused. Same loss and gradients.
+  maxTokensPerMicroBatch?: number;
+  gradientCheckpointing?: boolean; // recompute each decoder layer in backward (default false)
+  logitsChunkTokens?: number; // tokens per lm_head + log-softmax slice (default: 128 MiB of fp32 logits)
   // 'token-mean': exact mean over every mask=1 token of the global batch (independent of micro-batching
   // and rank count). 'verl': each micro-batch's token-mean scaled by its share of sequences (verl quirk).
   lossAgg?: 'token-mean' | 'verl';
@@ -78,7 +90,7 @@ export interface TrainStats {
   entropy: number; // mean policy entropy over trained tokens
   tokens: number; // non-padding tokens processed (all ranks)
   trainedTokens: number; // mask=1 tokens
-  paddedTokens: number; // tokens the forward passes computed, padding included (all ranks)
+  paddedTokens: number; // tokens the forward passes computed, padding included (all ranks); packed: = tokens
   tokensPerS: number;
   lr: number; // learning rate applied in this step
   step: number; // optimizer steps completed (after this one)
@@ -89,6 +101,7 @@ export interface TrainStats {
 export interface LogprobsOptions {
   temperature?: number; // logits are divided by this before log-softmax (default 1)
   microBatchTokens?: number; // default 8192
+  logitsChunkTokens?: number; // as in TrainOptions
 }
 
 /** Per sequence, aligned with ids: logprobs[t] = log p(ids[t] | ids[<t]); entry 0 is 0. */

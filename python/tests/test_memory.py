@@ -1,0 +1,268 @@
+"""The worker's memory paths against the plain ones: chunked log-probs, packed micro-batches, activation
+checkpointing, the SDPA call, bf16 on CPU. Run by test/worker/memory.test.ts (python -m unittest)."""
+import math
+import os
+import tempfile
+import types
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+from rstar2_worker import model as M
+from rstar2_worker import policy as P
+from rstar2_worker.checkpoint import read_config, read_state_dict
+
+CFG = {
+    "vocab_size": 97,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": False,
+}
+ROWS = [[5, 9, 2, 44, 7, 1, 3], [8, 8, 1], [60], [12, 3, 90, 4, 4], [2, 2]]
+
+
+def new_model(seed=0, **over):
+    torch.manual_seed(seed)
+    m = M.CausalLM(M.Config({**CFG, **over}))
+    m.init_weights(seed)
+    # larger weights than the init's 0.02 so softmaxes are far from uniform and differences would show
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(3)
+    return m
+
+
+def loss_and_grads(m, rows, packed, chunk=None, temperature=1.0):
+    m.zero_grad(set_to_none=True)
+    h, _ = P.predicting_hidden(m, rows, packed, torch.device("cpu"))
+    lp, ent, top = m.token_logprobs(h, P.next_tokens(rows, "cpu"), temperature, chunk)
+    # weights vary per token so a gradient routed to the wrong position would show
+    w = torch.linspace(0.5, 1.5, lp.shape[0])
+    (-(lp * w).sum()).backward()
+    return lp.detach(), ent, top, {n: p.grad.clone() for n, p in m.named_parameters()}
+
+
+def max_diff(a, b):
+    """Largest difference between same-named gradients, relative to the larger of 1 and the gradient's size
+    (embedding gradients reach ~50 here, where fp32 summation order alone moves them by ~1e-5)."""
+    return max(float((a[k] - b[k]).abs().max()) / max(1.0, float(b[k].abs().max())) for k in a)
+
+
+class ChunkedLogprobs(unittest.TestCase):
+    def test_equal_to_full_logits_values_and_grads(self):
+        for tied in (False, True):
+            m = new_model(1, tie_word_embeddings=tied)
+            for temperature in (1.0, 0.7):
+                h = torch.randn(23, 32, requires_grad=True)
+                t = torch.randint(0, 97, (23,))
+                logits = F.linear(h, m.lm_head.weight) / temperature
+                ref = torch.log_softmax(logits, -1)
+                ref_lp = ref.gather(-1, t.unsqueeze(-1)).squeeze(-1)
+                g = torch.randn(23)
+                rh, rw = torch.autograd.grad((ref_lp * g).sum(), [h, m.lm_head.weight])
+                for chunk in (1, 5, 23, 1000):
+                    lp, ent, top = m.token_logprobs(h, t, temperature, chunk)
+                    gh, gw = torch.autograd.grad((lp * g).sum(), [h, m.lm_head.weight])
+                    self.assertLess(float((lp - ref_lp).abs().max()), 1e-5)
+                    self.assertLess(float((ent + (ref.exp() * ref).sum(-1)).abs().max()), 1e-5)
+                    self.assertTrue(torch.equal(top, logits.argmax(-1) == t))
+                    self.assertLess(float((gh - rh).abs().max()), 1e-5, f"chunk {chunk} T {temperature}")
+                    self.assertLess(float((gw - rw).abs().max()), 1e-5, f"chunk {chunk} T {temperature}")
+
+    def test_model_grads_do_not_depend_on_chunking(self):
+        m = new_model(2)
+        full = loss_and_grads(m, ROWS, False, chunk=10**6)
+        for chunk in (1, 4):
+            small = loss_and_grads(m, ROWS, False, chunk=chunk)
+            self.assertLess(float((small[0] - full[0]).abs().max()), 1e-5)
+            self.assertLess(max_diff(small[3], full[3]), 1e-5)
+
+    def test_default_chunk_keeps_the_logits_slice_under_budget(self):
+        m = M.CausalLM(M.Config({**CFG, "vocab_size": 151_936, "num_hidden_layers": 1}))
+        seen = []
+        real = F.linear
+
+        def spy(x, w, b=None):
+            seen.append(x.shape[0])
+            return real(x, w, b)
+
+        h, t = torch.randn(2000, 32), torch.randint(0, 151_936, (2000,))
+        M.F.linear = spy
+        try:
+            with torch.no_grad():
+                m.token_logprobs(h, t)
+        finally:
+            M.F.linear = real
+        self.assertGreater(len(seen), 1)
+        self.assertLessEqual(max(seen) * 151_936 * 4, M.LOGITS_CHUNK_BYTES)
+
+
+class Packing(unittest.TestCase):
+    def test_packed_equals_padded(self):
+        m = new_model(3)
+        pad = loss_and_grads(m, ROWS, False)
+        packed = loss_and_grads(m, ROWS, True)
+        self.assertEqual(pad[0].shape, packed[0].shape)
+        self.assertLess(float((pad[0] - packed[0]).abs().max()), 1e-5)
+        self.assertLess(float((pad[1] - packed[1]).abs().max()), 1e-5)
+        self.assertLess(max_diff(pad[3], packed[3]), 1e-5)
+
+    def test_packed_attention_does_not_cross_sequences(self):
+        # changing the first sequence must leave the second one's log-probs untouched, and vice versa
+        m = new_model(4)
+        a = loss_and_grads(m, [[1, 2, 3, 4], [5, 6, 7]], True)[0]
+        b = loss_and_grads(m, [[9, 9, 9, 9], [5, 6, 7]], True)[0]
+        self.assertLess(float((a[3:] - b[3:]).abs().max()), 1e-6)
+        self.assertGreater(float((a[:3] - b[:3]).abs().max()), 1e-2)
+        alone = loss_and_grads(m, [[5, 6, 7]], True)[0]
+        self.assertLess(float((alone - a[3:]).abs().max()), 1e-5)  # positions restart at 0
+
+    def test_pack_fills_to_the_budget_first_fit_decreasing(self):
+        seqs = [[0] * n for n in (3, 7, 2, 5, 9, 1)]
+        mbs = P.pack(seqs, 10)
+        self.assertEqual(mbs, [[4, 5], [1, 0], [3, 2]])
+        self.assertEqual(sorted(i for mb in mbs for i in mb), list(range(6)))
+        self.assertEqual(P.pack([[0] * 12, [0] * 3], 10), [[0], [1]])  # over the budget: alone
+
+
+class Checkpointing(unittest.TestCase):
+    def test_loss_and_grads_equal_without(self):
+        m = new_model(5)
+        m.train()
+        for packed in (False, True):
+            off = loss_and_grads(m, ROWS, packed)
+            m.gradient_checkpointing = True
+            on = loss_and_grads(m, ROWS, packed)
+            m.gradient_checkpointing = False
+            self.assertLess(float((on[0] - off[0]).abs().max()), 1e-6)
+            self.assertLess(max_diff(on[3], off[3]), 1e-6)
+
+    def test_layers_are_recomputed(self):
+        m = new_model(6)
+        m.train()
+        calls = []
+        m.model.layers[0].mlp.register_forward_hook(lambda *_: calls.append(1))
+        loss_and_grads(m, ROWS, True)
+        self.assertEqual(len(calls), 1)
+        m.gradient_checkpointing = True
+        calls.clear()
+        loss_and_grads(m, ROWS, True)
+        self.assertEqual(len(calls), 2)  # once forward, once again in backward
+
+
+def reference_sdpa(q, k, v, attn_mask=None, is_causal=False):
+    """torch ≥ 2.0's documented semantics, written out, to check what the sdpa branch passes it."""
+    T, S = q.shape[-2], k.shape[-2]
+    bias = torch.zeros(T, S)
+    if is_causal:
+        bias.masked_fill_(torch.ones(T, S, dtype=torch.bool).tril().logical_not(), float("-inf"))
+    if attn_mask is not None:
+        bias = bias.masked_fill(attn_mask.logical_not(), float("-inf"))
+    att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias, -1)
+    return att @ v
+
+
+class AttentionSelection(unittest.TestCase):
+    def test_picks_sdpa_only_where_torch_has_it(self):
+        self.assertEqual(M.attention_impl(types.SimpleNamespace()), "eager")
+        self.assertEqual(M.attention_impl(types.SimpleNamespace(scaled_dot_product_attention=reference_sdpa)), "sdpa")
+        expected = "sdpa" if hasattr(F, "scaled_dot_product_attention") else "eager"
+        self.assertEqual(M.ATTENTION, expected)
+
+    def test_sdpa_branch_matches_eager(self):
+        m = new_model(7)
+        prompts = [[3, 4, 5, 6], [7, 8]]
+        eager_train = loss_and_grads(m, ROWS, True)
+        eager_gen = generate(m, prompts)
+        real = getattr(F, "scaled_dot_product_attention", None)
+        F.scaled_dot_product_attention, M.ATTENTION = reference_sdpa, "sdpa"
+        try:
+            sdpa_train = loss_and_grads(m, ROWS, True)
+            sdpa_gen = generate(m, prompts)
+            sdpa_pad = loss_and_grads(m, ROWS, False)
+        finally:
+            if real is None:
+                del F.scaled_dot_product_attention
+            else:
+                F.scaled_dot_product_attention = real
+            M.ATTENTION = M.attention_impl()
+        self.assertLess(float((sdpa_train[0] - eager_train[0]).abs().max()), 1e-5)
+        self.assertLess(float((sdpa_pad[0] - eager_train[0]).abs().max()), 1e-5)
+        self.assertLess(max_diff(sdpa_train[3], eager_train[3]), 1e-5)
+        self.assertEqual(sdpa_gen[0], eager_gen[0])
+        self.assertLess(max(abs(a - b) for x, y in zip(sdpa_gen[1], eager_gen[1]) for a, b in zip(x, y)), 1e-5)
+
+
+def generate(m, prompts):
+    pol = P.Policy()
+    pol.cfg, pol.model = m.cfg, m
+    ids, lps, _ = pol.generate(prompts, {"temperature": 0, "maxNewTokens": 5})
+    return ids, lps
+
+
+class DeviceAndPrecision(unittest.TestCase):
+    def test_device_follows_local_rank_when_cuda_is_present(self):
+        none = types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0)
+        two = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 2)
+        self.assertEqual(P.pick_device(1, none), torch.device("cpu"))
+        old = os.environ.pop("LOCAL_RANK", None)
+        try:
+            self.assertEqual(P.pick_device(1, two), torch.device("cuda", 1))
+            os.environ["LOCAL_RANK"] = "0"
+            self.assertEqual(P.pick_device(3, two), torch.device("cuda", 0))
+            os.environ["LOCAL_RANK"] = "2"
+            with self.assertRaisesRegex(RuntimeError, "GPU 2 .* only 2 are visible"):
+                P.pick_device(2, two)
+        finally:
+            os.environ.pop("LOCAL_RANK", None)
+            if old is not None:
+                os.environ["LOCAL_RANK"] = old
+
+    def test_unknown_precision_is_named(self):
+        with self.assertRaisesRegex(ValueError, "precision must be one of fp32, bf16-mixed, bf16, got 'fp16'"):
+            P.pick_precision("fp16")
+
+    def policy(self, precision):
+        os.environ["RSTAR2_PRECISION"] = precision
+        try:
+            pol = P.Policy()
+        finally:
+            del os.environ["RSTAR2_PRECISION"]
+        pol.init(CFG, 8)
+        return pol
+
+    def step(self, pol):
+        masks = [[0] + [1] * (len(r) - 1) for r in ROWS]
+        olds = [None] * len(ROWS)
+        advs = [1.0, -0.5, 0.3, 0.8, -1.0]
+        return pol.train_step("grpo", ROWS, masks, olds, advs, {"lr": 1e-3, "maxTokensPerMicroBatch": 12})
+
+    def test_bf16_runs_on_cpu_close_to_fp32(self):
+        ref = self.step(self.policy("fp32"))
+        ref_lp = self.policy("fp32").logprobs(ROWS)[0]
+        for precision in ("bf16-mixed", "bf16"):
+            pol = self.policy(precision)
+            want = torch.bfloat16 if precision == "bf16" else torch.float32
+            self.assertTrue(all(p.dtype == want for p in pol.model.parameters()))
+            lp = pol.logprobs(ROWS)[0]
+            diff = max(abs(a - b) for x, y in zip(lp, ref_lp) for a, b in zip(x, y))
+            self.assertLess(diff, 0.05, precision)
+            self.assertGreater(diff, 0, precision)  # it really ran in bf16
+            st = self.step(pol)
+            self.assertLess(abs(st["loss"] - ref["loss"]), 0.05, precision)
+            self.assertLess(abs(st["gradNorm"] - ref["gradNorm"]) / ref["gradNorm"], 0.05, precision)
+            self.assertTrue(all(s.dtype == want for s in pol.opt.state[next(iter(pol.model.parameters()))].values() if s.dim()))
+            ids, lps, _ = pol.generate([[1, 2, 3]], {"temperature": 0, "maxNewTokens": 4})
+            self.assertEqual(len(ids[0]), 4)
+            with tempfile.TemporaryDirectory() as d:
+                pol.save(d, False)
+                self.assertEqual(read_config(d)["torch_dtype"], "bfloat16" if precision == "bf16" else "float32")
+                self.assertTrue(all(t.dtype == want for t in read_state_dict(d).values()))
+
+
+if __name__ == "__main__":
+    unittest.main()
