@@ -156,6 +156,21 @@ test('recipes: quickstart loads with defaults, --roc overrides, bad input names 
   const paper = loadRecipe('paper', { set: ['data.sft=s.jsonl', 'data.train=t.parquet'] });
   assert.equal(paper.stages.length, 4);
   assert.ok(paper.stages.every((s) => s.data.files?.[0] === (s.type === 'sft' ? 's.jsonl' : 't.parquet')));
+  const mem = (r: typeof q) => [
+    r.model.precision,
+    r.model.gradientCheckpointing,
+    r.model.maxTokensPerMicroBatch,
+  ];
+  assert.deepEqual(mem(q), ['fp32', false, null]);
+  assert.deepEqual(mem(paper), ['bf16-mixed', true, 20480]);
+  assert.throws(
+    () => parseRecipe({ model: { precision: 'fp16' }, stages: [{ type: 'rl' }] }),
+    /model\.precision: .*"fp32"\|"bf16-mixed"\|"bf16"/,
+  );
+  assert.throws(
+    () => parseRecipe({ model: { maxTokensPerMicroBatch: 0 }, stages: [{ type: 'rl' }] }),
+    /model\.maxTokensPerMicroBatch: .*>=1/,
+  );
   assert.throws(() => parseRecipe({ stages: [{ type: 'rl', steps: -1 }] }), /stages\.0\.steps/);
   assert.throws(() => parseRecipe({ stages: [{ type: 'rl', bogus: 1 }] }), /bogus/);
   assert.throws(() => parseRecipe({ stages: [] }), /stages/);
