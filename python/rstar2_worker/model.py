@@ -116,12 +116,10 @@ class Attention(nn.Module):
             out = self.attend(q, k, v, bias)
         else:
             # a packed row: each sequence attends causally to itself only (block-diagonal), one block at a
-            # time, so attention costs Σ len² instead of (Σ len)²
-            outs, at = [], 0
-            for n in seqlens:
-                outs.append(self.attend(q[:, :, at : at + n], k[:, :, at : at + n], v[:, :, at : at + n], None))
-                at += n
-            out = torch.cat(outs, 2)
+            # time, so attention costs Σ len² instead of (Σ len)². split, not slicing: a slice's backward
+            # writes into a zeroed copy of the whole tensor, once per sequence
+            parts = zip(q.split(seqlens, 2), k.split(seqlens, 2), v.split(seqlens, 2))
+            out = torch.cat([self.attend(qs, ks, vs, None) for qs, ks, vs in parts], 2)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
     def attend(self, q, k, v, bias):
@@ -133,14 +131,15 @@ class Attention(nn.Module):
         if ATTENTION == "sdpa":
             k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias == 0, is_causal=bias is None)
-        if bias is None:
-            idx = torch.arange(T, device=q.device)
-            bias = attn_bias(torch.zeros(1, dtype=torch.long, device=q.device), idx, idx)
         # GQA without repeat_interleave: the rep query heads that share a kv head become extra query rows
         S = k.shape[2]
         qg = q.reshape(B, c.num_key_value_heads, rep * T, c.head_dim)
         att = torch.matmul(qg, k.transpose(-1, -2)) * (1.0 / math.sqrt(c.head_dim))
-        att = att.view(B, c.num_key_value_heads, rep, T, S) + bias.unsqueeze(2)
+        att = att.view(B, c.num_key_value_heads, rep, T, S)
+        if bias is None:
+            att = att.masked_fill(torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        else:
+            att = att + bias.unsqueeze(2)
         att = torch.softmax(att.float(), dim=-1).to(v.dtype).view(B, c.num_key_value_heads, rep * T, S)
         return torch.matmul(att, v).view(B, c.num_attention_heads, T, c.head_dim)
 
