@@ -40,6 +40,8 @@ def main():
         traceback.print_exc()
         write_frame(out, {"op": "hello", "id": 0, "version": version, "error": f"{type(e).__name__}: {e}"})
         return 1
+    if r.world > 1 or r.sharding != "ddp":
+        print(f"rstar2_worker: rank {r.rank}/{r.world} (local {r.local_rank}) joined, sharding {r.sharding}", file=sys.stderr)
     if r.rank == 0:  # the only rank that writes frames: under torchrun every rank shares one stdout
         write_frame(out, {"op": "hello", "id": 0, "version": version, "torch": torch.__version__, "world": r.world})
     try:

@@ -33,13 +33,14 @@ def env_int(name, default):
         raise ValueError(f"{name}={v!r} is not an integer") from None
 
 
-def from_env(env=os.environ):
+def from_env():
     """The rank as torchrun describes it, plus RSTAR2_SHARDING / RSTAR2_OFFLOAD_OPTIMIZER."""
     world = env_int("WORLD_SIZE", 1)
     rank = env_int("RANK", 0)
     local = env_int("LOCAL_RANK", rank)
     if world < 1 or not 0 <= rank < world:
         raise ValueError(f"RANK={rank} must be in [0, WORLD_SIZE={world})")
+    env = os.environ
     if world > 1 and not (env.get("MASTER_ADDR") and env.get("MASTER_PORT")):
         raise ValueError(f"WORLD_SIZE={world} needs MASTER_ADDR and MASTER_PORT (torchrun sets them)")
     sharding = env.get("RSTAR2_SHARDING") or "ddp"

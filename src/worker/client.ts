@@ -83,13 +83,14 @@ class Rank {
       const how = signal ? `signal ${signal}` : `exit code ${code}`;
       const tail = this.stderrTail.trim();
       this.fail(
-        `policy worker (pid ${this.child.pid}) died with ${how}${tail ? `; stderr tail:\n${tail}` : ''}`,
+        `policy worker ${env.RANK === '0' ? '' : `rank ${env.RANK} `}(pid ${this.child.pid}) died with ${how}` +
+          (tail ? `; stderr tail:\n${tail}` : ''),
       );
     });
     this.child.stdin?.on('error', () => {}); // EPIPE after death is reported through 'exit'
   }
 
-  private fail(why: string): void {
+  fail(why: string): void {
     if (this.exited) return;
     this.exited = why;
     const err = new Error(why);
@@ -136,7 +137,7 @@ function checkSharding(o: WorkerStartOptions): void {
 
 async function masterOf(o: WorkerStartOptions): Promise<Master> {
   const { master } = checkLaunch(o);
-  return master ?? { addr: '127.0.0.1', port: (o.ranks ?? 1) > 1 ? await freePort() : 0 };
+  return master ?? { addr: '127.0.0.1', port: await freePort() };
 }
 
 function processEnv(o: WorkerStartOptions, rank: Record<string, string>): NodeJS.ProcessEnv {
@@ -241,7 +242,12 @@ export class PolicyWorker {
     const onExit = (why: string) => {
       if (this.dead || this.closed) return;
       this.dead = why;
-      for (const r of this.ranks) if (!r.exited) r.child.kill('SIGKILL');
+      // the call waiting on rank 0 is told why the job died, not that rank 0 was killed in consequence
+      for (const r of this.ranks) {
+        if (r.exited) continue;
+        r.fail(why);
+        r.child.kill('SIGKILL');
+      }
     };
     this.ranks = rankEnvs(this.opts, master).map(
       (env) => new Rank(python, processEnv(this.opts, env), onExit),

@@ -40,7 +40,7 @@ async function run(ranks: number): Promise<{ stats: TrainStats[]; lp: number[][]
   }
 }
 
-test('2 gloo ranks give the same update as 1 rank on the same global batch', {
+test('2 gloo ranks under DDP give the same update as 1 rank on the same global batch', {
   timeout: 120_000,
 }, async () => {
   const one = await run(1);
@@ -58,4 +58,27 @@ test('2 gloo ranks give the same update as 1 rank on the same global batch', {
   });
   // the update did something (otherwise equality would be trivial)
   assert.ok(one.stats[1].loss !== one.stats[0].loss);
+});
+
+test('a batch with fewer sequences than ranks: the rank without data still joins the reduction', {
+  timeout: 120_000,
+}, async () => {
+  const one = { loss: 'sft' as const, sequences: [{ ids: [3, 4, 5, 6], mask: [0, 1, 1, 1] }] };
+  const losses: number[][] = [];
+  const lps: number[][] = [];
+  for (const ranks of [1, 2]) {
+    const w = await PolicyWorker.start({ ranks, threads: 1 });
+    try {
+      await w.init(TEST_CONFIG, 4);
+      const l = [];
+      for (let i = 0; i < 2; i++) l.push((await w.trainStep(one, { lr: 1e-2 })).loss);
+      losses.push(l);
+      lps.push((await w.logprobs(probe))[0].logprobs);
+    } finally {
+      await w.close();
+    }
+  }
+  assert.ok(losses[0][1] < losses[0][0], 'the step trained');
+  assert.ok(Math.abs(losses[0][1] - losses[1][1]) < 1e-5, `${losses[0]} vs ${losses[1]}`);
+  assert.ok(maxAbsDiff(lps[0], lps[1]) < 1e-5);
 });
