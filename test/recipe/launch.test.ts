@@ -20,7 +20,7 @@ function recipeFile(dir: string): string {
     JSON.stringify({
       name: 'dist',
       model: { preset: 'tiny', threads: 1 },
-      eval: { n: 1, maxResponseTokens: 4, maxTurns: 1 },
+      eval: { n: 1, maxResponseTokens: 16, maxTurns: 1 },
       stages: [{ type: 'sft', steps: 2, demos: 12, batchSize: 4 }],
     }),
   );

@@ -73,7 +73,7 @@ test('rstar2 plan reads config.json, prints the table and names bad input', () =
     const ok = run('--model', join(dir, 'q14'), '--gpus', '8', '--gpu-mem', '80', '--max-tokens', '8192');
     assert.equal(ok.status, 0, ok.stderr);
     assert.match(ok.stdout, /qwen3: 14\.77B parameters; 8 GPU\(s\) × 80 GiB/);
-    assert.match(ok.stdout, /fp32 +ddp +55\.0 +55\.0 +110\.0 +0\.0 +220\.0 \|/);
+    assert.match(ok.stdout, /fp32 +ddp +55\.0 +55\.0 +110\.0 +0\.0 +220\.1 \|/);
     assert.match(ok.stdout, /fits with checkpointing and chunked log-probs: .*bf16-mixed\/fsdp/);
     const bad = run('--model', join(dir, 'q14'), '--gpus', 'x', '--gpu-mem', '80', '--max-tokens', '8192');
     assert.notEqual(bad.status, 0);
