@@ -1,7 +1,8 @@
 """GPU checks run by bench/gpu-check.sh: `python -m rstar2_worker.gpu_check preflight|parity|throughput`.
 
 parity: random-init Qwen2 and Qwen3 models built by transformers, saved with save_pretrained, loaded by the
-worker; logits and one SFT step's loss are compared with transformers' own. throughput: bf16 training steps on
+worker; logits and one SFT step's loss are compared with transformers' own, and the worker's sharded save is
+loaded back by transformers' from_pretrained. throughput: bf16 training steps on
 a random ~0.5B model (Qwen2.5-0.5B's shape) at 4K and 8K tokens, tokens/s and MFU.
 """
 import os
@@ -60,10 +61,12 @@ def parity():
             p = Policy()
             p.load(d)
         ids = torch.randint(0, SMALL["vocab_size"], (2, 64))
-        with torch.no_grad():
+        with torch.no_grad(), tempfile.TemporaryDirectory() as d:
             ref = hf(ids).logits.float()[:, :-1]
             ours = p.forward_module(ids, drop_last=True).float()
-        diff = (ref - ours).abs().max().item()
+            p.save(d, False, 2)  # our HF shards, read back by transformers
+            back = cls.from_pretrained(d).float().eval()(ids).logits.float()[:, :-1]
+        diff = max((ref - ours).abs().max().item(), (back - ours).abs().max().item())
         seq = ids[0].tolist()
         hf.train()
         ref_loss = hf(ids[:1], labels=ids[:1]).loss.item()
