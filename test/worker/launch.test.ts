@@ -81,3 +81,18 @@ test('sharding: fsdp picks FSDP2 from torch 2.4, FSDP1 on 2.2–2.3, and is refu
     /failed to start: worker: RuntimeError: sharding: fsdp needs torch >= 2.2 \(FSDP2 from 2.4\); this torch is 1.13/,
   );
 });
+
+test('bench/gpu-check.sh stops at once, naming what is missing, on a machine without CUDA or torch >= 2', () => {
+  const r = spawnSync('bash', ['bench/gpu-check.sh'], {
+    env: { ...process.env, RSTAR2_PYTHON: '/usr/bin/python3' },
+    encoding: 'utf8',
+  });
+  assert.equal(r.status, 2, r.stderr);
+  assert.match(r.stderr, /gpu-check: needs torch >= 2; \/usr\/bin\/python3 has 1\.13/);
+  const none = spawnSync('bash', ['bench/gpu-check.sh'], {
+    env: { ...process.env, RSTAR2_PYTHON: '/nonexistent/python3' },
+    encoding: 'utf8',
+  });
+  assert.equal(none.status, 2);
+  assert.match(none.stderr, /gpu-check: no python at '\/nonexistent\/python3'; set RSTAR2_PYTHON/);
+});
