@@ -147,7 +147,7 @@ export function plan(input: PlanInput): PlanRow[] {
   return rows;
 }
 
-const gib = (bytes: number) => (bytes / 2 ** 30).toFixed(1);
+const gib = (bytes: number, width = 7) => (bytes / 2 ** 30).toFixed(1).padStart(width);
 
 export function formatPlan(input: PlanInput): string[] {
   const c = input.config;
@@ -156,31 +156,32 @@ export function formatPlan(input: PlanInput): string[] {
   const out = [
     `${c.model_type ?? 'qwen2'}: ${(parameterCount(c) / 1e9).toFixed(2)}B parameters; ${input.gpus} GPU(s) × ${input.gpuMemGiB} GiB ` +
       `(${USABLE * 100}% usable); ${input.maxTokens} tokens per micro-batch per rank`,
-    'activations per micro-batch (GiB): precision  none  per-layer-ckpt  ckpt+chunked-logprobs',
+    '',
+    `activations per micro-batch, GiB   no savings  per-layer ckpt  ckpt + chunked log-probs (${chunk} tokens)`,
   ];
   for (const p of PRECISIONS) {
     const a = activationBytes(c, p, input.maxTokens, chunk);
-    out.push(`  ${p.padEnd(11)} ${gib(a.full)}  ${gib(a.ckpt)}  ${gib(a.ckptChunked)}`);
+    out.push(`  ${p.padEnd(32)} ${gib(a.full, 10)} ${gib(a.ckpt, 15)} ${gib(a.ckptChunked, 15)}`);
   }
   out.push(
-    'per rank (GiB; "ok" = fits)   weights  grads  optim  gathered  state | none  ckpt  ckpt+chunk | host',
+    '',
+    'per rank, GiB (ok = fits)     weights   grads   optim gathered   state |  no savings        ckpt  ckpt+chunked |   host',
   );
-  const cell = (v: number, ok: boolean) => `${gib(v)} ${ok ? 'ok' : '--'}`;
+  const cell = (v: number, ok: boolean) => `${gib(v, 9)} ${ok ? 'ok' : '--'}`;
   for (const r of rows) {
     out.push(
-      `  ${r.precision.padEnd(11)} ${r.sharding.padEnd(13)} ${gib(r.weights)}  ${gib(r.grads)}  ${gib(r.optimizer)}  ` +
-        `${gib(r.workingSet)}  ${gib(r.state)} | ${cell(r.total.full, r.fits.full)}  ${cell(r.total.ckpt, r.fits.ckpt)}  ` +
-        `${cell(r.total.ckptChunked, r.fits.ckptChunked)} | ${gib(r.cpu)}`,
+      `  ${r.precision.padEnd(11)} ${r.sharding.padEnd(13)} ${gib(r.weights)} ${gib(r.grads)} ${gib(r.optimizer)} ` +
+        `${gib(r.workingSet, 8)} ${gib(r.state)} | ${cell(r.total.full, r.fits.full)} ${cell(r.total.ckpt, r.fits.ckpt)} ` +
+        `${cell(r.total.ckptChunked, r.fits.ckptChunked)} | ${gib(r.cpu, 6)}`,
     );
   }
   const fit = rows.filter((r) => r.fits.ckptChunked);
   out.push(
+    '',
     fit.length === 0
-      ? `nothing fits: more GPUs, fewer tokens per micro-batch (--max-tokens) or a smaller model`
+      ? 'nothing fits: more GPUs, fewer tokens per micro-batch (--max-tokens) or a smaller model'
       : `fits with checkpointing and chunked log-probs: ${fit.map((r) => `${r.precision}/${r.sharding}`).join(', ')}`,
-  );
-  out.push(
-    `chunked log-probs: ${chunk}-token chunks; fsdp-offload keeps shards, gradients and AdamW on the host; estimates, not measurements`,
+    'fsdp-offload keeps shards, gradients and AdamW on the host ("host"); estimates, not measurements (docs/DECISIONS.md)',
   );
   return out;
 }
