@@ -6,6 +6,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from . import dist as ranks
 from .checkpoint import read_config, read_state_dict, write_json, write_state_dict
 from .detok import Detok
 from .model import CausalLM, Config, attn_bias, count_params
@@ -20,9 +21,11 @@ TOKENIZER_FILES = (
 
 
 class Policy:
-    def __init__(self, rank=0, world=1):
-        self.rank, self.world = rank, world
+    def __init__(self, r=None):
+        self.r = r or ranks.Rank()
+        self.rank, self.world = self.r.rank, self.r.world
         self.model = None
+        self.wrapped = None  # the model as train steps run it: DDP, FSDP, or the model itself
         self.cfg = None
         self.src_dir = None
         self.detok = None
@@ -46,7 +49,18 @@ class Policy:
         self.model.init_weights(seed)
         self.gen.manual_seed(seed)
         self.src_dir, self.detok, self.opt, self.pending_opt_state, self.step = None, None, None, None, 0
+        self._wrap()
         return self._info()
+
+    def _wrap(self):
+        # FSDP shards at once so no rank holds a full replica longer than the load; DDP waits for a train step
+        self.wrapped = ranks.wrap(self.r, self.model) if self.r.sharding == "fsdp" else None
+
+    @property
+    def forward_module(self):
+        """What runs a forward outside training: the FSDP wrapper when sharded (it gathers the weights), else
+        the plain model (DDP's wrapper adds nothing there)."""
+        return self.wrapped if self.r.sharding == "fsdp" else self.model
 
     def load(self, directory):
         raw = read_config(directory)
@@ -57,21 +71,18 @@ class Policy:
             )
         cfg = Config(raw)
         model = CausalLM(cfg)
-        sd = {k: v.float() for k, v in read_state_dict(directory).items()}
-        if cfg.tie_word_embeddings:
-            sd.pop("lm_head.weight", None)  # HF omits it for tied models; some writers keep a copy
-        missing, unexpected = model.load_state_dict(sd, strict=False)
-        missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
-        if missing or unexpected:
-            raise ValueError(f"{directory}: weights do not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        load_weights(model, read_state_dict(directory), cfg, directory)
         self.cfg, self.model, self.src_dir = cfg, model, directory
         self.detok = None  # built on the first stop-string request: parsing a 150K-entry tokenizer.json takes ~0.6 s
         self.opt, self.pending_opt_state, self.step = None, None, 0
+        self._wrap()
         restored = False
         opt_path = os.path.join(directory, "optimizer.pt")
         if os.path.exists(opt_path):
             st = torch.load(opt_path)
             self.pending_opt_state = st.get("optimizer")
+            if st.get("shards"):  # FSDP: this rank's part, written by the rank that held it
+                self.pending_opt_state = torch.load(self._opt_shard(directory, st["shards"]), weights_only=False)
             self.step = int(st.get("step", 0))
             torch.set_rng_state(st["torch_rng"])
             self.gen.set_state(st["gen_rng"])
@@ -79,9 +90,17 @@ class Policy:
         return self._info(restored)
 
     def save(self, directory, with_optimizer, shards=None, max_shard_bytes=None):
+        """Consolidated HF weights and optimizer.pt from rank 0; under FSDP each rank also writes its
+        optimizer shard (the directory must be on storage every node sees)."""
         self._need_model()
         os.makedirs(directory, exist_ok=True)
-        sd = {k: v for k, v in self.model.state_dict().items()}
+        sd = ranks.full_state_dict(self.r, self.forward_module)
+        sharded_opt = with_optimizer and self.r.sharding == "fsdp"
+        if sharded_opt:
+            part = ranks.optimizer_state(self.wrapped, self.opt) if self.opt is not None else self.pending_opt_state
+            torch.save(part, self._opt_shard(directory, self.world))
+        if self.rank != 0:
+            return {"dir": directory}
         if self.cfg.tie_word_embeddings:
             sd.pop("lm_head.weight", None)
         raw = dict(self.cfg.raw)
@@ -95,7 +114,8 @@ class Policy:
                     shutil.copyfile(src, os.path.join(directory, name))
         if with_optimizer:
             st = {
-                "optimizer": self.opt.state_dict() if self.opt is not None else self.pending_opt_state,
+                "optimizer": None if sharded_opt else self.opt.state_dict() if self.opt is not None else self.pending_opt_state,
+                "shards": self.world if sharded_opt else 0,
                 "step": self.step,
                 "torch_rng": torch.get_rng_state(),
                 "gen_rng": self.gen.get_state(),
@@ -105,6 +125,11 @@ class Policy:
             os.replace(tmp, os.path.join(directory, "optimizer.pt"))
         return {"dir": directory, "files": files}
 
+    def _opt_shard(self, directory, world):
+        if world != self.world:
+            raise ValueError(f"{directory}: optimizer state is sharded over {world} ranks; resume with {world} ranks, not {self.world}")
+        return os.path.join(directory, f"optimizer-rank{self.rank:05d}-of-{world:05d}.pt")
+
     def _need_model(self):
         if self.model is None:
             raise RuntimeError("no model: call init or load first")
@@ -113,6 +138,8 @@ class Policy:
 
     def generate(self, prompts, sp):
         self._need_model()
+        if self.r.sharding == "fsdp":
+            raise ValueError("generate under sharding: fsdp is not supported: roll out on SGLang/vLLM engines (--engines)")
         model = self.model
         model.eval()
         temperature = float(sp.get("temperature", 1.0))
@@ -200,7 +227,7 @@ class Policy:
         with torch.no_grad():
             for mb in micro_batches(seqs, budget):
                 ids, _ = pad_right([seqs[i] for i in mb])
-                logits = self.model(ids, drop_last=True).float()
+                logits = self.forward_module(ids, drop_last=True).float()
                 if temperature != 1.0:
                     logits = logits / temperature
                 logp_all = torch.log_softmax(logits, -1)
@@ -221,11 +248,14 @@ class Policy:
         return {"step": 0}
 
     def _optimizer(self, o):
-        params = unique_params(self.model)
+        params = unique_params(self.forward_module)
         if self.opt is None:
             self.opt = torch.optim.AdamW(params, lr=o["lr"], betas=o["betas"], eps=o["eps"], weight_decay=o["weightDecay"])
             if self.pending_opt_state is not None:
-                self.opt.load_state_dict(self.pending_opt_state)
+                if self.r.sharding == "fsdp":
+                    ranks.load_optimizer_state(self.wrapped, self.opt, self.pending_opt_state)
+                else:
+                    self.opt.load_state_dict(self.pending_opt_state)
                 self.pending_opt_state = None
         for g in self.opt.param_groups:
             g["betas"], g["eps"], g["weight_decay"] = tuple(o["betas"]), o["eps"], o["weightDecay"]
@@ -257,6 +287,8 @@ class Policy:
         t0 = time.time()
         model = self.model
         model.train()
+        if self.wrapped is None:
+            self.wrapped = ranks.wrap(self.r, model)
         opt = self._optimizer(o)
         n_global = len(seqs)
         trained_global = sum(sum(m[1:]) for m in masks)
@@ -267,12 +299,16 @@ class Policy:
         # stats: loss, clipped tokens, entropy sum, trained tokens, all tokens, padded tokens
         stats = torch.zeros(6, dtype=torch.float64)
         mbs = micro_batches([seqs[i] for i in mine], o["microBatchTokens"])
-        for mb in mbs:
+        if not mbs:  # fewer sequences than ranks: a zero-weight pass still joins the gradient reduction
+            (self.wrapped(torch.zeros(1, 2, dtype=torch.long), drop_last=True).sum() * 0.0).backward()
+        for k, mb in enumerate(mbs):
+            last = k == len(mbs) - 1  # DDP reads no_sync at the forward, FSDP at the backward
             idx = [mine[j] for j in mb]
             ids, valid = pad_right([seqs[i] for i in idx])
             mask, _ = pad_right([masks[i] for i in idx])
             mask = mask[:, 1:].float()
-            logits = model(ids, drop_last=True).float()
+            with ranks.no_sync(self.r, self.wrapped, last):
+                logits = self.wrapped(ids, drop_last=True).float()
             logp_all = torch.log_softmax(logits, -1)
             logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
             with torch.no_grad():
@@ -290,7 +326,8 @@ class Policy:
                 loss = msum / trained_global
             else:  # verl: micro-batch token-mean, weighted by the micro-batch's share of sequences
                 loss = msum / mask.sum().clamp(min=1) * (len(idx) / n_global)
-            loss.backward()
+            with ranks.no_sync(self.r, self.wrapped, last):
+                loss.backward()
             stats += torch.tensor(
                 [loss.item(), float((clipped * mask).sum()), float((ent * mask).sum()), float(mask.sum()), float(valid.sum()),
                  float(valid.numel())],
@@ -298,10 +335,9 @@ class Policy:
             )
         params = unique_params(model)
         if self.world > 1:
-            allreduce_grads(params)
             dist.all_reduce(stats)
         max_norm = o["gradClip"] if o["gradClip"] > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm))
+        grad_norm = ranks.clip_grad_norm(self.r, self.wrapped, [p for p in params if p.grad is not None], max_norm)
         lr = o["lr"] * min(1.0, (self.step + 1) / o["warmupSteps"]) if o["warmupSteps"] > 0 else o["lr"]
         for g in opt.param_groups:
             g["lr"] = lr
@@ -390,6 +426,25 @@ def pad_right(rows, dtype=torch.long):
     return t, valid
 
 
+def load_weights(model, sd, cfg, directory):
+    """Copies tensors into the model one at a time; each source (a file mapping) is dropped after its copy,
+    so a load never holds more than the model plus one tensor in memory."""
+    if cfg.tie_word_embeddings:
+        sd.pop("lm_head.weight", None)  # HF omits it for tied models; some writers keep a copy
+    own = model.state_dict()
+    missing = [m for m in own if m not in sd and not (cfg.tie_word_embeddings and m == "lm_head.weight")]
+    unexpected = [k for k in sd if k not in own]
+    if missing or unexpected:
+        raise ValueError(f"{directory}: weights do not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    with torch.no_grad():
+        for name in list(sd):
+            src = sd.pop(name)
+            if tuple(src.shape) != tuple(own[name].shape):
+                raise ValueError(f"{directory}: {name} has shape {list(src.shape)}, the config makes {list(own[name].shape)}")
+            own[name].copy_(src)
+            del src
+
+
 def unique_params(model):
     seen, out = set(), []
     for p in model.parameters():
@@ -397,16 +452,3 @@ def unique_params(model):
             seen.add(id(p))
             out.append(p)
     return out
-
-
-def allreduce_grads(params):
-    # one flat buffer: one gloo call instead of one per tensor. Grads are summed (not averaged) because
-    # each rank's loss is already normalised by the global token count.
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    off = 0
-    for p, g in zip(params, grads):
-        n = g.numel()
-        p.grad = flat[off : off + n].view_as(p).clone()
-        off += n

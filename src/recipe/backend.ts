@@ -25,6 +25,7 @@ import {
   trainBpeTokenizer,
 } from '../tokenizer/index.js';
 import { PolicyWorker } from '../worker/client.js';
+import type { LaunchOptions } from '../worker/launch.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
 import type { TrainOptions, TrainSequence, TrainStats } from '../worker/types.js';
 import type { Recipe } from './config.js';
@@ -44,6 +45,8 @@ export interface EmbeddedBackendOptions {
   engines?: WeightSyncEngine[];
   /** Where synced weights are written (a HF model directory every engine can read); required with engines. */
   syncDir?: string;
+  /** Rank layout of the policy worker (`rstar2 train --nproc-per-node/--nnodes/--master`); overrides the recipe's. */
+  launch?: LaunchOptions;
 }
 
 /** tokenizer.json and tokenizer_config.json of a model directory, copied into every checkpoint as they are. */
@@ -145,7 +148,14 @@ export class EmbeddedBackend implements PolicyBackend {
     const template = recipe.tokenizer.template;
     const files = await recipeTokenizerFiles(recipe);
     const tokenizer = tokenizerFromFiles(files);
-    const worker = await PolicyWorker.start({ threads: recipe.model.threads });
+    const m = recipe.model;
+    const worker = await PolicyWorker.start({
+      threads: m.threads,
+      ranks: m.nprocPerNode,
+      sharding: m.sharding,
+      offloadOptimizer: m.offloadOptimizer,
+      ...opts.launch,
+    });
     try {
       if (dir) await worker.load(dir);
       else {

@@ -210,9 +210,34 @@ export const RecipeSchema = z
           .default('tiny')
           .describe('a fresh model when path is null'),
         threads: z.number().int().min(1).default(2),
+        nprocPerNode: z
+          .number()
+          .int()
+          .min(1)
+          .default(1)
+          .describe(
+            'policy worker ranks on this node, data-parallel (`rstar2 train --nproc-per-node` overrides)',
+          ),
+        sharding: z
+          .enum(['ddp', 'fsdp'])
+          .default('ddp')
+          .describe(
+            'ddp: a replica per rank; fsdp: parameters, gradients and optimizer sharded (torch >= 2.2, GPUs)',
+          ),
+        offloadOptimizer: z
+          .boolean()
+          .default(false)
+          .describe('fsdp: CPU offload of shards, gradients and optimizer'),
       })
       .strict()
-      .default({ path: null, preset: 'tiny', threads: 2 }),
+      .default({
+        path: null,
+        preset: 'tiny',
+        threads: 2,
+        nprocPerNode: 1,
+        sharding: 'ddp',
+        offloadOptimizer: false,
+      }),
     tokenizer: z
       .object({
         template: z
