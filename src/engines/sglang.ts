@@ -78,7 +78,13 @@ export class SGLangEngine implements WeightSyncEngine {
       if (!(e instanceof HttpError && e.status === 404)) throw e;
     }
     // older builds: /get_load is {load} or a list per DP rank of {num_reqs, num_waiting_reqs, num_tokens}
-    const r = await this.http.json<unknown>('GET', '/get_load');
+    let r: unknown;
+    try {
+      r = await this.http.json<unknown>('GET', '/get_load');
+    } catch (e) {
+      if (e instanceof HttpError && e.status === 404) return load; // capacity alone still drives placement
+      throw e;
+    }
     if (Array.isArray(r)) {
       const rs = r as Record<string, number>[];
       load.usedTokens = sum(rs, 'num_tokens');
