@@ -84,6 +84,7 @@ const RATIO_INIT = 0.7; // SGLang init_new_token_ratio
 const RATIO_MIN = RATIO_INIT * 0.14; // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
 const RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600; // per decode step
 const CLIP_ESTIMATE = 4096; // SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+const ORDER = argStr('order') ?? 'evidence';
 
 interface Turn {
   gen: number;
@@ -254,6 +255,7 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
     for (const t of members[k]) c += charge(t);
     return c;
   };
+  const started = new Map<string, Set<Traj>>(); // kv-predict: in-flight trajectories per prompt
   const groups = new Map<string, Traj[]>();
   for (const t of trajs) {
     const g = groups.get(t.group);
@@ -312,12 +314,14 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
   const admitController = () => {
     if (policy === 'kv-predict') {
       for (;;) {
-        // predicted-longest group first
+        // predicted-longest group first (its in-flight siblings' progress is evidence); ties: the group
+        // with fewest started, so every prompt gets a probe early
         let best: Traj[] | undefined;
         let bestLen = -1;
         for (const [g, q] of groups) {
           if (q.length === 0) continue;
-          const p = model.predict(g, 0);
+          const run = ORDER === 'evidence' ? [...(started.get(g) ?? [])].map((x) => x.ctx - x.prompt) : [];
+          const p = model.predict(g, 0, run) - (ORDER === 'evidence' ? run.length * 1e-6 : 0);
           if (p > bestLen) [best, bestLen] = [q, p];
         }
         if (!best) return;
@@ -331,6 +335,7 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
         if (free < charge(t) && members[i].size > 0) return;
         best.shift();
         members[i].add(t);
+        started.get(t.group)?.add(t) ?? started.set(t.group, new Set([t]));
         place(t, i);
       }
     }
@@ -351,6 +356,7 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
     ledger.give(t.engine, policy === 'kv-budget' ? t.prompt + budget : 0);
     if (policy === 'kv-predict') {
       members[t.engine].delete(t);
+      started.get(t.group)?.delete(t);
       model.record(t.group, t.ctx - t.prompt);
       over.clean();
     }
@@ -421,7 +427,6 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
           t.ctx += turn.toolTokens;
           t.turnStart = t.ctx;
           submit(t);
-          if (policy === 'kv-predict') admitController();
         });
       }
       e.running = still;

@@ -73,8 +73,8 @@ export function registerAgentCommands(program: Command): void {
     .option('--sandbox <where>', "'embedded' (local bubblewrap pool) or a sandbox service URL", 'embedded')
     .option(
       '--policy <name>',
-      `engine routing: ${POLICIES.join(', ')} (round-robin = static split)`,
-      'round-robin',
+      `engine routing: ${POLICIES.join(', ')} (round-robin = static split; auto = kv-predict on engines with ≥ 500K KV tokens, else round-robin)`,
+      'auto',
     )
     .option('--budget-coef <x>', 'KV credit = capacity / coef (>1 is more conservative)', '1')
     .option('--capacity <tokens>', 'KV capacity per engine, overriding what the engine reports')

@@ -46,28 +46,36 @@ export class LengthModel {
     this.siblings.clear();
   }
 
-  predict(group: string | undefined, soFar: number): number {
-    const lo = lowerBound(this.prior, soFar);
-    const n = this.prior.length - lo;
-    // nothing this long was seen: it runs to the budget
-    let mean = n > 0 ? this.suffix[lo] / n : this.budget;
+  /** `running`: how far the prompt's in-flight siblings have got; each is a lower bound on its own final
+   *  length and counts, at half a finished sibling's weight, as the prior's mean above it. */
+  predict(group: string | undefined, soFar: number, running: readonly number[] = []): number {
+    const n = this.prior.length - lowerBound(this.prior, soFar);
+    let mean = this.above(soFar);
     const sib = group === undefined ? undefined : this.siblings.get(group);
-    if (sib) {
-      let s = 0;
-      let k = 0;
-      for (const x of sib) {
-        if (x >= soFar) {
-          s += x;
-          k++;
-        }
-      }
-      if (k > 0) {
-        const w = k * this.siblingWeight;
-        const wp = Math.min(n, 16); // the prior's weight is capped: siblings are the better evidence
-        mean = (mean * wp + (s / k) * w) / (wp + w);
-      }
+    let s = 0;
+    let w = 0;
+    for (const x of sib ?? []) {
+      if (x < soFar) continue;
+      s += x * this.siblingWeight;
+      w += this.siblingWeight;
+    }
+    for (const r of running) {
+      const e = this.above(Math.max(r, soFar));
+      s += (e * this.siblingWeight) / 2;
+      w += this.siblingWeight / 2;
+    }
+    if (w > 0) {
+      const wp = Math.min(n, 16); // the prior's weight is capped: siblings are the better evidence
+      mean = (mean * wp + s) / (wp + w);
     }
     return Math.min(this.budget, Math.max(soFar + 1, mean));
+  }
+
+  /** Mean of the prior's lengths ≥ g; the budget when nothing that long was seen. */
+  private above(g: number): number {
+    const lo = lowerBound(this.prior, g);
+    const n = this.prior.length - lo;
+    return n > 0 ? this.suffix[lo] / n : this.budget;
   }
 }
 

@@ -3,15 +3,19 @@ import type { Engine, GenerateResult, SamplingParams } from './types.js';
 
 // Routes trajectories to engines; a trajectory stays on its engine for every turn (its prefix stays in
 // that engine's cache) unless the engine stops answering. 'round-robin' is the static split (verl's):
-// every trajectory placed up front, each engine's own queue admitting; it is the default because no
-// KV-aware policy beats it everywhere (bench/scheduler-sim.ts, docs/DECISIONS.md). 'kv-predict' charges
+// every trajectory placed up front, each engine's own queue admitting; no KV-aware policy beats it in
+// every regime (bench/scheduler-sim.ts, docs/DECISIONS.md). 'kv-predict' charges
 // each trajectory its predicted final length (src/engines/predict.ts), admits predicted-longest first
 // from one global queue while the charges fit the engine's KV plus an over-commit that shrinks on
 // evicted prefixes; it needs one finished rollout of lengths and places like round-robin until then.
 // 'kv-budget' is rStar2's removed design (worst-case prompt + budget reserved, never over-subscribed).
+// 'auto' (the default) is kv-predict on engines with large KV pools and the static split elsewhere.
 
-export type Policy = 'round-robin' | 'least-requests' | 'kv-budget' | 'kv-predict';
-export const POLICIES: Policy[] = ['round-robin', 'least-requests', 'kv-budget', 'kv-predict'];
+export type Policy = 'auto' | 'round-robin' | 'least-requests' | 'kv-budget' | 'kv-predict';
+export const POLICIES: Policy[] = ['auto', 'round-robin', 'least-requests', 'kv-budget', 'kv-predict'];
+/** 'auto' picks kv-predict when every engine holds at least this many KV tokens: in the simulation it beats
+ *  the static split in every seed of the 790K (MI300X) and 1.2M (TP4) regimes and loses in the 128K one. */
+export const AUTO_PREDICT_MIN_KV = 500_000;
 
 /** Synchronous bookkeeping shared by the live Scheduler and the simulation benchmark. */
 export class KvLedger {
@@ -83,7 +87,7 @@ export class KvLedger {
 }
 
 export interface SchedulerOptions {
-  policy?: Policy; // default 'round-robin' (static split)
+  policy?: Policy; // default 'auto'
   budgetCoef?: number; // >1 reserves more conservatively (reference `server_budget_coef`); default 1
   pollMs?: number; // live load polling interval; 0 = off; default 1000
 }
@@ -126,7 +130,7 @@ interface Waiter {
 
 export class Scheduler {
   readonly ledger: KvLedger;
-  readonly policy: Policy;
+  readonly policy: Exclude<Policy, 'auto'>;
   readonly down: boolean[];
   readonly lengths: LengthModel;
   readonly overcommit = new Overcommit();
@@ -151,9 +155,15 @@ export class Scheduler {
     capacities: number[],
     opts: SchedulerOptions,
   ) {
-    this.policy = opts.policy ?? 'round-robin';
-    if (!POLICIES.includes(this.policy))
-      throw new Error(`unknown scheduler policy '${this.policy}' (${POLICIES.join(', ')})`);
+    const policy = opts.policy ?? 'auto';
+    if (!POLICIES.includes(policy))
+      throw new Error(`unknown scheduler policy '${policy}' (${POLICIES.join(', ')})`);
+    this.policy =
+      policy !== 'auto'
+        ? policy
+        : Math.min(...capacities) >= AUTO_PREDICT_MIN_KV
+          ? 'kv-predict'
+          : 'round-robin';
     this.ledger = new KvLedger(capacities, opts.budgetCoef ?? 1);
     this.lengths = new LengthModel(Number.POSITIVE_INFINITY); // charge() clamps to each trajectory's budget
     this.down = engines.map(() => false);
@@ -258,19 +268,36 @@ export class Scheduler {
 
   private pump(): void {
     const blocked = (k: number) => this.down[k];
+    // kv-predict: each placed trajectory is charged its predicted final length; how far a prompt's placed
+    // samples have got is evidence for its samples still waiting
+    const progress = new Map<string | undefined, number[]>();
     if (this.predicting) {
       for (let k = 0; k < this.engines.length; k++) {
         let c = 0;
-        for (const p of this.members[k]) c += this.charge(p);
+        for (const p of this.members[k]) {
+          c += this.charge(p);
+          const g = progress.get(p.group);
+          if (g) g.push(p.ctx - p.prompt);
+          else progress.set(p.group, [p.ctx - p.prompt]);
+        }
         this.ledger.reserved[k] = c;
       }
     }
+    // predicted-longest first; among equals the prompt with fewest placed, so every prompt is probed early
+    const rank = (x: Waiter) => {
+      const seen = progress.get(x.placed.group) ?? [];
+      return this.lengths.predict(x.placed.group, 0, seen) - seen.length * 1e-6;
+    };
     while (this.waiters.length > 0) {
       let w = this.waiters[0];
       let i: number | null;
       if (this.predicting) {
-        // predicted-longest first; it waits until its charge fits the over-committed KV
-        for (const x of this.waiters) if (this.charge(x.placed) > this.charge(w.placed)) w = x;
+        let best = rank(w);
+        for (const x of this.waiters) {
+          const r = rank(x);
+          if (r > best) [w, best] = [x, r];
+        }
+        // it waits until its charge fits the engine's KV plus the over-commit
         i = this.ledger.choose('kv-budget', Number.NEGATIVE_INFINITY, blocked);
         const slack = this.ledger.capacity[i ?? 0] * this.overcommit.value;
         if (i !== null && this.ledger.free(i) + slack < this.charge(w.placed) && this.ledger.active[i] > 0)
@@ -286,6 +313,9 @@ export class Scheduler {
         i,
         this.policy === 'kv-budget' ? w.budget : this.predicting ? this.charge(w.placed) : 0,
       );
+      const g = progress.get(w.placed.group);
+      if (g) g.push(0);
+      else progress.set(w.placed.group, [0]);
       w.resolve(i);
     }
   }

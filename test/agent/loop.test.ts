@@ -5,7 +5,7 @@ import { type AgentOptions, runRollouts, runTrajectory, streamRollouts } from '.
 import type { Trajectory } from '../../src/agent/trajectory.js';
 import { FakeEngine, type FakeReply } from '../../src/engines/fake.js';
 import { type RolloutStats, Scheduler } from '../../src/engines/scheduler.js';
-import { CALL, decode, encode, FakeRunner, GEN_PROMPT, IM_END, template } from './helpers.js';
+import { CALL, decode, encode, FakeRunner, IM_END, template } from './helpers.js';
 
 /** An engine that plays `script[k]` where k = tool responses seen so far in the input. */
 function scripted(script: (string | ((k: number) => FakeReply))[], name = 'fake', capacityTokens = 1 << 20) {

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import { EmbeddedEngine } from '../../src/engines/embedded.js';
 import { FakeEngine } from '../../src/engines/fake.js';
 import { LengthModel, Overcommit } from '../../src/engines/predict.js';
-import { KvLedger, type Lease, Scheduler } from '../../src/engines/scheduler.js';
+import { AUTO_PREDICT_MIN_KV, KvLedger, type Lease, Scheduler } from '../../src/engines/scheduler.js';
 import { DEFAULT_SAMPLING, type GenerateResult, type SamplingParams } from '../../src/engines/types.js';
 import { Rng } from '../../src/util/rng.js';
 
@@ -195,7 +195,7 @@ test('a caller signal shared by many trajectories keeps no listeners once they a
   await s.close();
 });
 
-test('the default is the static split: round-robin, everything placed at once, KV never waited for', async () => {
+test('the default on small KV pools is the static split: round-robin, everything placed at once, KV never waited for', async () => {
   const s = await Scheduler.create([echo('a', 1000), echo('b', 1000), echo('c', 1000)], { pollMs: 0 });
   assert.equal(s.policy, 'round-robin');
   const ls = await Promise.all(Array.from({ length: 7 }, () => s.acquire(900)));
@@ -207,6 +207,12 @@ test('the default is the static split: round-robin, everything placed at once, K
   for (const l of ls) l.release();
   assert.deepEqual(s.ledger.active, [0, 0, 0]);
   await s.close();
+  // on pools where kv-predict wins in the simulation it is the default; one small engine keeps the static split
+  const big = await Scheduler.create([echo('a', AUTO_PREDICT_MIN_KV), echo('b', 1_200_000)], { pollMs: 0 });
+  assert.equal(big.policy, 'kv-predict');
+  const mixed = await Scheduler.create([echo('a', 131_072), echo('b', 1_200_000)], { pollMs: 0 });
+  assert.equal(mixed.policy, 'round-robin');
+  await Promise.all([big.close(), mixed.close()]);
 });
 
 test('least-requests has no fixed cap: it places everything at once on the engine with the fewest', async () => {
@@ -252,6 +258,11 @@ test('LengthModel: conditional mean of the previous step, pulled to finished sib
   assert.equal(m.predict(undefined, 0), 1150);
   assert.equal(m.predict(undefined, 250), 2150, 'only lengths at least this long count');
   assert.equal(m.predict(undefined, 5000), 8192, 'longer than anything seen: the budget');
+  assert.equal(
+    m.predict('h', 0, [3500]),
+    2100,
+    'a sibling already past 3500 tokens raises its prompt’s estimate',
+  );
   m.record('g', 300);
   m.record('g', 300);
   const pulled = m.predict('g', 0);
