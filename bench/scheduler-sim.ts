@@ -1,5 +1,5 @@
 // Rollout scheduling simulation: named hardware regimes × response budgets × seeds, comparing the static
-// split (the live default) with lock-step turns, least-requests, rStar2's worst-case KV budget and the
+// split (the live default on small KV pools) with lock-step turns, least-requests, rStar2's worst-case KV budget and the
 // predictive 'kv-predict' policy (src/engines/predict.ts, the code the live Scheduler runs). Virtual time,
 // deterministic per seed; every assumption is printed in the header and listed in docs/DECISIONS.md.
 //
@@ -13,7 +13,10 @@
 // prefill = prefillBase + perToken × tokens, in the same step.
 //
 // Run: flock /tmp/bench.lock npx tsx bench/scheduler-sim.ts [--regime NAME] [--budget 8192|12288]
-//        [--seeds 1,2,3] [--calibrate samples.jsonl]   (samples: {batch,kv,ms} and {tokens,ms} lines)
+//        [--seeds 1,2,3] [--calibrate samples.jsonl] [--order evidence|plain]
+// --calibrate fits the regime's time constants (src/engines/calibrate.ts) from {batch, kv, ms} decode-step and
+// {tokens, ms} prefill lines measured on your engine; --order plain ranks waiting prompts without their
+// in-flight siblings' progress (the ablation of kv-predict's evidence ordering).
 import { readFileSync } from 'node:fs';
 import { fitEngineModel, parseSamples } from '../src/engines/calibrate.js';
 import { LengthModel, Overcommit } from '../src/engines/predict.js';
@@ -524,7 +527,7 @@ for (const name of regimeNames) {
     });
     console.log(
       `\n${name}${calibrated ? ' (calibrated)' : ''}: ${R.engines} engines × ${R.trajectories / R.engines} trajectories, ` +
-        `${kilo(R.capacity)} KV tokens each, step ${R.stepBaseMs} ms + ${(R.kvMsPerToken * 1e6).toFixed(2)} ns/KV token + ` +
+        `${kilo(R.capacity)} KV tokens each, step ${R.stepBaseMs.toFixed(2)} ms + ${(R.kvMsPerToken * 1e6).toFixed(2)} ns/KV token + ` +
         `${(R.seqMs * 1000).toFixed(0)} µs/seq (weights ÷ full KV ${(R.stepBaseMs / (R.kvMsPerToken * R.capacity)).toFixed(2)}), budget ${budget}`,
     );
     console.log(
