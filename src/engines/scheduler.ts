@@ -283,10 +283,18 @@ export class Scheduler {
         this.ledger.reserved[k] = c;
       }
     }
-    // predicted-longest first; among equals the prompt with fewest placed, so every prompt is probed early
+    // predicted-longest first; among equals the prompt with fewest placed, so every prompt is probed early.
+    // Waiting samples of one prompt rank alike, so a rank is computed once per prompt and pump.
+    const ranks = new Map<string | undefined, number>();
     const rank = (x: Waiter) => {
-      const seen = progress.get(x.placed.group) ?? [];
-      return this.lengths.predict(x.placed.group, 0, seen) - seen.length * 1e-6;
+      const g = x.placed.group;
+      let r = ranks.get(g);
+      if (r === undefined) {
+        const seen = progress.get(g) ?? [];
+        r = this.lengths.predict(g, 0, seen) - seen.length * 1e-6;
+        ranks.set(g, r);
+      }
+      return r;
     };
     while (this.waiters.length > 0) {
       let w = this.waiters[0];
@@ -316,6 +324,7 @@ export class Scheduler {
       const g = progress.get(w.placed.group);
       if (g) g.push(0);
       else progress.set(w.placed.group, [0]);
+      ranks.delete(w.placed.group);
       w.resolve(i);
     }
   }

@@ -278,3 +278,46 @@ test('LengthModel: conditional mean of the previous step, pulled to finished sib
   assert.equal(o.value, -0.2);
   assert.equal(o.events, 103);
 });
+
+test('kv-predict runs a random multi-turn workload to the end: nothing stuck, charges within the over-commit', async () => {
+  const rng = new Rng(11);
+  const engines = ['a', 'b'].map(
+    (name) =>
+      new FakeEngine(
+        async (_ids, s) => ({
+          outputIds: Array(Math.min(s.maxNewTokens, rng.int(50, 400))).fill(1),
+          delayMs: rng.int(0, 2),
+        }),
+        { name, capacityTokens: 6000 },
+      ),
+  );
+  const s = await Scheduler.create(engines, { pollMs: 0, policy: 'kv-predict' });
+  s.lengths.seed(Array.from({ length: 50 }, () => rng.int(100, 1200)));
+  let worst = 0;
+  let queued = 0;
+  await Promise.all(
+    Array.from({ length: 120 }, async (_, i) => {
+      const group = `p${i % 12}`;
+      const placed = s.acquire(100 + 1500, undefined, 100, group);
+      queued = Math.max(queued, s.waiting());
+      const l = await placed;
+      for (let k = 0; k < 2; k++) {
+        worst = Math.max(worst, ...s.ledger.reserved.map((r, j) => (s.ledger.active[j] > 1 ? r / 6000 : 0)));
+        const r = await l.generate(Array(100 + k * 300).fill(2), {
+          ...DEFAULT_SAMPLING,
+          maxNewTokens: 700,
+        });
+        assert.equal(r.finishReason, 'stop');
+      }
+      l.release();
+    }),
+  );
+  assert.ok(queued > 50, `admission gated the batch (${queued} waited at most)`);
+  assert.equal(s.waiting(), 0);
+  assert.deepEqual(s.ledger.active, [0, 0]);
+  assert.ok(worst <= 1 + s.overcommit.max + 1e-9, `charged ${worst} × KV`);
+  const stats = s.endRollout();
+  assert.ok(stats.makespan_s > 0);
+  assert.ok(s.lengths.trained);
+  await s.close();
+});
