@@ -14,7 +14,7 @@ export interface Fake {
   /** What the load endpoints report: SGLang /v1/loads (one DP rank) and vLLM /metrics. */
   load: { used: number; running: number; waiting: number };
   dead: boolean; // drop every connection, load endpoints included
-  cached?: number; // SGLang meta_info.cached_tokens to report
+  cached?: number; // cached prompt tokens to report (SGLang meta_info.cached_tokens, vLLM usage.prompt_tokens_details)
   close(): Promise<void>;
 }
 
@@ -48,6 +48,7 @@ function generateBody(api: Api, mode: Mode, cached?: number): unknown {
           logprobs: { tokens: ids.map((i) => `token_id:${i}`), token_logprobs: lps },
         },
       ],
+      ...(cached === undefined ? {} : { usage: { prompt_tokens_details: { cached_tokens: cached } } }),
     };
   }
   return {

@@ -123,26 +123,28 @@ test('an engine reporting a full cache gets no new work under kv-predict or kv-b
   }
 });
 
-test('a returning turn whose prefix was evicted counts as re-prefilled tokens and lowers the over-commit', async () => {
-  const f = await fakeServer('sglang');
-  try {
-    const s = await Scheduler.create([new SGLangEngine(f.url, FAST)], { pollMs: 0, policy: 'kv-predict' });
-    const l = await s.acquire(1000, undefined, 4);
-    f.cached = 0;
-    await l.generate([1, 2, 3, 4], S); // first turn: nothing was cached before, nothing re-prefilled
-    const before = s.overcommit.value;
-    f.cached = 7; // context was 4 + 3 output = 7 tokens: fully cached
-    await l.generate([1, 2, 3, 4, 11, 12, 13, 9, 9], S);
-    assert.equal(s.overcommit.value, before);
-    f.cached = 2; // 12 tokens held before, only 2 still cached
-    await l.generate([1, 2, 3, 4, 11, 12, 13, 9, 9, 11, 12, 13, 9], S);
-    assert.ok(s.overcommit.value < before);
-    l.release();
-    const stats = s.endRollout();
-    assert.equal(stats.reprefilled_tokens, 10);
-    assert.equal(stats.prefix_misses, 1);
-    await s.close();
-  } finally {
-    await f.close();
-  }
-});
+for (const api of ['sglang', 'vllm'] as const)
+  test(`${api}: a returning turn whose prefix was evicted counts as re-prefilled tokens and lowers the over-commit`, async () => {
+    const f = await fakeServer(api);
+    try {
+      const engine = api === 'sglang' ? new SGLangEngine(f.url, FAST) : new VllmEngine(f.url, FAST);
+      const s = await Scheduler.create([engine], { pollMs: 0, policy: 'kv-predict' });
+      const l = await s.acquire(1000, undefined, 4);
+      f.cached = 0;
+      await l.generate([1, 2, 3, 4], S); // first turn: nothing was cached before, nothing re-prefilled
+      const before = s.overcommit.value;
+      f.cached = 7; // context was 4 + 3 output = 7 tokens: fully cached
+      await l.generate([1, 2, 3, 4, 11, 12, 13, 9, 9], S);
+      assert.equal(s.overcommit.value, before);
+      f.cached = 2; // 12 tokens held before, only 2 still cached
+      await l.generate([1, 2, 3, 4, 11, 12, 13, 9, 9, 11, 12, 13, 9], S);
+      assert.ok(s.overcommit.value < before);
+      l.release();
+      const stats = s.endRollout();
+      assert.equal(stats.reprefilled_tokens, 10);
+      assert.equal(stats.prefix_misses, 1);
+      await s.close();
+    } finally {
+      await f.close();
+    }
+  });
