@@ -2,14 +2,13 @@ import { LengthModel, Overcommit } from './predict.js';
 import type { Engine, GenerateResult, SamplingParams } from './types.js';
 
 // Routes trajectories to engines; a trajectory stays on its engine for every turn (its prefix stays in
-// that engine's cache) unless the engine stops answering. 'round-robin' is the static split (verl's):
-// every trajectory placed up front, each engine's own queue admitting; no KV-aware policy beats it in
-// every regime (bench/scheduler-sim.ts, docs/DECISIONS.md). 'kv-predict' charges
-// each trajectory its predicted final length (src/engines/predict.ts), admits predicted-longest first
-// from one global queue while the charges fit the engine's KV plus an over-commit that shrinks on
-// evicted prefixes; it needs one finished rollout of lengths and places like round-robin until then.
-// 'kv-budget' is rStar2's removed design (worst-case prompt + budget reserved, never over-subscribed).
-// 'auto' (the default) is kv-predict on engines with large KV pools and the static split elsewhere.
+// that engine's cache) unless the engine stops answering. 'round-robin' is verl's static split: every
+// trajectory placed at once, each engine's own queue admitting. 'kv-predict' charges each trajectory its
+// predicted final length (predict.ts) and admits predicted-longest first from one global queue while the
+// charges fit the engine's KV plus an over-commit that shrinks when prefixes get evicted; until a rollout
+// has finished it has no lengths and places like round-robin. 'kv-budget' is rStar2's removed design
+// (worst-case prompt + budget reserved, never over-subscribed). 'auto', the default, is kv-predict where
+// it beats the static split in bench/scheduler-sim.ts (large KV pools) and round-robin elsewhere.
 
 export type Policy = 'auto' | 'round-robin' | 'least-requests' | 'kv-budget' | 'kv-predict';
 export const POLICIES: Policy[] = ['auto', 'round-robin', 'least-requests', 'kv-budget', 'kv-predict'];
