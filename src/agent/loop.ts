@@ -183,6 +183,7 @@ export async function runTrajectory(
           { ...base, stopTokenIds, maxNewTokens: remaining },
           signal,
         );
+        traj.engine = lease.engine.name; // the scheduler moves a trajectory off an engine that stopped answering
         if (out.finishReason === 'error' || out.logprobs.length !== out.outputIds.length) {
           const msg =
             out.error ?? `engine returned ${out.logprobs.length} logprobs for ${out.outputIds.length} ids`;

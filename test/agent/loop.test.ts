@@ -409,3 +409,42 @@ test('a rollout reports its stats, and kv-predict learns lengths from it for the
   assert.deepEqual(sched.ledger.active, [0]);
   await sched.close();
 });
+
+test('an engine that dies mid-rollout: its trajectories finish on the other engine, every record answered', async () => {
+  const a = scripted([`${CALL}<|im_end|>`, '\\boxed{2}<|im_end|>'], 'a');
+  const b = scripted([`${CALL}<|im_end|>`, '\\boxed{2}<|im_end|>'], 'b');
+  let dead = false;
+  const realGenerate = a.generate.bind(a);
+  a.generate = async (ids, s, signal) => {
+    // the first turn runs, then the engine dies: every later call fails and so does its load check
+    if (decode(ids).includes('<tool_response>')) dead = true;
+    return dead
+      ? { outputIds: [], logprobs: [], finishReason: 'error', error: 'ECONNREFUSED' }
+      : realGenerate(ids, s, signal);
+  };
+  a.load = async () => {
+    if (dead) throw new Error('ECONNREFUSED');
+    return { capacityTokens: 1 << 20 };
+  };
+  const sched = await Scheduler.create([a, b], { pollMs: 0, policy: 'round-robin' });
+  let stats: RolloutStats | undefined;
+  const ts = await runRollouts({
+    scheduler: sched,
+    template,
+    runner: new FakeRunner(),
+    problems: Array.from({ length: 3 }, (_, i) => ({ id: `p${i}`, question: 'q' })),
+    n: 2,
+    onRolloutStats: (s) => {
+      stats = s;
+    },
+  });
+  assert.equal(ts.length, 6);
+  for (const t of ts) {
+    assert.equal(t.finish, 'answered', t.error);
+    assert.equal(t.engine, 'b');
+    checkAligned(t);
+  }
+  assert.equal(stats?.moved, 3, 'the three trajectories placed on a moved');
+  assert.deepEqual(sched.down, [true, false]);
+  await sched.close();
+});
