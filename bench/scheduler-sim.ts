@@ -20,7 +20,7 @@
 import { readFileSync } from 'node:fs';
 import { fitEngineModel, parseSamples } from '../src/engines/calibrate.js';
 import { LengthModel, Overcommit } from '../src/engines/predict.js';
-import { KvLedger } from '../src/engines/scheduler.js';
+import { AUTO_PREDICT_MIN_KV, KvLedger } from '../src/engines/scheduler.js';
 import { Rng } from '../src/util/rng.js';
 
 interface Regime {
@@ -563,6 +563,10 @@ for (const name of regimeNames) {
     const vsStatic = runs.map((r) => r[0].makespan / r[pi].makespan);
     const vsSync = runs.map((r) => r[si].makespan / r[pi].makespan);
     const fewer = runs.map((r) => 1 - r[pi].reprefilled / Math.max(1, r[0].reprefilled));
+    // the live default ('auto') as the Scheduler would resolve it for these engines
+    const auto = R.capacity >= AUTO_PREDICT_MIN_KV ? 'kv-predict' : 'static';
+    const autoVs = runs.map((r) => r[0].makespan / r[POLS.indexOf(auto)].makespan);
+    console.log(`live default (auto → ${auto}): ${range(autoVs)}× static (target: never below 0.97)`);
     console.log(
       `kv-predict: ${range(vsStatic)}× static (target ≥ 1.15 where KV-bound), ${range(vsSync)}× static-sync ` +
         `(≥ 1.2), ${range(
