@@ -12,6 +12,7 @@ import {
   type ToolCallStyle,
 } from '../data/index.js';
 import { EmbeddedEngine } from '../engines/embedded.js';
+import type { RolloutStats } from '../engines/scheduler.js';
 import type { WeightSyncEngine } from '../engines/types.js';
 import type { CodeRunner } from '../sandbox/types.js';
 import {
@@ -125,6 +126,7 @@ interface RemoteSync {
 }
 
 export class EmbeddedBackend implements PolicyBackend {
+  private rolloutStats?: RolloutStats;
   private constructor(
     private readonly worker: PolicyWorker,
     private readonly files: TokenizerFiles,
@@ -224,7 +226,14 @@ export class EmbeddedBackend implements PolicyBackend {
       maxResponseTokens: req.maxResponseTokens,
       sampling: { temperature: req.temperature },
       onProgress: onDone ? (d, t) => onDone(d, t) : undefined,
+      onRolloutStats: (st) => {
+        this.rolloutStats = st;
+      },
     });
+  }
+
+  lastRolloutStats(): RolloutStats | undefined {
+    return this.rolloutStats;
   }
 
   promptTokens(question: string): number {
