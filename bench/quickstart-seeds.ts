@@ -2,7 +2,7 @@
 // per seed. Prints, per seed, each SFT stage's end loss and gate, held-out accuracy after SFT and at every RL
 // evaluation, health warnings and wall time; then medians and ranges. With --ablation each seed's run is
 // forked after its last SFT checkpoint with --roc off, and the tool-error ratio among positives over the
-// second half of RL is compared (RoC should be lower).
+// second half of RL and over all of it is compared (RoC should be lower).
 //
 //   npx tsx bench/quickstart-seeds.ts --seeds 1,2,3,4,5 [--ablation] [--out runs/seeds] [--recipe quickstart]
 //                                     [--jobs 1] [--set path=value ...] [--report]
@@ -93,6 +93,7 @@ function summarise(run: string) {
     sft,
     evals: evals.map((e) => ({ step: `${e.stage}:${e.step}`, accuracy: e.accuracy })),
     toolErrPosLateHalf: mean(half.map((r) => r.tool_error_ratio_pos)),
+    toolErrPosAll: mean(rl.map((r) => r.tool_error_ratio_pos)),
     warnings: m.flatMap((r) => (r.health ?? []).map((w: Rec) => w.code)),
   };
 }
@@ -166,12 +167,13 @@ const pct = (x: number | undefined) => (typeof x === 'number' ? `${Math.round(x 
 const f3 = (x: number | undefined) => (typeof x === 'number' && Number.isFinite(x) ? x.toFixed(3) : '-');
 console.log(
   '\n| seed | SFT stages: end loss (gate) | held-out after SFT → RL evals | gain | health | min |' +
-    (values.ablation ? ' tool-err pos, RL 2nd half: RoC / GRPO |' : ''),
+    (values.ablation ? ' tool-err pos, RL 2nd half: RoC / GRPO | all RL steps: RoC / GRPO |' : ''),
 );
-console.log(`|---|---|---|---|---|---|${values.ablation ? '---|' : ''}`);
+console.log(`|---|---|---|---|---|---|${values.ablation ? '---|---|' : ''}`);
 const gains: number[] = [];
 const minutes: number[] = [];
 let rocWins = 0;
+let rocWinsAll = 0;
 for (const r of rows) {
   const accs = r.evals.map((e: Rec) => e.accuracy);
   const gain = accs.length ? accs[accs.length - 1] - accs[0] : Number.NaN;
@@ -188,7 +190,8 @@ for (const r of rows) {
     const on = r.toolErrPosLateHalf;
     const off = r.grpo?.toolErrPosLateHalf;
     if (on < off) rocWins++;
-    abl = ` ${f3(on)} / ${f3(off)} |`;
+    if (r.toolErrPosAll < r.grpo?.toolErrPosAll) rocWinsAll++;
+    abl = ` ${f3(on)} / ${f3(off)} | ${f3(r.toolErrPosAll)} / ${f3(r.grpo?.toolErrPosAll)} |`;
   }
   console.log(
     `| ${r.seed} | ${sft} | ${accs.map(pct).join(' → ')} | ${gain >= 0 ? '+' : ''}${Math.round(gain * 100)} | ` +
@@ -200,6 +203,8 @@ const range = (xs: number[], f: (x: number) => string) => `${f(Math.min(...xs))}
 console.log(
   `\nheld-out gain: median +${Math.round(med(gains) * 100)} points (range ${range(gains, (x) => `${Math.round(x * 100)}`)}); ` +
     `wall time median ${med(minutes).toFixed(1)} min (range ${range(minutes, (x) => x.toFixed(1))})` +
-    (values.ablation ? `; RoC below GRPO on ${rocWins}/${rows.length} seeds` : ''),
+    (values.ablation
+      ? `; RoC below GRPO on ${rocWins}/${rows.length} seeds (RL 2nd half), ${rocWinsAll}/${rows.length} (all RL steps)`
+      : ''),
 );
 writeFileSync(join(values.out, 'summary.json'), JSON.stringify(rows, null, 2) + '\n');

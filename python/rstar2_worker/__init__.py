@@ -1,2 +1,2 @@
 """rstar2 policy worker: a PyTorch process driven by the TypeScript control plane over stdio."""
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: only rank 0 speaks; it forwards requests to the other ranks

@@ -14,7 +14,6 @@ def main():
 
     # tests simulate a stale checkout with RSTAR2_WORKER_FAKE_VERSION
     version = int(os.environ.get("RSTAR2_WORKER_FAKE_VERSION", PROTOCOL_VERSION))
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     try:
         import numpy  # noqa: F401
         import torch
@@ -31,17 +30,22 @@ def main():
         )
         return 1
     torch.set_num_threads(int(os.environ.get("RSTAR2_THREADS", "2")))
-    if world > 1:
-        import datetime
-
-        import torch.distributed as dist
-
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=600))
+    from . import dist
     from .server import serve
 
-    write_frame(out, {"op": "hello", "id": 0, "version": version, "torch": torch.__version__, "rank": rank, "world": world})
     try:
-        serve(inp, out, rank, world)
+        r = dist.from_env()
+        dist.init(r)
+    except Exception as e:  # bad env, sharding this torch cannot do, unreachable master: say so, don't hang
+        traceback.print_exc()
+        write_frame(out, {"op": "hello", "id": 0, "version": version, "error": f"{type(e).__name__}: {e}"})
+        return 1
+    if r.world > 1 or r.sharding != "ddp":
+        print(f"rstar2_worker: rank {r.rank}/{r.world} (local {r.local_rank}) joined, sharding {r.sharding}", file=sys.stderr)
+    if r.rank == 0:  # the only rank that writes frames: under torchrun every rank shares one stdout
+        write_frame(out, {"op": "hello", "id": 0, "version": version, "torch": torch.__version__, "world": r.world})
+    try:
+        serve(inp, out, r)
     except Exception:
         traceback.print_exc()
         return 2

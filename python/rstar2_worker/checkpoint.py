@@ -8,6 +8,7 @@ import os
 import re
 import struct
 
+import numpy as np
 import torch
 
 DTYPES = {
@@ -26,17 +27,20 @@ NAMES = {v: k for k, v in DTYPES.items()}
 
 
 def read_safetensors(path):
+    """The file's tensors, each backed by its own private (copy-on-write) mapping of the file: pages come in
+    as a tensor is read, nothing is copied unless it is written, and dropping a tensor unmaps it."""
+    size = os.path.getsize(path)
     with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 8:
-        raise ValueError(f"{path}: not a safetensors file (too short)")
-    (n,) = struct.unpack("<Q", data[:8])
-    if n > len(data) - 8:
-        raise ValueError(f"{path}: corrupt safetensors header length {n}")
-    try:
-        header = json.loads(data[8 : 8 + n].decode("utf-8"))
-    except ValueError as e:
-        raise ValueError(f"{path}: unreadable safetensors header ({e})") from None
+        head = f.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{path}: not a safetensors file (too short)")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise ValueError(f"{path}: corrupt safetensors header length {n}")
+        try:
+            header = json.loads(f.read(n).decode("utf-8"))
+        except ValueError as e:
+            raise ValueError(f"{path}: unreadable safetensors header ({e})") from None
     base = 8 + n
     out = {}
     for name, spec in header.items():
@@ -46,10 +50,13 @@ def read_safetensors(path):
         if dtype is None:
             raise ValueError(f"{path}: tensor {name} has unsupported dtype {spec['dtype']}")
         b, e = spec["data_offsets"]
-        if e > len(data) - base:
-            raise ValueError(f"{path}: tensor {name} ends at byte {e} of a {len(data) - base}-byte data section (truncated file?)")
-        buf = bytearray(data[base + b : base + e])  # writable copy: torch.frombuffer wants one
-        t = torch.frombuffer(buf, dtype=dtype) if e > b else torch.empty(0, dtype=dtype)
+        if e > size - base or b > e:
+            raise ValueError(f"{path}: tensor {name} ends at byte {e} of a {size - base}-byte data section (truncated file?)")
+        if e == b:
+            t = torch.empty(0, dtype=dtype)
+        else:
+            raw = torch.from_numpy(np.memmap(path, dtype=np.uint8, mode="c", offset=base + b, shape=(e - b,)))
+            t = raw.view(dtype)
         out[name] = t.reshape(spec["shape"])
     return out
 

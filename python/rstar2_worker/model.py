@@ -186,6 +186,9 @@ class DecoderModel(nn.Module):
 
 class CausalLM(nn.Module):
     """forward(ids, pad_left=None) → logits. `pad_left[b]` leading positions of row b are padding.
+    forward(rows=[[ids…], …], packed=…) → (log p, entropy, is-argmax) of every next token, sequence after sequence
+    (token_logprobs), and the positions computed: training and scoring go through forward so that DDP and FSDP,
+    which only act on the wrapped module's forward, see them.
     `drop_last`: no logits for the last position (nothing to score there); with a 150K vocabulary, slicing the
     hidden states instead of the logits saves a vocab-sized buffer and its zero-filled gradient.
     `gradient_checkpointing`: in training, each decoder layer keeps only its input and recomputes the rest in
@@ -231,7 +234,10 @@ class CausalLM(nn.Module):
         chunk = chunk or max(1, LOGITS_CHUNK_BYTES // (4 * self.cfg.vocab_size))
         return ChunkedLogprobs.apply(h, self.lm_head.weight, targets, float(temperature), int(chunk))
 
-    def forward(self, ids, pad_left=None, drop_last=False):
+    def forward(self, ids=None, pad_left=None, drop_last=False, rows=None, packed=False, temperature=1.0, chunk=None, device=None):
+        if rows is not None:
+            h, computed = predicting_hidden(self, rows, packed, device)
+            return (*self.token_logprobs(h, next_tokens(rows, device), temperature, chunk), computed)
         B, T = ids.shape
         pad_left = torch.zeros(B, dtype=torch.long, device=ids.device) if pad_left is None else pad_left
         idx = torch.arange(T, device=ids.device)
@@ -244,6 +250,39 @@ class CausalLM(nn.Module):
         c = self.cfg
         shape = (B, c.num_key_value_heads, S, c.head_dim)
         return [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)) for _ in range(c.num_hidden_layers)]
+
+def predicting_hidden(model, rows, packed, device):
+    """Final hidden states at every position that predicts a next token of its own sequence, sequence after
+    sequence ([Σ (len - 1), H]), and how many positions the forward computed. Packed: one row, no padding,
+    positions restarting at 0 per sequence, attention inside each sequence only. Else: right-padded rows."""
+    if packed:
+        lens = [len(r) for r in rows if r]
+        ids = torch.tensor([t for r in rows for t in r], dtype=torch.long, device=device).unsqueeze(0)
+        pos = torch.cat([torch.arange(n) for n in lens]).to(device).unsqueeze(0)
+        h = model.hidden(ids, pos, None, seqlens=lens)[0]
+        keep = torch.ones(ids.shape[1], dtype=torch.bool)
+        keep[torch.tensor(lens).cumsum(0) - 1] = False  # a sequence's last token predicts nothing
+        return h[keep.to(device)], ids.shape[1]
+    ids, valid = pad_right(rows)
+    B, T = ids.shape
+    h = model.hidden(ids.to(device), torch.arange(T, device=device).expand(B, T), None)
+    return h[:, :-1][valid[:, 1:].to(device)], ids.numel()
+
+
+def next_tokens(rows, device):
+    """The targets predicting_hidden's rows are scored against: ids[1:] of each sequence, concatenated."""
+    return torch.tensor([t for r in rows for t in r[1:]], dtype=torch.long, device=device)
+
+
+def pad_right(rows, dtype=torch.long):
+    T = max(len(r) for r in rows)
+    t = torch.zeros(len(rows), T, dtype=dtype)
+    valid = torch.zeros(len(rows), T, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        if len(r):
+            t[i, : len(r)] = torch.tensor(r, dtype=dtype)
+            valid[i, : len(r)] = True
+    return t, valid
 
 
 class ChunkedLogprobs(torch.autograd.Function):

@@ -7,6 +7,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from . import dist as ranks
 from .checkpoint import read_config, read_state_dict, write_json, write_state_dict
 from .detok import Detok
 from .model import CausalLM, Config, attn_bias, count_params
@@ -23,9 +24,11 @@ TOKENIZER_FILES = (
 
 
 class Policy:
-    def __init__(self, rank=0, world=1):
-        self.rank, self.world = rank, world
+    def __init__(self, r=None):
+        self.r = r or ranks.Rank()
+        self.rank, self.world = self.r.rank, self.r.world
         self.model = None
+        self.wrapped = None  # the model as train steps run it: DDP, FSDP, or the model itself
         self.cfg = None
         self.src_dir = None
         self.detok = None
@@ -33,7 +36,7 @@ class Policy:
         self.pending_opt_state = None
         self.step = 0
         self.gen = torch.Generator()  # sampling RNG for generate calls without a seed
-        self.device, self.precision = pick_device(rank), pick_precision(os.environ.get("RSTAR2_PRECISION", "fp32"))
+        self.device, self.precision = pick_device(self.r.local_rank), pick_precision(os.environ.get("RSTAR2_PRECISION", "fp32"))
 
     # ---- model lifecycle -------------------------------------------------------------------------
 
@@ -56,7 +59,18 @@ class Policy:
         self._place()
         self.gen.manual_seed(seed)
         self.src_dir, self.detok, self.opt, self.pending_opt_state, self.step = None, None, None, None, 0
+        self._wrap()
         return self._info()
+
+    def _wrap(self):
+        # FSDP shards at once so no rank holds a full replica longer than the load; DDP waits for a train step
+        self.wrapped = ranks.wrap(self.r, self.model) if self.r.sharding == "fsdp" else None
+
+    @property
+    def forward_module(self):
+        """What runs a forward outside training: the FSDP wrapper when sharded (it gathers the weights), else
+        the plain model (DDP's wrapper adds nothing there)."""
+        return self.wrapped if self.r.sharding == "fsdp" else self.model
 
     def load(self, directory):
         raw = read_config(directory)
@@ -67,22 +81,19 @@ class Policy:
             )
         cfg = Config(raw)
         model = CausalLM(cfg)
-        sd = {k: v.float() for k, v in read_state_dict(directory).items()}
-        if cfg.tie_word_embeddings:
-            sd.pop("lm_head.weight", None)  # HF omits it for tied models; some writers keep a copy
-        missing, unexpected = model.load_state_dict(sd, strict=False)
-        missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
-        if missing or unexpected:
-            raise ValueError(f"{directory}: weights do not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        load_weights(model, read_state_dict(directory), cfg, directory)
         self.cfg, self.model, self.src_dir = cfg, model, directory
         self._place()
         self.detok = None  # built on the first stop-string request: parsing a 150K-entry tokenizer.json takes ~0.6 s
         self.opt, self.pending_opt_state, self.step = None, None, 0
+        self._wrap()
         restored = False
         opt_path = os.path.join(directory, "optimizer.pt")
         if os.path.exists(opt_path):
             st = torch.load(opt_path)
             self.pending_opt_state = st.get("optimizer")
+            if st.get("shards"):  # FSDP: this rank's part, written by the rank that held it
+                self.pending_opt_state = torch.load(self._opt_shard(directory, st["shards"]), weights_only=False)
             self.step = int(st.get("step", 0))
             torch.set_rng_state(st["torch_rng"])
             self.gen.set_state(st["gen_rng"])
@@ -90,9 +101,17 @@ class Policy:
         return self._info(restored)
 
     def save(self, directory, with_optimizer, shards=None, max_shard_bytes=None):
+        """Consolidated HF weights and optimizer.pt from rank 0; under FSDP each rank also writes its
+        optimizer shard (the directory must be on storage every node sees)."""
         self._need_model()
         os.makedirs(directory, exist_ok=True)
-        sd = {k: v for k, v in self.model.state_dict().items()}
+        sd = ranks.full_state_dict(self.r, self.forward_module)
+        sharded_opt = with_optimizer and self.r.sharding == "fsdp"
+        if sharded_opt:
+            part = ranks.optimizer_state(self.wrapped, self.opt) if self.opt is not None else self.pending_opt_state
+            torch.save(part, self._opt_shard(directory, self.world))
+        if self.rank != 0:
+            return {"dir": directory}
         if self.cfg.tie_word_embeddings:
             sd.pop("lm_head.weight", None)
         raw = dict(self.cfg.raw)
@@ -106,7 +125,8 @@ class Policy:
                     shutil.copyfile(src, os.path.join(directory, name))
         if with_optimizer:
             st = {
-                "optimizer": self.opt.state_dict() if self.opt is not None else self.pending_opt_state,
+                "optimizer": None if sharded_opt else self.opt.state_dict() if self.opt is not None else self.pending_opt_state,
+                "shards": self.world if sharded_opt else 0,
                 "step": self.step,
                 "torch_rng": torch.get_rng_state(),
                 "gen_rng": self.gen.get_state(),
@@ -115,6 +135,11 @@ class Policy:
             torch.save(st, tmp)
             os.replace(tmp, os.path.join(directory, "optimizer.pt"))
         return {"dir": directory, "files": files}
+
+    def _opt_shard(self, directory, world):
+        if world != self.world:
+            raise ValueError(f"{directory}: optimizer state is sharded over {world} ranks; resume with {world} ranks, not {self.world}")
+        return os.path.join(directory, f"optimizer-rank{self.rank:05d}-of-{world:05d}.pt")
 
     def _need_model(self):
         if self.model is None:
@@ -130,6 +155,8 @@ class Policy:
 
     def generate(self, prompts, sp):
         self._need_model()
+        if self.r.sharding == "fsdp":
+            raise ValueError("generate under sharding: fsdp is not supported: roll out on SGLang/vLLM engines (--engines)")
         model = self.model
         model.eval()
         temperature = float(sp.get("temperature", 1.0))
@@ -224,8 +251,7 @@ class Policy:
                 if all(len(r) < 2 for r in rows):
                     lp = ent = top = []
                 else:
-                    h, _ = predicting_hidden(self.model, rows, False, self.device)
-                    lp, ent, top = self.model.token_logprobs(h, next_tokens(rows, self.device), temperature, chunk)
+                    lp, ent, top, _ = self.forward_module(rows=rows, temperature=temperature, chunk=chunk, device=self.device)
                     lp, ent, top = lp.tolist(), ent.tolist(), top.int().tolist()
                 at = 0
                 for i, r in zip(mb, rows):
@@ -243,11 +269,14 @@ class Policy:
         return {"step": 0}
 
     def _optimizer(self, o):
-        params = unique_params(self.model)
+        params = unique_params(self.forward_module)
         if self.opt is None:
             self.opt = torch.optim.AdamW(params, lr=o["lr"], betas=o["betas"], eps=o["eps"], weight_decay=o["weightDecay"])
             if self.pending_opt_state is not None:
-                self.opt.load_state_dict(self.pending_opt_state)
+                if self.r.sharding == "fsdp":
+                    ranks.load_optimizer_state(self.wrapped, self.opt, self.pending_opt_state)
+                else:
+                    self.opt.load_state_dict(self.pending_opt_state)
                 self.pending_opt_state = None
         for g in self.opt.param_groups:
             g["betas"], g["eps"], g["weight_decay"] = tuple(o["betas"]), o["eps"], o["weightDecay"]
@@ -285,6 +314,8 @@ class Policy:
         t0 = time.time()
         model = self.model
         model.train()
+        if self.wrapped is None:
+            self.wrapped = ranks.wrap(self.r, model)
         opt = self._optimizer(o)
         n_global = len(seqs)
         trained_global = sum(sum(m[1:]) for m in masks)
@@ -299,18 +330,20 @@ class Policy:
         mine_seqs = [seqs[i] for i in mine]
         mbs = pack(mine_seqs, o["maxTokensPerMicroBatch"]) if packed else micro_batches(mine_seqs, o["microBatchTokens"])
         dev = self.device
-        for mb in mbs:
+        idle = [mb for mb in mbs if all(len(mine_seqs[j]) < 2 for j in mb)]  # nothing to predict
+        stats[4] += sum(len(mine_seqs[j]) for mb in idle for j in mb)
+        mbs = [mb for mb in mbs if mb not in idle]
+        if not mbs:  # nothing to train on this rank: a zero-weight pass still joins the gradient reduction
+            (self.wrapped(rows=[[0, 0]], device=dev)[0].sum() * 0.0).backward()
+        for k, mb in enumerate(mbs):
+            last = k == len(mbs) - 1  # DDP reads no_sync at the forward, FSDP at the backward
             idx = [mine[j] for j in mb]
             rows = [seqs[i] for i in idx]
             tokens = sum(len(r) for r in rows)
-            if all(len(r) < 2 for r in rows):  # nothing to predict
-                stats[4] += tokens
-                continue
             # per predicted token (ids[1:] of each sequence, sequence after sequence)
             mask = torch.tensor([m for i in idx for m in masks[i][1:]], dtype=torch.float32, device=dev)
-            with self._autocast():
-                h, computed = predicting_hidden(model, rows, packed, dev)
-                logp, ent, _ = model.token_logprobs(h, next_tokens(rows, dev), 1.0, o["logitsChunkTokens"])
+            with ranks.no_sync(self.r, self.wrapped, last), self._autocast():
+                logp, ent, _, computed = self.wrapped(rows=rows, packed=packed, chunk=o["logitsChunkTokens"], device=dev)
             if kind == "grpo":
                 n_pred = [max(len(seqs[i]) - 1, 0) for i in idx]
                 old = torch.tensor(
@@ -328,17 +361,17 @@ class Policy:
                 loss = msum / trained_global
             else:  # verl: micro-batch token-mean, weighted by the micro-batch's share of sequences
                 loss = msum / mask.sum().clamp(min=1) * (len(idx) / n_global)
-            loss.backward()
+            with ranks.no_sync(self.r, self.wrapped, last):
+                loss.backward()
             stats += torch.tensor(
                 [loss.item(), float((clipped * mask).sum()), float((ent * mask).sum()), float(mask.sum()), tokens, computed],
                 dtype=torch.float64,
             )
         params = unique_params(model)
         if self.world > 1:
-            allreduce_grads(params)
             dist.all_reduce(stats)
         max_norm = o["gradClip"] if o["gradClip"] > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_([p for p in params if p.grad is not None], max_norm))
+        grad_norm = ranks.clip_grad_norm(self.r, self.wrapped, [p for p in params if p.grad is not None], max_norm)
         lr = o["lr"] * min(1.0, (self.step + 1) / o["warmupSteps"]) if o["warmupSteps"] > 0 else o["lr"]
         for g in opt.param_groups:
             g["lr"] = lr
@@ -398,27 +431,6 @@ def sample(logits, temperature, top_k, top_p, gen):
     return tok, logp.gather(-1, tok.unsqueeze(1)).squeeze(1)
 
 
-def predicting_hidden(model, rows, packed, device):
-    """Final hidden states at every position that predicts a next token of its own sequence, sequence after
-    sequence ([Σ (len - 1), H]), and how many positions the forward computed. Packed: one row, no padding,
-    positions restarting at 0 per sequence, attention inside each sequence only. Else: right-padded rows."""
-    if packed:
-        lens = [len(r) for r in rows if r]
-        ids = torch.tensor([t for r in rows for t in r], dtype=torch.long, device=device).unsqueeze(0)
-        pos = torch.cat([torch.arange(n) for n in lens]).to(device).unsqueeze(0)
-        h = model.hidden(ids, pos, None, seqlens=lens)[0]
-        keep = torch.ones(ids.shape[1], dtype=torch.bool)
-        keep[torch.tensor(lens).cumsum(0) - 1] = False  # a sequence's last token predicts nothing
-        return h[keep.to(device)], ids.shape[1]
-    ids, valid = pad_right(rows)
-    B, T = ids.shape
-    h = model.hidden(ids.to(device), torch.arange(T, device=device).expand(B, T), None)
-    return h[:, :-1][valid[:, 1:].to(device)], ids.numel()
-
-
-def next_tokens(rows, device):
-    """The targets predicting_hidden's rows are scored against: ids[1:] of each sequence, concatenated."""
-    return torch.tensor([t for r in rows for t in r[1:]], dtype=torch.long, device=device)
 
 
 def pack(seqs, budget):
@@ -471,15 +483,23 @@ def micro_batches(seqs, budget):
     return out
 
 
-def pad_right(rows, dtype=torch.long):
-    T = max(len(r) for r in rows)
-    t = torch.zeros(len(rows), T, dtype=dtype)
-    valid = torch.zeros(len(rows), T, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        if len(r):
-            t[i, : len(r)] = torch.tensor(r, dtype=dtype)
-            valid[i, : len(r)] = True
-    return t, valid
+def load_weights(model, sd, cfg, directory):
+    """Copies tensors into the model one at a time; each source (a file mapping) is dropped after its copy,
+    so a load never holds more than the model plus one tensor in memory."""
+    if cfg.tie_word_embeddings:
+        sd.pop("lm_head.weight", None)  # HF omits it for tied models; some writers keep a copy
+    own = model.state_dict()
+    missing = [m for m in own if m not in sd and not (cfg.tie_word_embeddings and m == "lm_head.weight")]
+    unexpected = [k for k in sd if k not in own]
+    if missing or unexpected:
+        raise ValueError(f"{directory}: weights do not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    with torch.no_grad():
+        for name in list(sd):
+            src = sd.pop(name)
+            if tuple(src.shape) != tuple(own[name].shape):
+                raise ValueError(f"{directory}: {name} has shape {list(src.shape)}, the config makes {list(own[name].shape)}")
+            own[name].copy_(src)
+            del src
 
 
 def unique_params(model):
@@ -489,16 +509,3 @@ def unique_params(model):
             seen.add(id(p))
             out.append(p)
     return out
-
-
-def allreduce_grads(params):
-    # one flat buffer: one gloo call instead of one per tensor. Grads are summed (not averaged) because
-    # each rank's loss is already normalised by the global token count.
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    dist.all_reduce(flat)
-    off = 0
-    for p, g in zip(params, grads):
-        n = g.numel()
-        p.grad = flat[off : off + n].view_as(p).clone()
-        off += n

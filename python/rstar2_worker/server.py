@@ -3,25 +3,48 @@ import sys
 import traceback
 
 import numpy as np
+import torch.distributed
 
+from . import dist
 from .policy import Policy
 from .protocol import ragged, read_frame, write_frame
 
 
-def serve(inp, out, rank, world):
-    policy = Policy(rank, world)
+# ops every rank runs (rank 0 forwards them); the others run on rank 0 alone unless the model is sharded
+ALL_RANKS = {"init", "load", "reset_optimizer", "save", "train_step"}
+
+
+def serve(inp, out, r):
+    policy = Policy(r)
+    everywhere = ALL_RANKS | ({"logprobs", "generate"} if r.sharding == "fsdp" else set())
     while True:
-        frame = read_frame(inp)
+        if r.rank == 0:
+            frame = read_frame(inp)
+            shared = r.world > 1 and (frame is None or frame[0].get("op") in everywhere)
+            if shared:
+                dist.forward_request(r, frame)
+        else:
+            frame, shared = dist.forward_request(r, None), True
         if frame is None:
-            return  # EOF: the client closed us
+            return  # EOF: the client closed us (rank 0 passes it on)
         header, arrays = frame
         rid = header.get("id", 0)
+        err = None
         try:
             reply, reply_arrays = handle(policy, header, arrays)
-            write_frame(out, {"id": rid, "result": reply}, reply_arrays)
         except Exception as e:  # report, keep serving
             traceback.print_exc(file=sys.stderr)
-            write_frame(out, {"id": rid, "error": f"{header.get('op')}: {type(e).__name__}: {e}"})
+            err = f"{header.get('op')}: {type(e).__name__}: {e}"
+        if shared:  # a rank that failed where rank 0 did not (a file missing on one node) must not pass silently
+            errs = [None] * r.world
+            torch.distributed.all_gather_object(errs, err, group=r.control)
+            bad = next((i for i, e in enumerate(errs) if e), None)
+            err = None if bad is None else errs[bad] if bad == 0 else f"rank {bad}: {errs[bad]}"
+        if r.rank == 0:
+            if err:
+                write_frame(out, {"id": rid, "error": err})
+            else:
+                write_frame(out, {"id": rid, "result": reply}, reply_arrays)
 
 
 def handle(policy, h, a):

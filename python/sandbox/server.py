@@ -55,6 +55,7 @@ KILL_OUT = int(CFG.get("killOutputBytes", 16 << 20))
 PREFORK = bool(CFG.get("prefork", True))
 MEM_CHECK_S = float(CFG.get("memoryCheckMs", 100)) / 1000
 SHM_SLOT_KB = int(CFG.get("shmMb", 0)) << 10  # each slot's share of /dev/shm, which is sized slots x this
+SCRATCH_FILES = int(CFG.get("scratchFiles", 0))  # inodes a slot's scratch tmpfs may hold
 INF = float("inf")
 ZYGOTE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 with open(ZYGOTE_PY, "rb") as _f:
@@ -294,10 +295,19 @@ def slot_memory_kb(base_kb):
     return used, shm
 
 
+def scratch_files(slot):
+    """Inodes in use in a slot's scratch tmpfs, less its root."""
+    try:
+        st = os.statvfs(slot_dir(slot))
+    except OSError:
+        return 0
+    return max(0, st.f_files - st.f_ffree - 1)
+
+
 # --------------------------------------------------------------------------------------- broker --
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
-                 "sess", "t0", "deadline", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb", "used_kb",
+                 "sess", "t0", "deadline", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb", "used_kb", "files",
                  "shm_kb")
 
     def __init__(self, cid, slot, rid, sess=None):
@@ -314,7 +324,7 @@ class Call:
         self.lost = None
         self.stdin = -1
         self.fetch = self.answered = self.reaped = False
-        self.mem_kb = self.used_kb = self.shm_kb = 0
+        self.mem_kb = self.used_kb = self.shm_kb = self.files = 0
 
 
 class Sess:
@@ -351,6 +361,7 @@ class Broker:
         self.rid = 0
         self.outq = []
         self.base_kb = 0
+        self.own_scratch = False
         self.next_mem_check = 0.0
 
     def next_rid(self):
@@ -389,6 +400,8 @@ class Broker:
             learn_empty_size(SHM)
         for slot in range(SLOTS):  # the zygote made them, empty; wipes happen in the wiper's process
             learn_empty_size(slot_dir(slot))
+        # under bubblewrap each slot's scratch is its own tmpfs, whose inode count is that slot's alone
+        self.own_scratch = all(os.path.ismount(slot_dir(slot)) for slot in range(SLOTS))
         self.send(0, info)
         self.flush()
         os.set_blocking(0, False)
@@ -651,9 +664,12 @@ class Broker:
         for call in list(self.timed):
             kb = used.get(call.slot, 0)
             over_shm = SHM_SLOT_KB and shm.get(call.slot, 0) > SHM_SLOT_KB
-            if (over_shm or call.mem_kb and kb > call.mem_kb) and not call.killed:
+            files = scratch_files(call.slot) if self.own_scratch else 0
+            over_files = SCRATCH_FILES and files > SCRATCH_FILES
+            if (over_shm or over_files or call.mem_kb and kb > call.mem_kb) and not call.killed:
                 call.killed = True
                 call.used_kb, call.shm_kb = kb, shm.get(call.slot, 0)
+                call.files = files if over_files else 0
                 self.timed.discard(call)
                 self.z.send(b"K" + ZKILL.pack(call.rid, REASON_MEMORY))
 
@@ -792,6 +808,8 @@ class Broker:
             hdr["h"] = 1
         if call.used_kb:
             hdr["mk"], hdr["ms"] = call.used_kb, call.shm_kb
+        if call.files:
+            hdr["mf"] = call.files
         if call.lost:
             hdr["sl"] = call.lost
         res = b""

@@ -38,8 +38,8 @@ def new_model(seed=0, **over):
 
 def loss_and_grads(m, rows, packed, chunk=None, temperature=1.0):
     m.zero_grad(set_to_none=True)
-    h, _ = P.predicting_hidden(m, rows, packed, torch.device("cpu"))
-    lp, ent, top = m.token_logprobs(h, P.next_tokens(rows, "cpu"), temperature, chunk)
+    h, _ = M.predicting_hidden(m, rows, packed, torch.device("cpu"))
+    lp, ent, top = m.token_logprobs(h, M.next_tokens(rows, "cpu"), temperature, chunk)
     # weights vary per token so a gradient routed to the wrong position would show
     w = torch.linspace(0.5, 1.5, lp.shape[0])
     (-(lp * w).sum()).backward()

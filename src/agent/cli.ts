@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { isLayout, LAYOUTS, type Layout, parseFieldMap } from '../data/index.js';
 import { BACKENDS, type Backend } from '../engines/factory.js';
-import { POLICIES, type Policy, type Reservation } from '../engines/scheduler.js';
+import { POLICIES, type Policy } from '../engines/scheduler.js';
 import { appendJsonl } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
 import { type RolloutOptions, streamRollouts, type TurnBoundary } from './loop.js';
@@ -24,8 +24,6 @@ interface RolloutFlags {
   sandbox: string;
   policy: string;
   budgetCoef: string;
-  reservation: string;
-  chunkTokens: string;
   capacity?: string;
   maxTurns: string;
   maxResponseTokens: string;
@@ -73,14 +71,12 @@ export function registerAgentCommands(program: Command): void {
     .option('--n <k>', 'samples per problem', '8')
     .requiredOption('--out <file>', 'trajectories JSONL (appended as they finish; truncated at start)')
     .option('--sandbox <where>', "'embedded' (local bubblewrap pool) or a sandbox service URL", 'embedded')
-    .option('--policy <name>', `engine routing: ${POLICIES.join(', ')}`, 'kv-budget')
-    .option('--budget-coef <x>', 'KV credit = capacity / coef (>1 is more conservative)', '1')
     .option(
-      '--reservation <mode>',
-      "kv-budget reservation: 'worst-case' (rStar2) or 'incremental' (chunked)",
-      'worst-case',
+      '--policy <name>',
+      `engine routing: ${POLICIES.join(', ')} (round-robin = static split; auto = kv-predict on engines with ≥ 500K KV tokens, else round-robin)`,
+      'auto',
     )
-    .option('--chunk-tokens <k>', 'incremental reservation: tokens per engine call and growth step', '1024')
+    .option('--budget-coef <x>', 'KV credit = capacity / coef (>1 is more conservative)', '1')
     .option('--capacity <tokens>', 'KV capacity per engine, overriding what the engine reports')
     .option('--max-turns <k>', 'assistant turns per trajectory', '5')
     .option('--max-response-tokens <k>', 'response budget, tool tokens included', '8192')
@@ -100,9 +96,6 @@ export function registerAgentCommands(program: Command): void {
       if (!POLICIES.includes(policy)) throw new Error(`--policy must be one of ${POLICIES.join(', ')}`);
       if (!['reference', 'rerender'].includes(f.turnBoundary)) {
         throw new Error("--turn-boundary must be 'reference' or 'rerender'");
-      }
-      if (!['worst-case', 'incremental'].includes(f.reservation)) {
-        throw new Error("--reservation must be 'worst-case' or 'incremental'");
       }
       if (!BACKENDS.includes(f.backend as Backend))
         throw new Error(`--backend must be one of ${BACKENDS.join(', ')}`);
@@ -124,8 +117,6 @@ export function registerAgentCommands(program: Command): void {
         sandbox: f.sandbox,
         policy,
         budgetCoef: num('budget-coef', f.budgetCoef),
-        reservation: f.reservation as Reservation,
-        chunkTokens: num('chunk-tokens', f.chunkTokens, true),
         capacity: f.capacity === undefined ? null : num('capacity', f.capacity, true),
         maxTurns: num('max-turns', f.maxTurns, true),
         maxResponseTokens: num('max-response-tokens', f.maxResponseTokens, true),
@@ -158,8 +149,6 @@ export function registerAgentCommands(program: Command): void {
         scheduler: {
           policy,
           budgetCoef: config.budgetCoef,
-          reservation: config.reservation,
-          chunkTokens: config.chunkTokens,
         },
       });
       // Ctrl-C / SIGTERM: in-flight trajectories end as finish 'error' records and are still

@@ -1,4 +1,4 @@
-import { Scheduler, type SchedulerOptions } from '../engines/scheduler.js';
+import { type RolloutStats, Scheduler, type SchedulerOptions } from '../engines/scheduler.js';
 import { DEFAULT_SAMPLING, type Engine, type GenerateResult, type SamplingParams } from '../engines/types.js';
 import { executePythonTool, PYTHON_TOOL_NAME, type PythonToolOptions } from '../sandbox/tool.js';
 import type { CodeRunner } from '../sandbox/types.js';
@@ -66,6 +66,8 @@ export interface RolloutOptions extends AgentOptions {
   engines?: Engine[]; // or: a scheduler is made for this call and closed after
   schedulerOptions?: SchedulerOptions;
   onProgress?: (done: number, total: number, t: Trajectory) => void;
+  /** Sees what the rollout cost (makespan, tail, re-prefilled tokens, engine idle share) once it ends. */
+  onRolloutStats?: (stats: RolloutStats) => void;
   /** Tool calls from all trajectories are merged into runBatch calls; false sends each alone. */
   toolBatching?: BatchingOptions | false;
   signal?: AbortSignal;
@@ -155,7 +157,12 @@ export async function runTrajectory(
 
   let lease: Awaited<ReturnType<Scheduler['acquire']>>;
   try {
-    lease = await scheduler.acquire(traj.promptIds.length + budget, signal, traj.promptIds.length);
+    lease = await scheduler.acquire(
+      traj.promptIds.length + budget,
+      signal,
+      traj.promptIds.length,
+      problem.id,
+    );
   } catch (e) {
     return end('error', (e as Error).message);
   }
@@ -171,15 +178,12 @@ export async function runTrajectory(
       for (;;) {
         const remaining = budget - traj.responseIds.length;
         if (signal?.aborted) return end('error', 'rollout aborted by caller');
-        // incremental reservation: generate in chunks, each covered by the lease before it runs
-        const maxNew = lease.chunk ? Math.min(remaining, lease.chunk) : remaining;
-        const ctx = traj.promptIds.length + traj.responseIds.length;
-        await lease.ensure(ctx + maxNew, signal);
         out = await lease.generate(
           [...traj.promptIds, ...traj.responseIds],
-          { ...base, stopTokenIds, maxNewTokens: maxNew },
+          { ...base, stopTokenIds, maxNewTokens: remaining },
           signal,
         );
+        traj.engine = lease.engine.name; // the scheduler moves a trajectory off an engine that stopped answering
         if (out.finishReason === 'error' || out.logprobs.length !== out.outputIds.length) {
           const msg =
             out.error ?? `engine returned ${out.logprobs.length} logprobs for ${out.outputIds.length} ids`;
@@ -195,8 +199,6 @@ export async function runTrajectory(
             return end('error', `${lease.engine.name}: generation aborted ${resumes} times`);
           if (traj.responseIds.length < budget) continue;
         }
-        // a chunk ended, not the turn: keep generating the same turn
-        if (out.finishReason === 'length' && maxNew < remaining && out.outputIds.length >= maxNew) continue;
         break;
       }
       const genEnd = traj.responseIds.length;
@@ -316,6 +318,8 @@ export async function* streamRollouts(opts: RolloutOptions): AsyncGenerator<Traj
       }
     }
   } finally {
+    const stats = scheduler.endRollout();
+    opts.onRolloutStats?.(stats);
     if (own) await scheduler.close();
   }
 }

@@ -1,13 +1,17 @@
+export { fitEngineModel, leastSquares, parseSamples } from './calibrate.js';
 export { type BatchGenerator, EmbeddedEngine, type EmbeddedOptions } from './embedded.js';
 export { BACKENDS, type Backend, type RemoteEngineOptions, remoteEngine } from './factory.js';
 export { FakeEngine, type FakeEngineOptions, type FakeReply, type FakeResponder } from './fake.js';
 export { HttpClient, HttpError, type HttpOptions } from './http.js';
 export { LlamaCppEngine, type LlamaCppOptions } from './llamacpp.js';
+export { LengthModel, Overcommit } from './predict.js';
 export {
+  AUTO_PREDICT_MIN_KV,
   KvLedger,
   type Lease,
   POLICIES,
   type Policy,
+  type RolloutStats,
   Scheduler,
   type SchedulerOptions,
 } from './scheduler.js';

@@ -1,4 +1,4 @@
-import { failure, HttpClient, type HttpOptions } from './http.js';
+import { failure, HttpClient, HttpError, type HttpOptions } from './http.js';
 import type { EngineLoad, FinishReason, GenerateResult, SamplingParams, WeightSyncEngine } from './types.js';
 
 // SGLang native API, token-in/token-out: POST /generate with input_ids and return_logprob; the
@@ -9,6 +9,9 @@ interface SGLangResponse {
   meta_info?: {
     output_token_logprobs?: [number, number, string | null][];
     finish_reason?: { type?: string; message?: string } | null;
+    cached_tokens?: number;
+    total_retractions?: number; // older builds: num_retractions
+    num_retractions?: number;
   };
 }
 
@@ -68,10 +71,27 @@ export class SGLangEngine implements WeightSyncEngine {
         load.usedTokens = sum(r.loads, 'num_used_tokens');
         load.running = sum(r.loads, 'num_running_reqs');
         load.queued = sum(r.loads, 'num_waiting_reqs');
+        return load;
       }
-    } catch {
-      // older builds lack /v1/loads; capacity alone still drives admission
+    } catch (e) {
+      // an engine that does not answer must fail the poll, so the scheduler can move its trajectories
+      if (!(e instanceof HttpError && e.status === 404)) throw e;
     }
+    // older builds: /get_load is {load} or a list per DP rank of {num_reqs, num_waiting_reqs, num_tokens}
+    let r: unknown;
+    try {
+      r = await this.http.json<unknown>('GET', '/get_load');
+    } catch (e) {
+      if (e instanceof HttpError && e.status === 404) return load; // capacity alone still drives placement
+      throw e;
+    }
+    if (Array.isArray(r)) {
+      const rs = r as Record<string, number>[];
+      load.usedTokens = sum(rs, 'num_tokens');
+      load.running = Math.max(0, sum(rs, 'num_reqs') - sum(rs, 'num_waiting_reqs'));
+      load.queued = sum(rs, 'num_waiting_reqs');
+    } else if (r && typeof (r as { load?: unknown }).load === 'number')
+      load.running = (r as { load: number }).load;
     return load;
   }
 
@@ -113,6 +133,10 @@ export function parseSGLang(r: SGLangResponse): GenerateResult {
   const type = fr?.type ?? 'stop';
   const finishReason: FinishReason = type === 'length' ? 'length' : type === 'abort' ? 'abort' : 'stop';
   const out: GenerateResult = { outputIds, logprobs: lp.map((t) => t[0]), finishReason };
+  const m = r.meta_info;
+  if (typeof m?.cached_tokens === 'number') out.cachedTokens = m.cached_tokens;
+  const retractions = m?.total_retractions ?? m?.num_retractions;
+  if (typeof retractions === 'number' && retractions > 0) out.retractions = retractions;
   if (finishReason === 'abort') out.error = fr?.message ?? 'aborted by server';
   return out;
 }

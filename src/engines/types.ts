@@ -18,6 +18,8 @@ export interface GenerateResult {
   logprobs: number[]; // sampling logprob of each output id, same length as outputIds
   finishReason: FinishReason;
   error?: string; // set when finishReason is 'error'
+  cachedTokens?: number; // input tokens the engine served from its prefix cache (SGLang meta_info.cached_tokens)
+  retractions?: number; // times the engine retracted this request (KV overflow), where reported
 }
 
 export interface EngineLoad {

@@ -58,8 +58,15 @@ export class VllmEngine implements WeightSyncEngine {
         return_tokens_as_token_ids: true,
         ...(s.seed === undefined ? {} : { seed: s.seed }),
       };
-      const r = await this.http.json<{ choices?: VllmChoice[] }>('POST', '/v1/completions', body, signal);
-      return parseVllm(r.choices?.[0]);
+      const r = await this.http.json<{
+        choices?: VllmChoice[];
+        usage?: { prompt_tokens_details?: { cached_tokens?: number } | null };
+      }>('POST', '/v1/completions', body, signal);
+      const out = parseVllm(r.choices?.[0]);
+      // prefix-cache hits, reported with --enable-prompt-tokens-details
+      const cached = r.usage?.prompt_tokens_details?.cached_tokens;
+      if (typeof cached === 'number') out.cachedTokens = cached;
+      return out;
     } catch (e) {
       return failure(e);
     }

@@ -12,6 +12,7 @@ import {
   type ToolCallStyle,
 } from '../data/index.js';
 import { EmbeddedEngine } from '../engines/embedded.js';
+import type { RolloutStats } from '../engines/scheduler.js';
 import type { WeightSyncEngine } from '../engines/types.js';
 import type { CodeRunner } from '../sandbox/types.js';
 import {
@@ -25,6 +26,7 @@ import {
   trainBpeTokenizer,
 } from '../tokenizer/index.js';
 import { PolicyWorker } from '../worker/client.js';
+import type { LaunchOptions } from '../worker/launch.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
 import type { TrainOptions, TrainSequence, TrainStats } from '../worker/types.js';
 import type { Recipe } from './config.js';
@@ -44,6 +46,8 @@ export interface EmbeddedBackendOptions {
   engines?: WeightSyncEngine[];
   /** Where synced weights are written (a HF model directory every engine can read); required with engines. */
   syncDir?: string;
+  /** Rank layout of the policy worker (`rstar2 train --nproc-per-node/--nnodes/--master`); overrides the recipe's. */
+  launch?: LaunchOptions;
 }
 
 /** tokenizer.json and tokenizer_config.json of a model directory, copied into every checkpoint as they are. */
@@ -122,6 +126,7 @@ interface RemoteSync {
 }
 
 export class EmbeddedBackend implements PolicyBackend {
+  private rolloutStats?: RolloutStats;
   private constructor(
     private readonly worker: PolicyWorker,
     private readonly files: TokenizerFiles,
@@ -146,9 +151,14 @@ export class EmbeddedBackend implements PolicyBackend {
     const template = recipe.tokenizer.template;
     const files = await recipeTokenizerFiles(recipe);
     const tokenizer = tokenizerFromFiles(files);
+    const m = recipe.model;
     const worker = await PolicyWorker.start({
-      threads: recipe.model.threads,
-      precision: recipe.model.precision,
+      threads: m.threads,
+      precision: m.precision,
+      ranks: m.nprocPerNode,
+      sharding: m.sharding,
+      offloadOptimizer: m.offloadOptimizer,
+      ...opts.launch,
     });
     try {
       if (dir) await worker.load(dir);
@@ -222,7 +232,14 @@ export class EmbeddedBackend implements PolicyBackend {
       maxResponseTokens: req.maxResponseTokens,
       sampling: { temperature: req.temperature },
       onProgress: onDone ? (d, t) => onDone(d, t) : undefined,
+      onRolloutStats: (st) => {
+        this.rolloutStats = st;
+      },
     });
+  }
+
+  lastRolloutStats(): RolloutStats | undefined {
+    return this.rolloutStats;
   }
 
   promptTokens(question: string): number {

@@ -3,6 +3,8 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { remoteEngine } from '../engines/factory.js';
+import { runNodeRanks } from '../worker/client.js';
+import { checkLaunch, type LaunchOptions } from '../worker/launch.js';
 import { LOGGERS, loadRecipe, type Overrides, parseRecipe, type Recipe } from './config.js';
 import { FakeBackend } from './fake.js';
 import { HealthError } from './health.js';
@@ -26,10 +28,53 @@ interface TrainFlags {
   strictHealth?: boolean;
   dryRun?: boolean;
   logger?: string;
+  nprocPerNode?: string;
+  nnodes?: string;
+  nodeRank?: string;
+  master?: string;
 }
 
-async function makeBackend(recipe: Recipe, flags: TrainFlags, runDir: string): Promise<PolicyBackend> {
+// torchrun's flags: this node's share of the worker's ranks. Not recipe fields: the same run may be resumed
+// on another layout (the loss is a global token mean, so the layout does not change what is trained).
+function launchFlags(flags: TrainFlags): LaunchOptions {
+  const int = (name: string, v?: string) => {
+    if (v === undefined) return undefined;
+    if (!/^\d+$/.test(v)) throw new Error(`--${name} must be a non-negative integer, got '${v}'`);
+    return Number(v);
+  };
+  const launch: LaunchOptions = {
+    ranks: int('nproc-per-node', flags.nprocPerNode),
+    nnodes: int('nnodes', flags.nnodes),
+    nodeRank: int('node-rank', flags.nodeRank),
+    master: flags.master,
+  };
+  checkLaunch(launch);
+  return Object.fromEntries(Object.entries(launch).filter(([, v]) => v !== undefined));
+}
+
+// A node other than node 0 only runs its ranks; they take every request from rank 0.
+async function joinJob(recipe: Recipe, launch: LaunchOptions): Promise<void> {
+  const m = recipe.model;
+  const opts = {
+    threads: m.threads,
+    ranks: m.nprocPerNode,
+    sharding: m.sharding,
+    offloadOptimizer: m.offloadOptimizer,
+    ...launch,
+  };
+  console.error(`node ${launch.nodeRank}: starting ${opts.ranks} rank(s); rank 0 is at ${launch.master}`);
+  process.exitCode = await runNodeRanks(opts);
+}
+
+async function makeBackend(
+  recipe: Recipe,
+  flags: TrainFlags,
+  runDir: string,
+  launch: LaunchOptions,
+): Promise<PolicyBackend> {
   if (flags.backend === 'fake') {
+    if (Object.keys(launch).length > 0)
+      throw new Error('--nproc-per-node/--nnodes/--master need --backend embedded');
     if (flags.engines) throw new Error('--engines needs --backend embedded (the torch worker trains)');
     return new FakeBackend();
   }
@@ -44,6 +89,7 @@ async function makeBackend(recipe: Recipe, flags: TrainFlags, runDir: string): P
     insecureSandbox: flags.insecureNoSandbox,
     engines,
     syncDir: resolve(flags.syncDir ?? join(runDir, 'engine-weights')),
+    launch,
   });
 }
 
@@ -65,6 +111,17 @@ async function train(flags: TrainFlags): Promise<void> {
     set.push(`logger=${JSON.stringify(names)}`);
   }
   const overrides: Overrides = { set, ...(flags.roc ? { roc: flags.roc as 'on' | 'off' } : {}) };
+  const launch = launchFlags(flags);
+  if ((launch.nodeRank ?? 0) > 0) {
+    const cfg = flags.resume ? join(flags.resume, 'config.json') : undefined;
+    if (!cfg && !flags.recipe) throw new Error('--node-rank needs the same --recipe or --resume as node 0');
+    return joinJob(
+      cfg
+        ? parseRecipe(JSON.parse(readFileSync(cfg, 'utf8')), cfg, { set })
+        : loadRecipe(flags.recipe!, overrides),
+      launch,
+    );
+  }
   let recipe: Recipe;
   let runDir: string;
   if (flags.resume) {
@@ -116,7 +173,7 @@ async function train(flags: TrainFlags): Promise<void> {
     return;
   }
   const t0 = Date.now();
-  const backend = await makeBackend(recipe, flags, runDir);
+  const backend = await makeBackend(recipe, flags, runDir, launch);
   const stop = () => {
     void backend.close().finally(() => process.exit(130));
   };
@@ -221,6 +278,16 @@ export function registerRecipeCommands(program: Command): void {
       '--sync-dir <dir>',
       'model directory the engines load synced weights from (shared storage; start vLLM with --model DIR) ' +
         '(default: <run>/engine-weights)',
+    )
+    .option(
+      '--nproc-per-node <n>',
+      "policy worker ranks on this node (torchrun's flag; default model.nprocPerNode)",
+    )
+    .option('--nnodes <n>', 'nodes in the job (default 1); every node runs rstar2 train with the same recipe')
+    .option('--node-rank <n>', 'this node (default 0); node 0 trains, the others only run their ranks')
+    .option(
+      '--master <addr:port>',
+      "node 0's address and a free port, reachable from every node (needed with --nnodes > 1)",
     )
     .action((flags: TrainFlags) => train(flags));
 

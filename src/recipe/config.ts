@@ -232,6 +232,24 @@ export const RecipeSchema = z
           .describe(
             'training micro-batches packed to this many tokens with no padding; null = padded, length-grouped',
           ),
+        nprocPerNode: z
+          .number()
+          .int()
+          .min(1)
+          .default(1)
+          .describe(
+            'policy worker ranks on this node, data-parallel (`rstar2 train --nproc-per-node` overrides)',
+          ),
+        sharding: z
+          .enum(['ddp', 'fsdp'])
+          .default('ddp')
+          .describe(
+            'ddp: a replica per rank; fsdp: parameters, gradients and optimizer sharded (torch >= 2.2, GPUs)',
+          ),
+        offloadOptimizer: z
+          .boolean()
+          .default(false)
+          .describe('fsdp: CPU offload of shards, gradients and optimizer'),
       })
       .strict()
       .default({
@@ -241,6 +259,9 @@ export const RecipeSchema = z
         precision: 'fp32',
         gradientCheckpointing: false,
         maxTokensPerMicroBatch: null,
+        nprocPerNode: 1,
+        sharding: 'ddp',
+        offloadOptimizer: false,
       }),
     tokenizer: z
       .object({

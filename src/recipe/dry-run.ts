@@ -5,6 +5,7 @@ import { chatSegments } from '../data/index.js';
 import type { Engine } from '../engines/types.js';
 import { SandboxPool } from '../sandbox/pool.js';
 import { ChatTemplate, PYTHON_TOOL_SCHEMA, tokenizerFromFiles } from '../tokenizer/index.js';
+import { parameterCount } from '../worker/plan.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
 import type { ModelConfig } from '../worker/types.js';
 import { recipeTokenizerFiles } from './backend.js';
@@ -14,24 +15,12 @@ import { rowFilters, sectionExamples, sectionProblems } from './data.js';
 // `rstar2 train --dry-run`: everything a run needs is opened and checked, nothing is trained. Each problem found
 // is an error that names the file, row and field, so a long run does not die on it an hour in.
 
+export { parameterCount };
+
 export interface DryRunOptions {
   engines?: Engine[];
   insecureSandbox?: boolean;
   log?: (line: string) => void;
-}
-
-/** Parameters of a Qwen2/Qwen3 config, as the worker's model builds it. */
-export function parameterCount(c: ModelConfig & Record<string, unknown>): number {
-  const h = c.hidden_size;
-  const heads = c.num_attention_heads;
-  const kv = c.num_key_value_heads ?? heads;
-  const hd = (c.head_dim as number | undefined) ?? h / heads;
-  const qwen3 = c.model_type === 'qwen3';
-  const bias = (c.attention_bias as boolean | undefined) ?? !qwen3;
-  const attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h + (bias ? heads * hd + 2 * kv * hd : 0);
-  const layer = attn + 3 * h * c.intermediate_size + 2 * h + (qwen3 ? 2 * hd : 0);
-  const embed = c.vocab_size * h * (c.tie_word_embeddings ? 1 : 2);
-  return embed + c.num_hidden_layers * layer + h;
 }
 
 const gb = (bytes: number) => `${(bytes / 2 ** 30).toFixed(bytes < 2 ** 30 ? 3 : 1)} GiB`;

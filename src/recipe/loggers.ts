@@ -127,6 +127,7 @@ const RL_NAMES: Record<string, string> = {
   roc: 'roc',
   tokens_per_s: 'perf/throughput',
   time_rollout_s: 'timing_s/gen',
+  rollout: 'rollout',
   time_reward_s: 'timing_s/reward',
   time_update_s: 'timing_s/update_actor',
 };

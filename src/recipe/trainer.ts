@@ -2,6 +2,7 @@ import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, write
 import { join } from 'node:path';
 import type { Trajectory } from '../agent/trajectory.js';
 import { type ChatExample, type FilterResult, loadProblems, type Problem } from '../data/index.js';
+import type { RolloutStats } from '../engines/scheduler.js';
 import { type Scored, scoreTrajectory } from '../reward/index.js';
 import { type PenaltyOptions, selectAndScore } from '../rl/index.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
@@ -61,6 +62,8 @@ export interface PolicyBackend {
   sftHeldout(examples: ChatExample[]): Promise<HeldoutScore>;
   /** One optimizer step on these trajectories; the new weights reach the rollout engines before the next rollout. */
   grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats>;
+  /** What the last rollout cost on the engines (makespan, tail, re-prefilled tokens, idle share). */
+  lastRolloutStats?(): RolloutStats | undefined;
   /** Response-token logprobs of these trajectories under the current weights (oldLogprobs: recompute). */
   recomputeLogprobs?(trajectories: Trajectory[], temperature: number): Promise<number[][]>;
   /** A fresh optimizer and step count (a stage with optimizer: fresh). */
@@ -598,6 +601,7 @@ export class Trainer {
         );
       }
       const t3 = Date.now();
+      const rollout = this.backend.lastRolloutStats?.();
       // log
       const all = trajs;
       const metrics: Record<string, unknown> & {
@@ -630,6 +634,7 @@ export class Trainer {
           all.reduce((a, t) => a + t.responseIds.length, 0) / Math.max(0.001, (t1 - t0) / 1000),
         ),
         time_rollout_s: round((t1 - t0) / 1000, 3),
+        ...(rollout ? { rollout } : {}),
         time_reward_s: round((t2 - t1) / 1000, 3),
         time_update_s: round((t3 - t2) / 1000, 3),
         roc: {

@@ -3,7 +3,7 @@ import { availableParallelism } from 'node:os';
 import type { Command } from 'commander';
 import { checkBind, resolveToken, TOKEN_ENV } from '../util/http-guard.js';
 import { SandboxPool } from './pool.js';
-import { RedisRunner, RedisWorker } from './redis.js';
+import { REDIS_PASSWORD_ENV, RedisRunner, RedisWorker } from './redis.js';
 import { SandboxServer } from './server.js';
 import { executePythonTool } from './tool.js';
 import type { CodeRunner } from './types.js';
@@ -88,7 +88,11 @@ export function registerSandboxCommands(program: Command): void {
       .option('--request-timeout-ms <ms>', 'time allowed to receive a whole request', '30000')
       .option('--max-body-mb <mb>', 'largest request body', '64')
       .option('--max-body-in-flight-mb <mb>', 'request bodies being received at once, all together', '128')
-      .option('--redis <url>', 'front door only: enqueue on Redis for `rstar2 sandbox worker` hosts')
+      .option(
+        '--redis <url>',
+        'front door only: enqueue on Redis for `rstar2 sandbox worker` hosts (redis[s]://[:password@]host:port; ' +
+          `a password in $${REDIS_PASSWORD_ENV} stays out of the process list)`,
+      )
       .option('--max-queue <n>', 'items allowed to wait before requests are refused with 503 busy', '100000')
       .option('--max-in-flight <n>', 'with --redis: items outstanding at the workers at once', '4096')
       .option('--quiet', 'log only warnings and errors, not every request'),
@@ -151,7 +155,8 @@ export function registerSandboxCommands(program: Command): void {
       .description("worker host: pull calls from Redis and run them on this machine's isolated pool")
       .requiredOption(
         '--redis <url>',
-        'Redis URL shared with the front door (`rstar2 sandbox serve --redis`)',
+        'Redis URL shared with the front door (`rstar2 sandbox serve --redis`); ' +
+          `a password in $${REDIS_PASSWORD_ENV} stays out of the process list`,
       ),
   ).action(async (o: PoolFlags & { redis: string }) => {
     const pool = await startPool(o, Math.max(2, availableParallelism() * 2));

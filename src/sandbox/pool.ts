@@ -43,6 +43,10 @@ export interface SandboxPoolOptions {
   fileSizeMb?: number;
   /** size of each slot's scratch tmpfs */
   scratchMb?: number;
+  /** files and directories a call may hold in its scratch tmpfs at once (their inodes are kernel memory no
+   * size limit counts); a call holding more is killed as `oom`. Checked with the memory, so it needs per-slot
+   * uids. */
+  scratchFiles?: number;
   /** each slot's share of /dev/shm (sized slots x this): a call holding more is killed as `oom` */
   shmMb?: number;
   landlock?: boolean;
@@ -147,6 +151,7 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     nproc: o.nproc ?? 32,
     fileSizeMb: o.fileSizeMb ?? 16,
     scratchMb: o.scratchMb ?? 64,
+    scratchFiles: o.scratchFiles ?? 100_000,
     shmMb: o.shmMb ?? 64,
     landlock: o.landlock ?? true,
     prefork: o.prefork ?? true,
@@ -170,6 +175,7 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     'maxOutputBytes',
     'killOutputBytes',
     'nproc',
+    'scratchFiles',
   ] as const;
   for (const k of positive) {
     if (!Number.isInteger(r[k]) || r[k] <= 0)
@@ -707,6 +713,7 @@ export class SandboxPool implements CodeRunner {
         nproc: o.nproc,
         fileSizeMb: o.fileSizeMb,
         shmMb: o.shmMb,
+        scratchFiles: o.scratchFiles,
         preload: o.preload,
         landlock: o.landlock,
         prefork: o.prefork,
@@ -835,8 +842,9 @@ export class SandboxPool implements CodeRunner {
       status = 'oom';
       oom = true;
       const mb = (kb = 0) => Math.round(kb / 1024);
-      error =
-        (h.ms ?? 0) > this.options.shmMb * 1024
+      error = h.mf
+        ? `file limit: the call held ${h.mf} files and directories in its scratch (limit ${this.options.scratchFiles})`
+        : (h.ms ?? 0) > this.options.shmMb * 1024
           ? `memory limit: the call held ${mb(h.ms)} MB in /dev/shm (its share: ${this.options.shmMb} MB)`
           : `memory limit: the call's processes held ${mb(h.mk)} MB together (limit ${item.memoryMb} MB)`;
     } else if (exitCode === 121 && stderr.startsWith(SETUP_FAILED)) {

@@ -83,12 +83,16 @@ redis.call('DEL', KEYS[1])
 return {requeued, failed}
 `;
 
+export const REDIS_PASSWORD_ENV = 'RSTAR2_REDIS_PASSWORD';
+
 /** ioredis reconnects by itself; log its errors (at most one line per 5 s) instead of crashing.
  * The URL goes to ioredis as given: redis://:password@host:port/db, redis://user:password@host,
- * rediss://… for TLS. A first connection that fails throws the server's reason (WRONGPASS, NOAUTH),
- * where ioredis's own rejection says only "Connection is closed". */
+ * rediss://… for TLS. A URL without a password takes $RSTAR2_REDIS_PASSWORD, which keeps it out of `ps`.
+ * A first connection that fails throws the server's reason (WRONGPASS, NOAUTH), where ioredis's own
+ * rejection says only "Connection is closed". */
 async function connectRedis(url: string, o: Resolved, role: string): Promise<Redis> {
-  const r = new Redis(url, { lazyConnect: true });
+  const envPassword = process.env[REDIS_PASSWORD_ENV];
+  const r = new Redis(url, { lazyConnect: true, ...(envPassword ? { password: envPassword } : {}) });
   let cause: Error | undefined;
   r.on('error', (e: Error) => (cause ??= e));
   watchErrors(r, o, role);

@@ -1,8 +1,10 @@
 import type { Command } from 'commander';
 import { initModelDir } from './init-model.js';
+import { registerPlanCommand } from './plan.js';
 import { MODEL_PRESETS, type ModelPreset } from './presets.js';
 
 export function registerWorkerCommands(program: Command): void {
+  registerPlanCommand(program);
   const model = program
     .command('model')
     .description('Create and inspect Hugging Face-format policy model directories');

@@ -3,6 +3,7 @@ import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import type { GenerateResult, SamplingParams } from '../engines/types.js';
 import { findPython, PYTHON_DIR } from '../util/python.js';
+import { checkLaunch, type Master, rankEnvs } from './launch.js';
 import {
   encodeFrame,
   type Frame,
@@ -32,7 +33,8 @@ interface Pending {
   reject: (e: Error) => void;
 }
 
-// One python process (one torch.distributed rank).
+// One python process (one torch.distributed rank). Only rank 0 answers; the others write a frame only to
+// report that they could not start, and otherwise matter to the client through their exit.
 class Rank {
   readonly child: ChildProcess;
   private readonly reader = new FrameReader();
@@ -82,13 +84,14 @@ class Rank {
       const how = signal ? `signal ${signal}` : `exit code ${code}`;
       const tail = this.stderrTail.trim();
       this.fail(
-        `policy worker (pid ${this.child.pid}) died with ${how}${tail ? `; stderr tail:\n${tail}` : ''}`,
+        `policy worker ${env.RANK === '0' ? '' : `rank ${env.RANK} `}(pid ${this.child.pid}) died with ${how}` +
+          (tail ? `; stderr tail:\n${tail}` : ''),
       );
     });
     this.child.stdin?.on('error', () => {}); // EPIPE after death is reported through 'exit'
   }
 
-  private fail(why: string): void {
+  fail(why: string): void {
     if (this.exited) return;
     this.exited = why;
     const err = new Error(why);
@@ -123,6 +126,71 @@ async function freePort(): Promise<number> {
   });
 }
 
+const SHARDINGS = ['ddp', 'fsdp'] as const;
+
+function checkSharding(o: WorkerStartOptions): void {
+  const s = o.sharding ?? 'ddp';
+  if (!(SHARDINGS as readonly string[]).includes(s))
+    throw new Error(`sharding must be one of ${SHARDINGS.join(', ')}, got ${JSON.stringify(s)}`);
+  if (o.offloadOptimizer && s !== 'fsdp')
+    throw new Error('offloadOptimizer needs sharding: fsdp (DDP keeps the optimizer on the device)');
+}
+
+async function masterOf(o: WorkerStartOptions): Promise<Master> {
+  const { master } = checkLaunch(o);
+  return master ?? { addr: '127.0.0.1', port: await freePort() };
+}
+
+function processEnv(o: WorkerStartOptions, rank: Record<string, string>): NodeJS.ProcessEnv {
+  const threads = o.threads ?? 2;
+  return {
+    ...process.env,
+    ...o.env,
+    PYTHONPATH: [resolve(PYTHON_DIR), o.env?.PYTHONPATH ?? process.env.PYTHONPATH].filter(Boolean).join(':'),
+    RSTAR2_THREADS: String(threads),
+    // torch threads parallelise; a second BLAS pool on top oversubscribes 2 cores (ts-tensor-engines.md)
+    OPENBLAS_NUM_THREADS: process.env.OPENBLAS_NUM_THREADS ?? '1',
+    OMP_NUM_THREADS: String(threads),
+    RSTAR2_PRECISION: o.precision ?? 'fp32',
+    RSTAR2_SHARDING: o.sharding ?? 'ddp',
+    RSTAR2_OFFLOAD_OPTIMIZER: o.offloadOptimizer ? '1' : '0',
+    ...rank,
+  };
+}
+
+/**
+ * Runs this node's ranks of a multi-node job whose rank 0 (and client) is on node 0, until they exit: they
+ * take their requests from rank 0. Resolves with 0 when every rank exited cleanly (the client closed), else
+ * with the first failure's exit code (the others are killed: a job restarts as a whole).
+ */
+export async function runNodeRanks(opts: WorkerStartOptions): Promise<number> {
+  const { nodeRank, master } = checkLaunch(opts);
+  if (nodeRank === 0 || !master)
+    throw new Error('runNodeRanks is for nodes other than node 0 (--node-rank ≥ 1 with --master ADDR:PORT)');
+  checkSharding(opts);
+  const python = findPython(opts.python);
+  const children = rankEnvs(opts, master).map((env) =>
+    spawn(python, ['-u', '-m', 'rstar2_worker'], {
+      env: processEnv(opts, env),
+      stdio: ['ignore', 'inherit', 'inherit'],
+    }),
+  );
+  return new Promise((res) => {
+    let left = children.length;
+    let code = 0;
+    for (const c of children) {
+      c.on('error', () => c.emit('exit', 127, null));
+      c.once('exit', (status, signal) => {
+        if (code === 0 && (status !== 0 || signal)) {
+          code = status || 1;
+          for (const o of children) if (o.exitCode === null) o.kill('SIGKILL');
+        }
+        if (--left === 0) res(code);
+      });
+    }
+  });
+}
+
 /**
  * Client for the PyTorch policy worker (python/rstar2_worker). Calls are serialised. If a rank dies,
  * every pending call is rejected with the exit code and stderr tail, the other ranks are killed, and the
@@ -144,28 +212,28 @@ export class PolicyWorker {
 
   private constructor(
     private readonly opts: Required<Pick<WorkerStartOptions, 'threads' | 'ranks'>> & WorkerStartOptions,
+    readonly world: number,
   ) {
     this.callTimeoutMs = opts.callTimeoutMs ?? 0;
   }
 
   static async start(opts: WorkerStartOptions = {}): Promise<PolicyWorker> {
-    const ranks = opts.ranks ?? 1;
     const threads = opts.threads ?? 2;
-    if (!Number.isInteger(ranks) || ranks < 1)
-      throw new Error(`ranks must be a positive integer, got ${ranks}`);
     if (!Number.isInteger(threads) || threads < 1)
       throw new Error(`threads must be a positive integer, got ${threads}`);
     if (opts.precision !== undefined && !PRECISIONS.includes(opts.precision))
       throw new Error(
         `precision must be one of ${PRECISIONS.join(', ')}, got ${JSON.stringify(opts.precision)}`,
       );
-    const w = new PolicyWorker({ ...opts, ranks, threads });
+    const { ranks, nnodes, nodeRank } = checkLaunch(opts);
+    if (nodeRank > 0)
+      throw new Error(
+        `node-rank ${nodeRank} holds no client (rank 0 is on node 0): run its ranks with runNodeRanks`,
+      );
+    checkSharding(opts);
+    const w = new PolicyWorker({ ...opts, ranks, threads }, ranks * nnodes);
     await w.spawnAll();
     return w;
-  }
-
-  get world(): number {
-    return this.opts.ranks;
   }
 
   /** Process ids of the ranks (rank 0 first); for supervision and tests. */
@@ -175,51 +243,38 @@ export class PolicyWorker {
 
   private async spawnAll(): Promise<void> {
     const python = findPython(this.opts.python);
-    const port = this.opts.ranks > 1 ? await freePort() : 0;
+    const master = await masterOf(this.opts);
     this.dead = null;
     const onExit = (why: string) => {
       if (this.dead || this.closed) return;
       this.dead = why;
-      for (const r of this.ranks) if (!r.exited) r.child.kill('SIGKILL');
+      // the call waiting on rank 0 is told why the job died, not that rank 0 was killed in consequence
+      for (const r of this.ranks) {
+        if (r.exited) continue;
+        r.fail(why);
+        r.child.kill('SIGKILL');
+      }
     };
-    this.ranks = [];
-    for (let rank = 0; rank < this.opts.ranks; rank++) {
-      const env: NodeJS.ProcessEnv = {
-        ...process.env,
-        ...this.opts.env,
-        PYTHONPATH: [resolve(PYTHON_DIR), this.opts.env?.PYTHONPATH ?? process.env.PYTHONPATH]
-          .filter(Boolean)
-          .join(':'),
-        RSTAR2_THREADS: String(this.opts.threads),
-        RSTAR2_PRECISION: this.opts.precision ?? 'fp32',
-        // torch threads parallelise; a second BLAS pool on top oversubscribes 2 cores (ts-tensor-engines.md)
-        OPENBLAS_NUM_THREADS: process.env.OPENBLAS_NUM_THREADS ?? '1',
-        OMP_NUM_THREADS: String(this.opts.threads),
-        RANK: String(rank),
-        WORLD_SIZE: String(this.opts.ranks),
-        MASTER_ADDR: '127.0.0.1',
-        MASTER_PORT: String(port),
-      };
-      this.ranks.push(new Rank(python, env, onExit));
-    }
-    let hellos: Frame[];
+    this.ranks = rankEnvs(this.opts, master).map(
+      (env) => new Rank(python, processEnv(this.opts, env), onExit),
+    );
+    let hello: Frame;
     try {
-      hellos = await Promise.all(this.ranks.map((r) => r.waitHello()));
+      // rank 0 says hello once every rank has joined; any other rank can only fail first
+      hello = await Promise.race(this.ranks.map((r) => r.waitHello()));
     } catch (e) {
       for (const r of this.ranks) if (!r.exited) r.child.kill('SIGKILL');
       throw new Error(`policy worker failed to start: ${(e as Error).message}`);
     }
-    for (const h of hellos) {
-      const v = Number(h.header.version);
-      if (v !== PROTOCOL_VERSION) {
-        await this.killAll();
-        throw new Error(
-          `policy worker protocol version mismatch: this client speaks v${PROTOCOL_VERSION}, ` +
-            `python/rstar2_worker speaks v${v} (src/ and python/ come from different checkouts)`,
-        );
-      }
+    const v = Number(hello.header.version);
+    if (v !== PROTOCOL_VERSION) {
+      await this.killAll();
+      throw new Error(
+        `policy worker protocol version mismatch: this client speaks v${PROTOCOL_VERSION}, ` +
+          `python/rstar2_worker speaks v${v} (src/ and python/ come from different checkouts)`,
+      );
     }
-    this.info = { version: PROTOCOL_VERSION, torch: String(hellos[0].header.torch), world: this.opts.ranks };
+    this.info = { version: PROTOCOL_VERSION, torch: String(hello.header.torch), world: this.world };
   }
 
   private async killAll(): Promise<void> {
@@ -244,8 +299,8 @@ export class PolicyWorker {
         this.restarts++;
         await this.spawnAll();
         const m = this.lastModel;
-        if (m?.op === 'init') await this.send('init', { config: m.config, seed: m.seed }, {}, 'all');
-        else if (m?.op === 'load') await this.send('load', { dir: m.dir }, {}, 'all');
+        if (m?.op === 'init') await this.send('init', { config: m.config, seed: m.seed }, {});
+        else if (m?.op === 'load') await this.send('load', { dir: m.dir }, {});
       }
       return fn();
     };
@@ -258,13 +313,12 @@ export class PolicyWorker {
     op: string,
     header: Record<string, unknown>,
     arrays: Record<string, WireArray>,
-    to: 'all' | 'rank0',
   ): Promise<Frame> {
     const id = this.nextId++;
-    const targets = to === 'all' ? this.ranks : this.ranks.slice(0, 1);
-    const all = Promise.all(targets.map((r) => r.call(id, { ...header, op }, arrays)));
+    // rank 0 passes the request on to the ranks that must run it too (python/rstar2_worker/server.py)
+    const reply = this.ranks[0].call(id, { ...header, op }, arrays);
     const limit = this.callTimeoutMs;
-    if (!(limit > 0)) return (await all)[0];
+    if (!(limit > 0)) return reply;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, rej) => {
       timer = setTimeout(() => {
@@ -273,9 +327,9 @@ export class PolicyWorker {
         rej(new Error(`${this.dead} (it restarts on the next call)`));
       }, limit);
     });
-    all.catch(() => {});
+    reply.catch(() => {});
     try {
-      return (await Promise.race([all, timeout]))[0];
+      return await Promise.race([reply, timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -283,7 +337,7 @@ export class PolicyWorker {
 
   async init(config: ModelConfig, seed = 0): Promise<ModelInfo> {
     return this.enqueue(async () => {
-      const f = await this.send('init', { config, seed }, {}, 'all');
+      const f = await this.send('init', { config, seed }, {});
       this.lastModel = { op: 'init', config, seed };
       return f.header.result as ModelInfo;
     });
@@ -292,7 +346,7 @@ export class PolicyWorker {
   async load(dir: string): Promise<ModelInfo> {
     const abs = resolve(dir);
     return this.enqueue(async () => {
-      const f = await this.send('load', { dir: abs }, {}, 'all');
+      const f = await this.send('load', { dir: abs }, {});
       this.lastModel = { op: 'load', dir: abs };
       return f.header.result as ModelInfo;
     });
@@ -301,7 +355,7 @@ export class PolicyWorker {
   /** Writes config.json, the weights and (with `optimizer`) optimizer.pt; returns the weight files written. */
   /** Drops the optimizer state and step count on every rank (the next train step starts a fresh AdamW). */
   async resetOptimizer(): Promise<void> {
-    await this.enqueue(() => this.send('reset_optimizer', {}, {}, 'all'));
+    await this.enqueue(() => this.send('reset_optimizer', {}, {}));
   }
 
   async save(dir: string, opts: SaveOptions = {}): Promise<string[]> {
@@ -312,7 +366,7 @@ export class PolicyWorker {
     if (maxShardBytes !== undefined && !(Number.isInteger(maxShardBytes) && maxShardBytes >= 1))
       throw new Error(`save: maxShardBytes must be a positive integer, got ${maxShardBytes}`);
     const f = await this.enqueue(() =>
-      this.send('save', { dir: abs, optimizer: Boolean(opts.optimizer), shards, maxShardBytes }, {}, 'rank0'),
+      this.send('save', { dir: abs, optimizer: Boolean(opts.optimizer), shards, maxShardBytes }, {}),
     );
     return (f.header.result as { files: string[] }).files;
   }
@@ -322,7 +376,7 @@ export class PolicyWorker {
     const { flat, lens } = packRagged(prompts, 'prompts');
     if (lens.some((n) => n === 0)) throw new Error('generate: every prompt needs at least one token');
     return this.enqueue(async () => {
-      const f = await this.send('generate', { sampling }, { ids: flat, lens }, 'rank0');
+      const f = await this.send('generate', { sampling }, { ids: flat, lens });
       const outLens = f.arrays.out_lens as Int32Array;
       const ids = unpackRagged(f.arrays.out_ids, outLens);
       const lps = unpackRagged(f.arrays.out_logprobs, outLens);
@@ -335,7 +389,7 @@ export class PolicyWorker {
     if (seqs.length === 0) return [];
     const { flat, lens } = packRagged(seqs, 'seqs');
     return this.enqueue(async () => {
-      const f = await this.send('logprobs', { ...opts }, { ids: flat, lens }, 'rank0');
+      const f = await this.send('logprobs', { ...opts }, { ids: flat, lens });
       const lp = unpackRagged(f.arrays.logprobs, lens);
       const ent = unpackRagged(f.arrays.entropy, lens);
       const top = unpackRagged(f.arrays.argmax, lens);
@@ -348,7 +402,7 @@ export class PolicyWorker {
     if (!(typeof opts?.lr === 'number' && opts.lr >= 0))
       throw new Error('trainStep: opts.lr must be a number ≥ 0');
     return this.enqueue(async () => {
-      const f = await this.send('train_step', { loss: batch.loss, opts }, arrays, 'all');
+      const f = await this.send('train_step', { loss: batch.loss, opts }, arrays);
       return f.header.result as TrainStats;
     });
   }
@@ -360,7 +414,7 @@ export class PolicyWorker {
       | { kind: 'train'; batch: number; len: number },
   ): Promise<number> {
     return this.enqueue(async () => {
-      const f = await this.send('bare_bench', spec, {}, 'rank0');
+      const f = await this.send('bare_bench', spec, {});
       return (f.header.result as { tokS: number }).tokS;
     });
   }

@@ -1,5 +1,6 @@
-export { PolicyWorker } from './client.js';
+export { PolicyWorker, runNodeRanks } from './client.js';
 export { type InitModelOptions, initModelDir } from './init-model.js';
+export { checkLaunch, type LaunchOptions, parseMaster, rankEnvs } from './launch.js';
 export { MODEL_PRESETS, type ModelPreset } from './presets.js';
 export { PROTOCOL_VERSION } from './protocol.js';
 export type {

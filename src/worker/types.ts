@@ -30,7 +30,14 @@ export interface WorkerStartOptions {
   python?: string; // default: findPython() (RSTAR2_PYTHON, else /usr/bin/python3)
   threads?: number; // torch intra-op threads per rank (default 2)
   precision?: Precision; // default 'fp32'. Each rank runs on its local GPU (LOCAL_RANK) when CUDA is present.
-  ranks?: number; // torch.distributed ranks on the gloo backend (default 1)
+  ranks?: number; // torch.distributed ranks on this node, torchrun's --nproc-per-node (default 1)
+  nnodes?: number; // nodes in the job (default 1); the others run theirs with runNodeRanks / --node-rank
+  nodeRank?: number; // 0 for the client's node
+  master?: string; // ADDR:PORT of rank 0's rendezvous; needed with nnodes > 1
+  // 'ddp': a replica per rank, gradients all-reduced (gloo on CPU, NCCL on GPUs). 'fsdp': parameters,
+  // gradients and optimizer state sharded (FSDP2 on torch ≥ 2.4, FSDP1 on 2.2–2.3; refused on older torch).
+  sharding?: 'ddp' | 'fsdp';
+  offloadOptimizer?: boolean; // fsdp: FSDP's CPU offload (shards, gradients and the optimizer step on CPU)
   env?: Record<string, string>;
   // Kill and report a call that has not answered after this long (0 = no limit). A hung worker (e.g. a stuck
   // collective) then rejects the call instead of hanging the caller; the next call restarts it.

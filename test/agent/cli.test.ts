@@ -51,11 +51,14 @@ test('rstar2 rollout: --print-config and clear errors for bad input', () => {
   assert.equal(pc.status, 0, pc.stderr);
   const cfg = JSON.parse(pc.stdout);
   assert.equal(cfg.n, 4);
-  assert.equal(cfg.policy, 'kv-budget');
+  assert.equal(cfg.policy, 'auto');
   assert.equal(cfg.maxTurns, 5);
   const bad = cli(['--engine', 'fake', '--data', data, '--out', 'x', '--policy', 'fastest']);
   assert.notEqual(bad.status, 0);
-  assert.match(bad.stderr, /--policy must be one of kv-budget, least-requests, round-robin/);
+  assert.match(
+    bad.stderr,
+    /--policy must be one of auto, round-robin, least-requests, kv-budget, kv-predict/,
+  );
   const n = cli(['--engine', 'fake', '--data', data, '--out', 'x', '--n', 'lots']);
   assert.match(n.stderr, /--n must be an integer, got 'lots'/);
   const nomodel = cli(['--engine', 'http://127.0.0.1:1', '--data', data, '--out', 'x']);

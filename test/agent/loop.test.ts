@@ -4,8 +4,8 @@ import { BatchingRunner } from '../../src/agent/batching.js';
 import { type AgentOptions, runRollouts, runTrajectory, streamRollouts } from '../../src/agent/loop.js';
 import type { Trajectory } from '../../src/agent/trajectory.js';
 import { FakeEngine, type FakeReply } from '../../src/engines/fake.js';
-import { Scheduler } from '../../src/engines/scheduler.js';
-import { CALL, decode, encode, FakeRunner, GEN_PROMPT, IM_END, template } from './helpers.js';
+import { type RolloutStats, Scheduler } from '../../src/engines/scheduler.js';
+import { CALL, decode, encode, FakeRunner, IM_END, template } from './helpers.js';
 
 /** An engine that plays `script[k]` where k = tool responses seen so far in the input. */
 function scripted(script: (string | ((k: number) => FakeReply))[], name = 'fake', capacityTokens = 1 << 20) {
@@ -233,7 +233,7 @@ test('runRollouts: n samples per problem, sticky engines, progress, all reservat
   const engines = [0, 1, 2].map((i) =>
     scripted([`${CALL}<|im_end|>`, `\\boxed{${i}}<|im_end|>`], `e${i}`, 20_000),
   );
-  const sched = await Scheduler.create(engines, { pollMs: 0 });
+  const sched = await Scheduler.create(engines, { pollMs: 0, policy: 'kv-budget' });
   const runner = new BatchingRunner(new FakeRunner());
   let progress = 0;
   const problems = Array.from({ length: 7 }, (_, i) => ({
@@ -299,7 +299,7 @@ test('a slow tool call does not block other trajectories', async () => {
 
 test('bad input is reported on the trajectory', async () => {
   const e = scripted(['a<|im_end|>']);
-  const sched = await Scheduler.create([e], { pollMs: 0 });
+  const sched = await Scheduler.create([e], { pollMs: 0, policy: 'kv-budget' });
   const t = await runTrajectory({ id: 'empty' }, 0, sched, {
     template: { ...template, promptIds: () => [] },
     runner: new FakeRunner(),
@@ -328,7 +328,7 @@ test('aborting a rollout still yields a record for every trajectory (running and
   setTimeout(() => ac.abort(), 100);
   const ts = await runRollouts({
     engines: [slow],
-    schedulerOptions: { pollMs: 0 },
+    schedulerOptions: { pollMs: 0, policy: 'kv-budget' },
     template,
     runner: new FakeRunner(),
     problems: Array.from({ length: 4 }, (_, i) => ({ id: `p${i}`, question: 'q' })),
@@ -366,66 +366,85 @@ test('ids the tokenizer cannot decode still produce an error record', async () =
   }
 });
 
-/** A model that continues its scripted turn from wherever the input left off (chunk-friendly). */
-function continuing(script: string[], capacityTokens: number, delayMs = 0) {
-  return new FakeEngine(
-    (ids) => {
-      const text = decode(ids);
-      const k = text.split('<tool_response>').length - 1;
-      const turn = script[Math.min(k, script.length - 1)];
-      const already = text.split(GEN_PROMPT).at(-1) ?? '';
-      return { outputIds: encode(turn.slice(already.length)), delayMs };
-    },
-    { capacityTokens },
-  );
-}
-
-test("reservation 'incremental': chunked turns give the same trajectory, reservations grow and are released", async () => {
-  const long = `${'x'.repeat(300)}${CALL}<|im_end|>`;
-  const script = [long, `${'y'.repeat(250)}\\boxed{2}<|im_end|>`];
-  const ref = await one(continuing(script, 1 << 20));
-  const e = continuing(script, 1 << 20);
-  const s = await Scheduler.create([e], { pollMs: 0, reservation: 'incremental', chunkTokens: 64 });
-  const t = await runTrajectory({ id: 'p1', question: 'What is 1+1?' }, 0, s, {
-    template,
-    runner: new FakeRunner(),
-  });
-  assert.equal(t.finish, 'answered');
-  assert.deepEqual(t.responseIds, ref.t.responseIds);
-  assert.deepEqual(t.responseMask, ref.t.responseMask);
-  assert.equal(t.events.filter((x) => x.kind === 'generation').length, 2);
-  assert.ok(e.calls >= Math.ceil(encode(long).length / 64) + 4, `${e.calls} chunked calls`);
-  const prompt = template.promptIds('What is 1+1?').length;
-  assert.ok(
-    s.ledger.peakReserved[0] < prompt + t.responseIds.length + 2 * 64 + 1,
-    'grew in chunks, not worst case',
-  );
-  assert.equal(s.ledger.reserved[0], 0);
-  await s.close();
-});
-
-test("reservation 'incremental' admits more trajectories than worst-case and never over-reserves; preempts on deadlock", async () => {
-  const script = [`${'z'.repeat(200)}${CALL}<|im_end|>`, `${'w'.repeat(200)}done<|im_end|>`];
+test('a rollout reports its stats, and kv-predict learns lengths from it for the next rollout', async () => {
   const prompt = template.promptIds('q').length;
-  const cap = 4 * (prompt + 700); // worst-case budget 1000 → 2 at a time; actual use ~700
-  const run = async (reservation: 'worst-case' | 'incremental') => {
-    const e = continuing(script, cap, 2);
-    const s = await Scheduler.create([e], { pollMs: 0, reservation, chunkTokens: 100 });
+  // room for 2 worst-case trajectories (budget 2000) but 8 of the ~60-token ones this model writes
+  const slow = (text: string) => () => ({ outputIds: encode(text), delayMs: 5 });
+  const e = scripted([slow(`${CALL}<|im_end|>`), slow('\\boxed{2}<|im_end|>')], 'e', 2 * (prompt + 2000));
+  const sched = await Scheduler.create([e], { pollMs: 0, policy: 'kv-predict' });
+  const roll = async () => {
+    let stats: RolloutStats | undefined;
+    e.maxActive = 0;
     const ts = await runRollouts({
-      scheduler: s,
+      scheduler: sched,
       template,
       runner: new FakeRunner(),
-      problems: Array.from({ length: 8 }, (_, i) => ({ id: `p${i}`, question: 'q' })),
-      maxResponseTokens: 1000,
+      problems: Array.from({ length: 4 }, (_, i) => ({ id: `p${i}`, question: 'q' })),
+      n: 2,
+      maxResponseTokens: 2000,
+      onRolloutStats: (s) => {
+        stats = s;
+      },
     });
     for (const t of ts) assert.equal(t.finish, 'answered', t.error);
-    assert.ok(s.ledger.peakReserved[0] <= cap);
-    assert.equal(s.ledger.reserved[0], 0);
-    await s.close();
-    return { maxActive: e.maxActive, preemptions: s.preemptions };
+    return {
+      stats: stats as RolloutStats,
+      maxActive: e.maxActive,
+      lengths: ts.map((t) => t.responseIds.length),
+    };
   };
-  const wc = await run('worst-case');
-  const inc = await run('incremental');
-  assert.ok(wc.maxActive <= 4);
-  assert.ok(inc.maxActive > wc.maxActive, `incremental ran ${inc.maxActive} at once vs ${wc.maxActive}`);
+  const first = await roll();
+  assert.equal(first.maxActive, 8, 'no lengths yet: everything is placed up front (static split)');
+  assert.ok(first.stats.makespan_s > 0 && first.stats.tail_s <= first.stats.makespan_s);
+  assert.ok(first.stats.idle_frac >= 0 && first.stats.idle_frac < 1);
+  assert.equal(first.stats.moved, 0);
+  assert.ok(sched.lengths.trained);
+  const second = await roll();
+  assert.equal(second.maxActive, 8, 'predicted lengths fit: everything at once, not 2 worst-case budgets');
+  const mean = first.lengths.reduce((a, b) => a + b, 0) / first.lengths.length;
+  assert.ok(
+    Math.abs(sched.lengths.predict('p0', 0) - mean) < 1,
+    'the prediction is the last rollout’s length',
+  );
+  assert.deepEqual(sched.ledger.active, [0]);
+  await sched.close();
+});
+
+test('an engine that dies mid-rollout: its trajectories finish on the other engine, every record answered', async () => {
+  const a = scripted([`${CALL}<|im_end|>`, '\\boxed{2}<|im_end|>'], 'a');
+  const b = scripted([`${CALL}<|im_end|>`, '\\boxed{2}<|im_end|>'], 'b');
+  let dead = false;
+  const realGenerate = a.generate.bind(a);
+  a.generate = async (ids, s, signal) => {
+    // the first turn runs, then the engine dies: every later call fails and so does its load check
+    if (decode(ids).includes('<tool_response>')) dead = true;
+    return dead
+      ? { outputIds: [], logprobs: [], finishReason: 'error', error: 'ECONNREFUSED' }
+      : realGenerate(ids, s, signal);
+  };
+  a.load = async () => {
+    if (dead) throw new Error('ECONNREFUSED');
+    return { capacityTokens: 1 << 20 };
+  };
+  const sched = await Scheduler.create([a, b], { pollMs: 0, policy: 'round-robin' });
+  let stats: RolloutStats | undefined;
+  const ts = await runRollouts({
+    scheduler: sched,
+    template,
+    runner: new FakeRunner(),
+    problems: Array.from({ length: 3 }, (_, i) => ({ id: `p${i}`, question: 'q' })),
+    n: 2,
+    onRolloutStats: (s) => {
+      stats = s;
+    },
+  });
+  assert.equal(ts.length, 6);
+  for (const t of ts) {
+    assert.equal(t.finish, 'answered', t.error);
+    assert.equal(t.engine, 'b');
+    checkAligned(t);
+  }
+  assert.equal(stats?.moved, 3, 'the three trajectories placed on a moved');
+  assert.deepEqual(sched.down, [true, false]);
+  await sched.close();
 });

@@ -181,6 +181,7 @@ test('dashboard over a run written by `rstar2 train` (fake backend): stages, cur
     await page.screenshot({ path: join(SHOTS, 'train-run.png'), fullPage: true });
     assert.deepEqual(jsErrors(), []);
   } finally {
+    await page.goto('about:blank'); // a page left open keeps polling a closed server: connection-refused errors
     await d2.close();
   }
 });
@@ -218,6 +219,7 @@ test('numbers from a tampered run directory render as text, never as markup (das
   }));
   writeFileSync(join(ev, 'report.json'), JSON.stringify(report));
   const d3 = await startDashboard({ root: root3, port: 0, pollMs: 500, token: 'browser-token-0123456789' });
+  await page.goto('about:blank');
   const errorsBefore = jsErrors().length;
   try {
     await page.goto(d3.url); // carries ?token=; the page passes it on to every API call
@@ -240,6 +242,7 @@ test('numbers from a tampered run directory render as text, never as markup (das
     assert.equal(await page.evaluate('window.__pwned'), undefined);
     assert.deepEqual(jsErrors().slice(errorsBefore), []);
   } finally {
+    await page.goto('about:blank');
     await d3.close();
   }
 });

@@ -1,6 +1,4 @@
 import assert from 'node:assert/strict';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { remoteEngine } from '../../src/engines/factory.js';
 import { LlamaCppEngine } from '../../src/engines/llamacpp.js';
@@ -8,131 +6,7 @@ import { SGLangEngine } from '../../src/engines/sglang.js';
 import { DEFAULT_SAMPLING, type Engine, type SamplingParams } from '../../src/engines/types.js';
 import { VllmEngine } from '../../src/engines/vllm.js';
 
-// Small fake servers that speak each backend's API (shapes from the rollout notes). `mode` lets a
-// test inject: slow responses, 5xx, dropped connections and server-side aborts.
-
-type Mode = 'ok' | 'slow' | '503' | 'drop' | 'abort' | '400';
-type Api = 'sglang' | 'vllm' | 'llamacpp';
-
-interface Fake {
-  url: string;
-  modes: Mode[]; // consumed one per generate request; 'ok' when empty
-  requests: { path: string; body: Record<string, unknown> }[];
-  close(): Promise<void>;
-}
-
-const OUT = [11, 12, 13];
-const LPS = [-0.1, -0.2, -0.3];
-
-function generateBody(api: Api, mode: Mode): unknown {
-  const ids = mode === 'abort' ? OUT.slice(0, 1) : OUT;
-  const lps = mode === 'abort' ? LPS.slice(0, 1) : LPS;
-  if (api === 'sglang') {
-    return {
-      text: 'abc',
-      output_ids: ids,
-      meta_info: {
-        output_token_logprobs: ids.map((id, i) => [lps[i], id, null]),
-        finish_reason:
-          mode === 'abort'
-            ? { type: 'abort', message: 'Abort in waiting queue' }
-            : { type: 'stop', matched: 13 },
-      },
-    };
-  }
-  if (api === 'vllm') {
-    return {
-      choices: [
-        {
-          text: 'abc',
-          token_ids: ids,
-          finish_reason: mode === 'abort' ? 'abort' : 'stop',
-          logprobs: { tokens: ids.map((i) => `token_id:${i}`), token_logprobs: lps },
-        },
-      ],
-    };
-  }
-  return {
-    content: 'abc',
-    tokens: ids,
-    stop: true,
-    stop_type: mode === 'abort' ? 'none' : 'eos',
-    completion_probabilities: ids.map((id, i) => ({ id, token: 'x', logprob: lps[i], bytes: [] })),
-  };
-}
-
-const GEN_PATH: Record<Api, string> = {
-  sglang: '/generate',
-  vllm: '/v1/completions',
-  llamacpp: '/completion',
-};
-
-async function fakeServer(api: Api): Promise<Fake> {
-  const f: Partial<Fake> & { modes: Mode[]; requests: Fake['requests'] } = { modes: [], requests: [] };
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
-    let raw = '';
-    req.on('data', (c) => (raw += c));
-    req.on('end', () => {
-      const body = raw ? (JSON.parse(raw) as Record<string, unknown>) : {};
-      const path = req.url ?? '';
-      f.requests.push({ path, body });
-      const json = (code: number, o: unknown) => {
-        res.writeHead(code, { 'content-type': 'application/json' });
-        res.end(JSON.stringify(o));
-      };
-      if (path === GEN_PATH[api]) {
-        const mode = f.modes.shift() ?? 'ok';
-        if (mode === 'drop') return req.socket.destroy();
-        if (mode === '503') return json(503, { error: 'overloaded' });
-        if (mode === '400') return json(400, { error: 'bad request: input too long' });
-        if (mode === 'slow') return void setTimeout(() => json(200, generateBody(api, 'ok')), 400);
-        return json(200, generateBody(api, mode));
-      }
-      if (api === 'sglang' && path === '/get_server_info') {
-        return json(200, { model_path: 'x', max_total_num_tokens: 123456, internal_states: [{ load: 0 }] });
-      }
-      if (api === 'sglang' && path.startsWith('/v1/loads')) {
-        return json(200, {
-          loads: [
-            { dp_rank: 0, num_running_reqs: 2, num_waiting_reqs: 1, num_used_tokens: 1000 },
-            { dp_rank: 1, num_running_reqs: 1, num_waiting_reqs: 0, num_used_tokens: 500 },
-          ],
-        });
-      }
-      if (api === 'sglang' && path === '/update_weights_from_disk')
-        return json(200, { success: true, message: 'ok' });
-      if (api === 'vllm' && path === '/v1/models') return json(200, { data: [{ id: 'tiny-model' }] });
-      if (api === 'vllm' && path === '/metrics') {
-        res.writeHead(200, { 'content-type': 'text/plain' });
-        return res.end(
-          [
-            '# HELP vllm:cache_config_info info',
-            'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1000"} 1.0',
-            'vllm:kv_cache_usage_perc{engine="0",model_name="tiny-model"} 0.25',
-            'vllm:num_requests_running{engine="0",model_name="tiny-model"} 3.0',
-            'vllm:num_requests_waiting{engine="0",model_name="tiny-model"} 0.0',
-          ].join('\n'),
-        );
-      }
-      if (api === 'vllm' && path === '/collective_rpc') return json(200, {});
-      if (api === 'llamacpp' && path === '/slots') {
-        return json(200, [
-          { id: 0, n_ctx: 4096, is_processing: true },
-          { id: 1, n_ctx: 4096, is_processing: false },
-        ]);
-      }
-      json(404, { error: `no route ${path}` });
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  f.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  f.close = () =>
-    new Promise<void>((r) => {
-      server.closeAllConnections();
-      server.close(() => r());
-    });
-  return f as Fake;
-}
+import { type Api, fakeServer, GEN_PATH, LPS, OUT } from './fake-servers.js';
 
 const S: SamplingParams = { ...DEFAULT_SAMPLING, maxNewTokens: 16, stopTokenIds: [13], temperature: 0.7 };
 const FAST = { timeoutMs: 200, retries: 2, backoffMs: 5 };
@@ -253,9 +127,9 @@ test('load(): capacity and live usage from each backend', async () => {
     });
     assert.deepEqual(await new VllmEngine(vl.url).load(), {
       capacityTokens: 16000,
-      usedTokens: 4000,
+      usedTokens: 1500,
       running: 3,
-      queued: 0,
+      queued: 1,
     });
     assert.deepEqual(await new LlamaCppEngine(ll.url).load(), {
       capacityTokens: 8192,

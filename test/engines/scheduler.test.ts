@@ -3,7 +3,8 @@ import { getEventListeners } from 'node:events';
 import { test } from 'node:test';
 import { EmbeddedEngine } from '../../src/engines/embedded.js';
 import { FakeEngine } from '../../src/engines/fake.js';
-import { KvLedger, type Lease, Scheduler } from '../../src/engines/scheduler.js';
+import { LengthModel, Overcommit } from '../../src/engines/predict.js';
+import { AUTO_PREDICT_MIN_KV, KvLedger, type Lease, Scheduler } from '../../src/engines/scheduler.js';
 import { DEFAULT_SAMPLING, type GenerateResult, type SamplingParams } from '../../src/engines/types.js';
 import { Rng } from '../../src/util/rng.js';
 
@@ -12,7 +13,7 @@ const echo = (name: string, capacityTokens: number) =>
 const tick = () => new Promise((r) => setImmediate(r));
 
 test('kv-budget places on the engine with most free credit and waits when none fits', async () => {
-  const s = await Scheduler.create([echo('a', 1000), echo('b', 600)], { pollMs: 0 });
+  const s = await Scheduler.create([echo('a', 1000), echo('b', 600)], { pollMs: 0, policy: 'kv-budget' });
   const l1 = await s.acquire(500);
   assert.equal(l1.index, 0);
   const l2 = await s.acquire(500);
@@ -41,7 +42,7 @@ test('kv-budget never over-subscribes under a random workload, and FIFO admissio
   const caps = [5000, 3000, 8000, 4000];
   const s = await Scheduler.create(
     caps.map((c, i) => echo(`e${i}`, c)),
-    { pollMs: 0 },
+    { pollMs: 0, policy: 'kv-budget' },
   );
   const rng = new Rng(3);
   const order: number[] = [];
@@ -61,7 +62,7 @@ test('kv-budget never over-subscribes under a random workload, and FIFO admissio
 });
 
 test('budget larger than any engine is an error, not a hang; budgetCoef scales credit', async () => {
-  const s = await Scheduler.create([echo('a', 1000)], { pollMs: 0, budgetCoef: 2 });
+  const s = await Scheduler.create([echo('a', 1000)], { pollMs: 0, budgetCoef: 2, policy: 'kv-budget' });
   await assert.rejects(s.acquire(600), /exceeds the largest engine KV capacity 500/);
   const l = await s.acquire(500);
   l.release();
@@ -76,7 +77,7 @@ test('live load polling lowers free credit (foreign load) but is ignored on an i
     usedTokens: () => usedA,
   });
   const b = echo('b', 900);
-  const s = await Scheduler.create([a, b], { pollMs: 0 });
+  const s = await Scheduler.create([a, b], { pollMs: 0, policy: 'kv-budget' });
   const l1 = await s.acquire(100); // a: 900 free, b: 900 free → a (first max)
   assert.equal(l1.index, 0);
   usedA = 700; // someone else is using a's cache
@@ -91,7 +92,7 @@ test('live load polling lowers free credit (foreign load) but is ignored on an i
 });
 
 test('abort while waiting and close() reject pending acquisitions', async () => {
-  const s = await Scheduler.create([echo('a', 100)], { pollMs: 0 });
+  const s = await Scheduler.create([echo('a', 100)], { pollMs: 0, policy: 'kv-budget' });
   const l = await s.acquire(100);
   const ac = new AbortController();
   const p1 = s.acquire(50, ac.signal);
@@ -174,60 +175,13 @@ test('EmbeddedEngine merges concurrent requests into batched worker calls and cl
   }
 });
 
-test('incremental reservation: growth before admission, deadlock broken by giving back the newest reservation', async () => {
-  const s = await Scheduler.create([echo('a', 1000)], {
-    pollMs: 0,
-    reservation: 'incremental',
-    chunkTokens: 100,
-  });
-  const ls = [];
-  for (let i = 0; i < 4; i++) ls.push(await s.acquire(600, undefined, 100));
-  assert.deepEqual(s.ledger.reserved, [800]);
-  assert.equal(ls[0].chunk, 100);
-  let fifthIn = false;
-  const fifth = s.acquire(600, undefined, 100).then((l) => {
-    fifthIn = true;
-    return l;
-  });
-  const grown = [false, false, false, false];
-  const ensures = ls.map((l, i) =>
-    l.ensure(600).then(() => {
-      grown[i] = true;
-    }),
-  );
-  await tick();
-  assert.ok(s.preemptions >= 1, 'all four waited to grow: one gave its reservation back');
-  assert.deepEqual(grown, [true, false, false, false]);
-  assert.ok(s.ledger.reserved[0] <= 1000);
-  ls[0].release();
-  await tick();
-  assert.equal(grown[1], true);
-  assert.equal(fifthIn, false, 'new trajectories wait while admitted ones need to grow');
-  ls[1].release();
-  await ensures[2];
-  ls[2].release();
-  await ensures[3];
-  ls[3].release();
-  (await fifth).release();
-  assert.equal(fifthIn, true);
-  assert.deepEqual(s.ledger.reserved, [0]);
-  for (const p of s.ledger.peakReserved) assert.ok(p <= 1000);
-  await assert.rejects(ls[0].ensure(700), /exceeds the trajectory budget 600/);
-  await s.close();
-});
-
 test('a caller signal shared by many trajectories keeps no listeners once they are served', async () => {
   const ac = new AbortController();
-  const s = await Scheduler.create([echo('a', 1000)], {
-    pollMs: 0,
-    reservation: 'incremental',
-    chunkTokens: 100,
-  });
+  const s = await Scheduler.create([echo('a', 1000)], { pollMs: 0, policy: 'kv-budget' });
   for (let i = 0; i < 30; i++) {
-    const l = await s.acquire(800, ac.signal, 50); // prompt 50 + one chunk reserved
-    const waitFor = s.acquire(900, ac.signal, 850); // must wait for l's release
+    const l = await s.acquire(800, ac.signal);
+    const waitFor = s.acquire(900, ac.signal); // must wait for l's release
     await tick();
-    await l.ensure(400, ac.signal); // grows the reservation
     l.release();
     (await waitFor).release();
   }
@@ -238,5 +192,132 @@ test('a caller signal shared by many trajectories keeps no listeners once they a
   ac.abort();
   await assert.rejects(stuck, /aborted while waiting for KV capacity/);
   hold.release();
+  await s.close();
+});
+
+test('the default on small KV pools is the static split: round-robin, everything placed at once, KV never waited for', async () => {
+  const s = await Scheduler.create([echo('a', 1000), echo('b', 1000), echo('c', 1000)], { pollMs: 0 });
+  assert.equal(s.policy, 'round-robin');
+  const ls = await Promise.all(Array.from({ length: 7 }, () => s.acquire(900)));
+  assert.deepEqual(
+    ls.map((l) => l.index),
+    [0, 1, 2, 0, 1, 2, 0],
+  );
+  assert.equal(s.waiting(), 0, 'budgets far beyond the KV pools are placed anyway; the engines queue');
+  for (const l of ls) l.release();
+  assert.deepEqual(s.ledger.active, [0, 0, 0]);
+  await s.close();
+  // on pools where kv-predict wins in the simulation it is the default; one small engine keeps the static split
+  const big = await Scheduler.create([echo('a', AUTO_PREDICT_MIN_KV), echo('b', 1_200_000)], { pollMs: 0 });
+  assert.equal(big.policy, 'kv-predict');
+  const mixed = await Scheduler.create([echo('a', 131_072), echo('b', 1_200_000)], { pollMs: 0 });
+  assert.equal(mixed.policy, 'round-robin');
+  await Promise.all([big.close(), mixed.close()]);
+});
+
+test('least-requests has no fixed cap: it places everything at once on the engine with the fewest', async () => {
+  const s = await Scheduler.create([echo('a', 10), echo('b', 10)], { pollMs: 0, policy: 'least-requests' });
+  const ls = await Promise.all(Array.from({ length: 100 }, () => s.acquire(1000)));
+  assert.deepEqual(s.ledger.active, [50, 50]);
+  for (const l of ls.filter((l) => l.index === 0).slice(0, 10)) l.release();
+  assert.equal((await s.acquire(1)).index, 0);
+  await s.close();
+});
+
+test('kv-predict: static placement until it has lengths, then predicted charges gate admission, longest first', async () => {
+  const s = await Scheduler.create([echo('a', 10_000)], { pollMs: 0, policy: 'kv-predict' });
+  const untrained = await Promise.all(Array.from({ length: 6 }, () => s.acquire(100 + 8000, undefined, 100)));
+  assert.equal(s.waiting(), 0, 'no lengths yet: 6 worst-case budgets placed at once like the static split');
+  for (const l of untrained) l.release();
+  // a previous step where responses ran 1000–3000 tokens: ≈ 2000 + 100 prompt predicted each
+  s.lengths.seed([1000, 2000, 3000]);
+  s.lengths.record('long', 6000); // one finished sibling of prompt 'long' wrote 6000 tokens
+  s.overcommit.value = 0;
+  const held = await Promise.all(Array.from({ length: 4 }, () => s.acquire(8100, undefined, 100, 'short')));
+  assert.ok(s.ledger.reserved[0] > 8000 && s.ledger.reserved[0] <= 10_000, `${s.ledger.reserved[0]} charged`);
+  const order: string[] = [];
+  const wait = (g: string) =>
+    s.acquire(8100, undefined, 100, g).then((l) => {
+      order.push(g);
+      return l;
+    });
+  const waiting = [wait('short'), wait('long')];
+  await tick();
+  assert.equal(s.waiting(), 2, 'the predicted batch does not fit: the rest waits');
+  for (const l of held) l.release();
+  const rest = await Promise.all(waiting);
+  assert.deepEqual(order, ['long', 'short'], 'predicted-longest first');
+  for (const l of rest) l.release();
+  await s.close();
+});
+
+test('LengthModel: conditional mean of the previous step, pulled to finished siblings; Overcommit adapts', () => {
+  const m = new LengthModel(8192);
+  assert.equal(m.predict(undefined, 0), 8192, 'no history: the whole budget');
+  m.seed([100, 200, 300, 4000]);
+  assert.equal(m.predict(undefined, 0), 1150);
+  assert.equal(m.predict(undefined, 250), 2150, 'only lengths at least this long count');
+  assert.equal(m.predict(undefined, 5000), 8192, 'longer than anything seen: the budget');
+  assert.equal(
+    m.predict('h', 0, [3500]),
+    2100,
+    'a sibling already past 3500 tokens raises its prompt’s estimate',
+  );
+  m.record('g', 300);
+  m.record('g', 300);
+  const pulled = m.predict('g', 0);
+  assert.ok(pulled < 1150 && pulled > 300, `siblings pull the prediction down: ${pulled}`);
+  m.nextStep();
+  assert.equal(m.predict('g', 0), 300, "this step's lengths are the next prior; siblings are forgotten");
+  const o = new Overcommit(0.1, -0.2, 0.5, 0.02);
+  o.pressure(3);
+  assert.ok(Math.abs(o.value - 0.04) < 1e-9);
+  for (let i = 0; i < 1000; i++) o.clean();
+  assert.equal(o.value, 0.5);
+  o.pressure(100);
+  assert.equal(o.value, -0.2);
+  assert.equal(o.events, 103);
+});
+
+test('kv-predict runs a random multi-turn workload to the end: nothing stuck, charges within the over-commit', async () => {
+  const rng = new Rng(11);
+  const engines = ['a', 'b'].map(
+    (name) =>
+      new FakeEngine(
+        async (_ids, s) => ({
+          outputIds: Array(Math.min(s.maxNewTokens, rng.int(50, 400))).fill(1),
+          delayMs: rng.int(0, 2),
+        }),
+        { name, capacityTokens: 6000 },
+      ),
+  );
+  const s = await Scheduler.create(engines, { pollMs: 0, policy: 'kv-predict' });
+  s.lengths.seed(Array.from({ length: 50 }, () => rng.int(100, 1200)));
+  let worst = 0;
+  let queued = 0;
+  await Promise.all(
+    Array.from({ length: 120 }, async (_, i) => {
+      const group = `p${i % 12}`;
+      const placed = s.acquire(100 + 1500, undefined, 100, group);
+      queued = Math.max(queued, s.waiting());
+      const l = await placed;
+      for (let k = 0; k < 2; k++) {
+        worst = Math.max(worst, ...s.ledger.reserved.map((r, j) => (s.ledger.active[j] > 1 ? r / 6000 : 0)));
+        const r = await l.generate(Array(100 + k * 300).fill(2), {
+          ...DEFAULT_SAMPLING,
+          maxNewTokens: 700,
+        });
+        assert.equal(r.finishReason, 'stop');
+      }
+      l.release();
+    }),
+  );
+  assert.ok(queued > 50, `admission gated the batch (${queued} waited at most)`);
+  assert.equal(s.waiting(), 0);
+  assert.deepEqual(s.ledger.active, [0, 0]);
+  assert.ok(worst <= 1 + s.overcommit.max + 1e-9, `charged ${worst} × KV`);
+  const stats = s.endRollout();
+  assert.ok(stats.makespan_s > 0);
+  assert.ok(s.lengths.trained);
   await s.close();
 });

@@ -125,6 +125,16 @@ test('training on a remote SGLang engine syncs the weights before every rollout 
     );
     assert.ok(served.updates.every((u) => u.model_path === syncDir));
     assert.ok(served.generates > 0);
+    // every RL step records what its rollout cost on the engines
+    const steps = readJsonl<Record<string, any>>(join(dir, 'metrics.jsonl')).filter((m) => m.roc);
+    assert.ok(steps.length >= 2);
+    for (const m of steps) {
+      const r = m.rollout;
+      assert.ok(r && r.makespan_s > 0 && r.tail_s >= 0 && r.tail_s <= r.makespan_s, JSON.stringify(r));
+      assert.ok(r.idle_frac >= 0 && r.idle_frac <= 1);
+      for (const k of ['reprefilled_tokens', 'prefix_misses', 'retractions', 'moved'])
+        assert.ok(Number.isInteger(r[k]), k);
+    }
     const trajs = readJsonl<Record<string, any>>(join(dir, 'trajectories', 'rl-step-000002.jsonl'));
     assert.ok(
       trajs.every((t) => t.responseLogprobs.length === t.responseIds.length && t.responseIds.length > 0),

@@ -210,7 +210,8 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
   });
 
   test("a slot full of files is wiped off the broker's thread: other calls stay fast", async () => {
-    const flood = 'import os\nfor i in range(150000):\n    open(str(i), "w").close()\nprint("made")';
+    // 90k files: under the default scratchFiles bound (100k); the old in-thread wipe took ~600 ms for them
+    const flood = 'import os\nfor i in range(90000):\n    open(str(i), "w").close()\nprint("made")';
     const r = await pool.run({ code: flood, timeoutMs: 30_000 });
     assert.equal(r.stdout, 'made\n', r.stderr);
     // while that slot is being wiped, other slots answer at their usual speed
@@ -218,7 +219,7 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     const quick = await pool.run({ code: 'print(6*7)' });
     const ms = performance.now() - t0;
     assert.equal(quick.stdout, '42\n');
-    assert.ok(ms < 400, `a call next to a 150k-file wipe took ${ms.toFixed(0)} ms`);
+    assert.ok(ms < 400, `a call next to a 90k-file wipe took ${ms.toFixed(0)} ms`);
     const all = await pool.runBatch(
       Array.from({ length: 4 }, () => ({ code: 'import os\nprint(len(os.listdir(".")))' })),
     );
@@ -241,6 +242,29 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     // one process under the limit is left alone
     const ok = await pool.run({ code: 'b = b"x" * (300 << 20)\nprint(len(b) >> 20)', memoryMb: 1024 });
     assert.equal(ok.stdout, '300\n', JSON.stringify(ok));
+  });
+
+  test('files in scratch are bounded per call: the call is killed, the slot wiped, a modest call left alone', async () => {
+    const small = await SandboxPool.start({ slots: 1, scratchFiles: 3000, log: (l) => logs.push(l) });
+    try {
+      const flood =
+        'import os\nfor i in range(200000):\n    os.mkdir(str(i)) if i % 2 else open(str(i), "w").close()\nprint("made")';
+      const r = await small.run({ code: flood, timeoutMs: 20_000 });
+      assert.equal(r.status, 'oom', JSON.stringify({ ...r, stderr: r.stderr.slice(-300) }));
+      assert.match(
+        r.error ?? '',
+        /file limit: the call held \d+ files and directories in its scratch \(limit 3000\)/,
+      );
+      assert.notEqual(r.stdout, 'made\n');
+      const after = await small.run({ code: 'import os\nprint(len(os.listdir(".")))' });
+      assert.equal(after.stdout, '0\n');
+      const modest = await small.run({
+        code: 'for i in range(2000):\n    open(str(i), "w").close()\nprint("ok")',
+      });
+      assert.deepEqual([modest.status, modest.stdout], ['ok', 'ok\n']);
+    } finally {
+      await small.close();
+    }
   });
 
   test('a request may not ask for more memory than the pool allows, nor for none', async () => {

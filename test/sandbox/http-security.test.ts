@@ -122,6 +122,19 @@ test('token: required on every route but /ping, accepted from the option and RST
   });
   assert.equal(right.status, 200);
   assert.equal(right.body.stdout, 'ran:x\n');
+  // Basic credentials carry the token as the password: what requests/aiohttp send for http://:TOKEN@host
+  const basic = (pair: string) => ({ authorization: `Basic ${Buffer.from(pair).toString('base64')}` });
+  const viaUrl = await raw(port, {
+    path: '/v1/run',
+    headers: basic(`:${TOKEN}`),
+    body: JSON.stringify({ code: 'b' }),
+  });
+  assert.equal(viaUrl.status, 200);
+  assert.equal(viaUrl.body.stdout, 'ran:b\n');
+  for (const bad of [':not-the-token-at-all', TOKEN, `${TOKEN}:`]) {
+    const r = await raw(port, { path: '/v1/run', headers: basic(bad), body: JSON.stringify({ code: 'x' }) });
+    assert.equal(r.status, 401, bad);
+  }
   // a foreign Host is still refused on a loopback bind, token or not
   const rebound = await raw(port, {
     method: 'GET',
@@ -144,7 +157,7 @@ test('token: required on every route but /ping, accepted from the option and RST
   }
   assert.deepEqual(
     runner.seen.map((r) => r.code),
-    ['x', 'y', 'w'],
+    ['x', 'b', 'y', 'w'],
   );
 });
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { RedisRunner, RedisWorker } from '../../src/sandbox/redis.js';
+import { REDIS_PASSWORD_ENV, RedisRunner, RedisWorker } from '../../src/sandbox/redis.js';
 import { SandboxServer } from '../../src/sandbox/server.js';
 import type { RunRequest, RunResult } from '../../src/sandbox/types.js';
 import { FakeRunner, okResult, startRedis } from './helpers.js';
@@ -204,6 +204,22 @@ test('password URLs reach Redis unchanged; a wrong or missing password fails cle
     return true;
   });
   await assert.rejects(RedisWorker.start(own.url, new FakeRunner(), fast), /worker: .*NOAUTH/);
+  // the environment's password, for URLs without one: it stays out of `ps`; a URL's own password wins
+  process.env[REDIS_PASSWORD_ENV] = 'pa55:w/rd';
+  try {
+    const viaEnv = await RedisRunner.connect(own.url, { ...fast, prefix: p });
+    cleanup.push(() => viaEnv.close());
+    assert.equal((await viaEnv.run({ code: 'env' })).stdout, 'ran:env\n');
+    await assert.rejects(RedisRunner.connect(wrong, fast), /WRONGPASS/);
+    process.env[REDIS_PASSWORD_ENV] = 'not-it-either';
+    await assert.rejects(RedisRunner.connect(own.url, fast), (e: Error) => {
+      assert.match(e.message, /WRONGPASS/);
+      assert.doesNotMatch(e.message, /not-it-either/);
+      return true;
+    });
+  } finally {
+    delete process.env[REDIS_PASSWORD_ENV];
+  }
 });
 
 test('closing the front door answers pending items', { skip, timeout: 30_000 }, async () => {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { PolicyWorker, type TrainBatch, type TrainStats } from '../../src/worker/index.js';
-import { maxAbsDiff, TEST_CONFIG } from './helpers.js';
+import { maxAbsDiff, sampling, TEST_CONFIG } from './helpers.js';
 
 const batch: TrainBatch = {
   loss: 'grpo',
@@ -28,23 +28,22 @@ const probe = [
   [2, 4, 6],
 ];
 
-async function run(ranks: number): Promise<{ stats: TrainStats[]; lp: number[][] }> {
+async function run(
+  ranks: number,
+  memory: { maxTokensPerMicroBatch?: number; gradientCheckpointing?: boolean } = {},
+): Promise<{ stats: TrainStats[]; lp: number[][] }> {
   const w = await PolicyWorker.start({ ranks, threads: 1 });
   try {
     await w.init(TEST_CONFIG, 4);
     const stats = [];
-    for (let i = 0; i < 2; i++) stats.push(await w.trainStep(batch, { lr: 1e-2, microBatchTokens: 12 }));
+    for (let i = 0; i < 2; i++) stats.push(await w.trainStep(batch, { lr: 1e-2, microBatchTokens: 12, ...memory }));
     return { stats, lp: (await w.logprobs(probe)).map((r) => r.logprobs) };
   } finally {
     await w.close();
   }
 }
 
-test('2 gloo ranks give the same update as 1 rank on the same global batch', {
-  timeout: 120_000,
-}, async () => {
-  const one = await run(1);
-  const two = await run(2);
+function assertSame(one: Awaited<ReturnType<typeof run>>, two: Awaited<ReturnType<typeof run>>): void {
   for (let i = 0; i < 2; i++) {
     assert.ok(Math.abs(one.stats[i].loss - two.stats[i].loss) < 1e-5, `step ${i} loss`);
     assert.ok(Math.abs(one.stats[i].gradNorm - two.stats[i].gradNorm) < 1e-4, `step ${i} grad norm`);
@@ -58,4 +57,64 @@ test('2 gloo ranks give the same update as 1 rank on the same global batch', {
   });
   // the update did something (otherwise equality would be trivial)
   assert.ok(one.stats[1].loss !== one.stats[0].loss);
+}
+
+test('2 gloo ranks under DDP give the same update as 1 rank on the same global batch', {
+  timeout: 120_000,
+}, async () => {
+  assertSame(await run(1), await run(2));
+});
+
+test('under DDP, packed micro-batches with per-layer checkpointing give the same update as 1 padded rank', {
+  timeout: 120_000,
+}, async () => {
+  // 10-token packs split rank 0's share over two micro-batches, so no_sync and the final sync both run
+  assertSame(await run(1), await run(2, { maxTokensPerMicroBatch: 10, gradientCheckpointing: true }));
+});
+
+test('a batch with fewer sequences than ranks: the rank without data still joins the reduction', {
+  timeout: 120_000,
+}, async () => {
+  const one = { loss: 'sft' as const, sequences: [{ ids: [3, 4, 5, 6], mask: [0, 1, 1, 1] }] };
+  const losses: number[][] = [];
+  const lps: number[][] = [];
+  for (const ranks of [1, 2]) {
+    const w = await PolicyWorker.start({ ranks, threads: 1 });
+    try {
+      await w.init(TEST_CONFIG, 4);
+      const l = [];
+      for (let i = 0; i < 2; i++) l.push((await w.trainStep(one, { lr: 1e-2 })).loss);
+      losses.push(l);
+      lps.push((await w.logprobs(probe))[0].logprobs);
+    } finally {
+      await w.close();
+    }
+  }
+  assert.ok(losses[0][1] < losses[0][0], 'the step trained');
+  assert.ok(Math.abs(losses[0][1] - losses[1][1]) < 1e-5, `${losses[0]} vs ${losses[1]}`);
+  assert.ok(maxAbsDiff(lps[0], lps[1]) < 1e-5);
+});
+
+test('a rank other than 0 dying fails the call in flight with its own report; the next call restarts all ranks', {
+  timeout: 120_000,
+}, async () => {
+  const w = await PolicyWorker.start({ ranks: 2, threads: 1 });
+  try {
+    await w.init(TEST_CONFIG, 4);
+    const before = (await w.logprobs(probe))[0].logprobs;
+    const [pid0, pid1] = w.pids;
+    const long = w.generate(
+      Array.from({ length: 16 }, () => [1, 2, 3]),
+      sampling({ maxNewTokens: 3000 }),
+    );
+    setTimeout(() => process.kill(pid1, 'SIGKILL'), 300);
+    await assert.rejects(long, new RegExp(`policy worker rank 1 \\(pid ${pid1}\\) died with signal SIGKILL`));
+    const after = (await w.logprobs(probe))[0].logprobs;
+    assert.equal(w.restarts, 1);
+    assert.ok(!w.pids.includes(pid0) && !w.pids.includes(pid1));
+    assert.deepEqual(after, before);
+    assert.equal((await w.trainStep(batch, { lr: 1e-2 })).trainedTokens, 15);
+  } finally {
+    await w.close();
+  }
 });

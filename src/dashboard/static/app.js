@@ -314,6 +314,21 @@ function renderRun(d) {
       { stacked: true },
     ),
     lineChart(
+      'rollout',
+      'Rollout: makespan and tail (last 10 % of trajectories), s',
+      [seriesOf(m, 'rollout.makespan_s', 'makespan'), seriesOf(m, 'rollout.tail_s', 'tail')],
+      { zero: true },
+    ),
+    lineChart(
+      'reprefill',
+      'Rollout: re-prefilled tokens (evicted prefixes recomputed)',
+      [seriesOf(m, 'rollout.reprefilled_tokens', 're-prefilled tokens')],
+      { zero: true },
+    ),
+    lineChart('idle', 'Rollout: engine idle share', [seriesOf(m, 'rollout.idle_frac', 'idle')], {
+      percent: true,
+    }),
+    lineChart(
       'roc',
       'RoC: trajectories before → after',
       [seriesOf(m, 'roc.before', 'before'), seriesOf(m, 'roc.after', 'after')],

@@ -1,0 +1,232 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Command } from 'commander';
+import type { ModelConfig } from './types.js';
+
+// `rstar2 plan`: memory per rank of training a Qwen2/Qwen3 config, for each precision × sharding, with and
+// without activation savings. Estimates for choosing a layout, not measurements (docs/DECISIONS.md).
+
+type Config = ModelConfig & Record<string, unknown>;
+
+function dims(c: Config) {
+  const h = c.hidden_size;
+  const heads = c.num_attention_heads;
+  const hd = (c.head_dim as number | undefined) ?? h / heads;
+  const qwen3 = c.model_type === 'qwen3';
+  return {
+    h,
+    q: heads * hd, // width of the query projection
+    kv: (c.num_key_value_heads ?? heads) * hd,
+    hd,
+    qwen3,
+    bias: (c.attention_bias as boolean | undefined) ?? !qwen3,
+  };
+}
+
+/** Parameters of one decoder layer and of the rest (embeddings, head, final norm), as the worker builds them. */
+export function parameterParts(c: Config): { layer: number; rest: number } {
+  const { h, q, kv, hd, qwen3, bias } = dims(c);
+  const attn = h * q + 2 * h * kv + q * h + (bias ? q + 2 * kv : 0);
+  const layer = attn + 3 * h * c.intermediate_size + 2 * h + (qwen3 ? 2 * hd : 0);
+  return { layer, rest: c.vocab_size * h * (c.tie_word_embeddings ? 1 : 2) + h };
+}
+
+export function parameterCount(c: Config): number {
+  const { layer, rest } = parameterParts(c);
+  return c.num_hidden_layers * layer + rest;
+}
+
+export const PRECISIONS = ['fp32', 'bf16-mixed', 'bf16'] as const;
+export const SHARDINGS = ['ddp', 'fsdp', 'fsdp-offload'] as const;
+export type Precision = (typeof PRECISIONS)[number];
+export type PlanSharding = (typeof SHARDINGS)[number];
+
+// Bytes per parameter (ZeRO's accounting). bf16-mixed: bf16 weights and gradients, fp32 master weights and
+// AdamW moments (the optimizer's 12). bf16: everything in bf16, moments included.
+const BYTES: Record<Precision, { weights: number; grads: number; optimizer: number; act: number }> = {
+  fp32: { weights: 4, grads: 4, optimizer: 8, act: 4 },
+  'bf16-mixed': { weights: 2, grads: 2, optimizer: 12, act: 2 },
+  bf16: { weights: 2, grads: 2, optimizer: 4, act: 2 },
+};
+
+export interface PlanInput {
+  config: Config;
+  gpus: number;
+  gpuMemGiB: number;
+  maxTokens: number; // tokens in one micro-batch on one rank
+  logprobChunk?: number; // tokens per log-prob chunk (default 1024)
+}
+
+export interface Activations {
+  full: number; // every layer's saved tensors, logits of the whole micro-batch
+  ckpt: number; // per-layer checkpointing: layer inputs + one layer recomputed, whole-batch logits
+  ckptChunked: number; // checkpointing and log-probs computed chunk by chunk
+}
+
+/**
+ * Activation bytes of one micro-batch. A layer keeps, per token: both RMSNorms' input and output (4h), q, k, v
+ * and the attention output (2q + 2kv, fused attention: no T×T scores), Qwen3's q/k-norm inputs (q + kv), and
+ * the MLP's gate, up, silu(gate) and product (4 × intermediate). The head keeps the final norm's input and
+ * output (2h) and the logits: in the compute dtype, as fp32 and their log-softmax (fp32: the copy is the
+ * logits themselves).
+ */
+export function activationBytes(c: Config, precision: Precision, tokens: number, chunk = 1024): Activations {
+  const { h, q, kv, qwen3 } = dims(c);
+  const a = BYTES[precision].act;
+  const perLayer = (4 * h + 2 * q + 2 * kv + (qwen3 ? q + kv : 0) + 4 * c.intermediate_size) * a * tokens;
+  const head = 2 * h * a * tokens;
+  const logitsPerToken = (a === 4 ? 8 : a + 8) * c.vocab_size;
+  const L = c.num_hidden_layers;
+  const ckptLayers = L * h * a * tokens + perLayer;
+  return {
+    full: L * perLayer + head + logitsPerToken * tokens,
+    ckpt: ckptLayers + head + logitsPerToken * tokens,
+    ckptChunked: ckptLayers + head + logitsPerToken * Math.min(chunk, tokens),
+  };
+}
+
+export interface PlanRow {
+  precision: Precision;
+  sharding: PlanSharding;
+  weights: number; // bytes on each GPU
+  grads: number;
+  optimizer: number;
+  workingSet: number; // FSDP: the all-gathered weights and gradients of the units in flight
+  state: number; // the four above
+  cpu: number; // bytes each rank keeps in host memory (offload)
+  total: Activations; // state + activations
+  fits: Record<keyof Activations, boolean>;
+}
+
+/** Usable share of a GPU's memory: the CUDA context, NCCL buffers and allocator fragmentation take the rest. */
+export const USABLE = 0.9;
+
+export function plan(input: PlanInput): PlanRow[] {
+  const { config: c, gpus, gpuMemGiB, maxTokens } = input;
+  for (const [k, v] of Object.entries({ gpus, gpuMemGiB, maxTokens }))
+    if (!(Number.isFinite(v) && v > 0)) throw new Error(`plan: ${k} must be a positive number, got ${v}`);
+  const P = parameterCount(c);
+  const { layer, rest } = parameterParts(c);
+  const budget = gpuMemGiB * 2 ** 30 * USABLE;
+  const rows: PlanRow[] = [];
+  for (const precision of PRECISIONS) {
+    const b = BYTES[precision];
+    const act = activationBytes(c, precision, maxTokens, input.logprobChunk);
+    for (const sharding of SHARDINGS) {
+      const shard = sharding === 'ddp' ? 1 : gpus;
+      let weights = (P * b.weights) / shard;
+      let grads = (P * b.grads) / shard;
+      let optimizer = (P * b.optimizer) / shard;
+      // the root unit (embeddings, head) stays gathered through the forward; layers two at a time (prefetch)
+      const workingSet = sharding === 'ddp' ? 0 : (rest + 2 * layer) * (b.weights + b.grads);
+      let cpu = 0;
+      if (sharding === 'fsdp-offload') {
+        cpu = weights + grads + optimizer;
+        weights = grads = optimizer = 0;
+      }
+      const state = weights + grads + optimizer + workingSet;
+      const total = { full: state + act.full, ckpt: state + act.ckpt, ckptChunked: state + act.ckptChunked };
+      rows.push({
+        precision,
+        sharding,
+        weights,
+        grads,
+        optimizer,
+        workingSet,
+        state,
+        cpu,
+        total,
+        fits: {
+          full: total.full <= budget,
+          ckpt: total.ckpt <= budget,
+          ckptChunked: total.ckptChunked <= budget,
+        },
+      });
+    }
+  }
+  return rows;
+}
+
+const gib = (bytes: number, width = 7) => (bytes / 2 ** 30).toFixed(1).padStart(width);
+
+export function formatPlan(input: PlanInput): string[] {
+  const c = input.config;
+  const chunk = input.logprobChunk ?? 1024;
+  const rows = plan(input);
+  const out = [
+    `${c.model_type ?? 'qwen2'}: ${(parameterCount(c) / 1e9).toFixed(2)}B parameters; ${input.gpus} GPU(s) × ${input.gpuMemGiB} GiB ` +
+      `(${USABLE * 100}% usable); ${input.maxTokens} tokens per micro-batch per rank`,
+    '',
+    `activations per micro-batch, GiB   no savings  per-layer ckpt  ckpt + chunked log-probs (${chunk} tokens)`,
+  ];
+  for (const p of PRECISIONS) {
+    const a = activationBytes(c, p, input.maxTokens, chunk);
+    out.push(`  ${p.padEnd(32)} ${gib(a.full, 10)} ${gib(a.ckpt, 15)} ${gib(a.ckptChunked, 15)}`);
+  }
+  out.push(
+    '',
+    'per rank, GiB (ok = fits)     weights   grads   optim gathered   state |  no savings        ckpt  ckpt+chunked |   host',
+  );
+  const cell = (v: number, ok: boolean) => `${gib(v, 9)} ${ok ? 'ok' : '--'}`;
+  for (const r of rows) {
+    out.push(
+      `  ${r.precision.padEnd(11)} ${r.sharding.padEnd(13)} ${gib(r.weights)} ${gib(r.grads)} ${gib(r.optimizer)} ` +
+        `${gib(r.workingSet, 8)} ${gib(r.state)} | ${cell(r.total.full, r.fits.full)} ${cell(r.total.ckpt, r.fits.ckpt)} ` +
+        `${cell(r.total.ckptChunked, r.fits.ckptChunked)} | ${gib(r.cpu, 6)}`,
+    );
+  }
+  const fit = rows.filter((r) => r.fits.ckptChunked);
+  out.push(
+    '',
+    fit.length === 0
+      ? 'nothing fits: more GPUs, fewer tokens per micro-batch (--max-tokens) or a smaller model'
+      : `fits with checkpointing and chunked log-probs: ${fit.map((r) => `${r.precision}/${r.sharding}`).join(', ')}`,
+    'fsdp-offload keeps shards, gradients and AdamW on the host ("host"); estimates, not measurements (docs/DECISIONS.md)',
+  );
+  return out;
+}
+
+export function registerPlanCommand(program: Command): void {
+  program
+    .command('plan')
+    .description(
+      'Memory per GPU of training a Qwen2/Qwen3 model: precision × DDP/FSDP, with activation savings',
+    )
+    .requiredOption('--model <dir>', 'a Hugging Face model directory (its config.json is read)')
+    .requiredOption('--gpus <n>', 'GPUs (ranks) in the job')
+    .requiredOption('--gpu-mem <GiB>', 'memory of one GPU in GiB (e.g. 80)')
+    .requiredOption('--max-tokens <n>', 'tokens in one micro-batch on one rank')
+    .option('--logprob-chunk <n>', 'tokens per chunk of chunked log-probs', '1024')
+    .action((o: { model: string; gpus: string; gpuMem: string; maxTokens: string; logprobChunk: string }) => {
+      const path = join(o.model, 'config.json');
+      let config: Config;
+      try {
+        config = JSON.parse(readFileSync(path, 'utf8'));
+      } catch (e) {
+        throw new Error(`--model: cannot read ${path}: ${(e as Error).message}`);
+      }
+      for (const k of [
+        'vocab_size',
+        'hidden_size',
+        'intermediate_size',
+        'num_hidden_layers',
+        'num_attention_heads',
+      ])
+        if (!(typeof config[k] === 'number' && (config[k] as number) > 0))
+          throw new Error(`${path}: ${k} must be a positive number, got ${JSON.stringify(config[k])}`);
+      const num = (flag: string, v: string) => {
+        const n = Number(v);
+        if (!(Number.isFinite(n) && n > 0))
+          throw new Error(`--${flag} must be a positive number, got '${v}'`);
+        return n;
+      };
+      const lines = formatPlan({
+        config,
+        gpus: num('gpus', o.gpus),
+        gpuMemGiB: num('gpu-mem', o.gpuMem),
+        maxTokens: num('max-tokens', o.maxTokens),
+        logprobChunk: num('logprob-chunk', o.logprobChunk),
+      });
+      console.log(lines.join('\n'));
+    });
+}

@@ -1,0 +1,86 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { activationBytes, parameterCount, plan } from '../../src/worker/plan.js';
+
+// Qwen3-14B's config.json (Hugging Face, Qwen/Qwen3-14B); published size 14.8B
+const q14 = {
+  model_type: 'qwen3',
+  vocab_size: 151936,
+  hidden_size: 5120,
+  intermediate_size: 17408,
+  num_hidden_layers: 40,
+  num_attention_heads: 40,
+  num_key_value_heads: 8,
+  head_dim: 128,
+  tie_word_embeddings: false,
+};
+
+// by hand: embeddings + head 2 × 151936 × 5120 = 1,555,824,640; a layer = q 5120² + k,v 2 × 5120 × 1024 +
+// o 5120² + MLP 3 × 5120 × 17408 + 2 norms × 5120 + q/k norms 2 × 128 = 330,311,936; final norm 5120
+const P = 1_555_824_640 + 40 * 330_311_936 + 5120;
+const GiB = 2 ** 30;
+
+test('Qwen3-14B: parameter count, state per rank and activations match the hand count', () => {
+  assert.equal(P, 14_768_307_200);
+  assert.equal(parameterCount(q14), P);
+  const rows = plan({ config: q14, gpus: 8, gpuMemGiB: 80, maxTokens: 8192 });
+  const row = (p: string, s: string) => rows.find((r) => r.precision === p && r.sharding === s)!;
+  assert.equal(rows.length, 9);
+
+  const ddp32 = row('fp32', 'ddp');
+  assert.deepEqual([ddp32.weights, ddp32.grads, ddp32.optimizer, ddp32.workingSet], [4 * P, 4 * P, 8 * P, 0]);
+  // bf16-mixed FSDP over 8: 16 bytes a parameter sharded, plus the gathered root (embeddings + head + final
+  // norm: 1,555,829,760) and two layers, weights and gradients in bf16 (2 + 2 bytes)
+  const fsdp = row('bf16-mixed', 'fsdp');
+  assert.equal(fsdp.weights + fsdp.grads + fsdp.optimizer, 2 * P);
+  assert.equal(fsdp.workingSet, (1_555_829_760 + 2 * 330_311_936) * 4);
+  const off = row('bf16-mixed', 'fsdp-offload');
+  assert.deepEqual([off.weights, off.grads, off.optimizer, off.cpu], [0, 0, 0, 2 * P]);
+  assert.equal(row('bf16', 'ddp').state, 8 * P);
+
+  // activations, bf16, 8192 tokens: per layer and token 4·5120 + 2·5120 + 2·1024 + (5120 + 1024) + 4·17408
+  // = 108,544 values = 217,088 bytes; head 2·5120·2; logits (2 + 8) bytes × 151936 per token
+  const T = 8192;
+  const layer = 217_088 * T;
+  const head = 2 * 5120 * 2 * T;
+  const a = activationBytes(q14, 'bf16-mixed', T, 1024);
+  assert.equal(a.full, 40 * layer + head + 10 * 151_936 * T);
+  assert.equal(a.ckpt, 40 * 5120 * 2 * T + layer + head + 10 * 151_936 * T);
+  assert.equal(a.ckptChunked, 40 * 5120 * 2 * T + layer + head + 10 * 151_936 * 1024);
+  // fp32 logits are already fp32: logits + log-softmax = 8 bytes a vocabulary entry
+  const a32 = activationBytes(q14, 'fp32', T, 1024);
+  assert.equal(a32.full, 2 * 40 * layer + 2 * head + 8 * 151_936 * T);
+
+  // what fits on 8 × 80 GiB at 90 %: a 14.8B replica never does (bf16 DDP state alone is 110 GiB);
+  // bf16-mixed FSDP fits only with checkpointing (its full activations are 66 GiB + 11.6 GiB of logits)
+  assert.ok(rows.filter((r) => r.sharding === 'ddp').every((r) => !r.fits.ckptChunked));
+  assert.deepEqual(fsdp.fits, { full: false, ckpt: true, ckptChunked: true });
+  assert.ok(Math.abs(fsdp.total.ckptChunked / GiB - (2 * P + fsdp.workingSet + a.ckptChunked) / GiB) < 1e-9);
+  assert.ok(fsdp.total.ckptChunked <= 0.9 * 80 * GiB && fsdp.total.full > 0.9 * 80 * GiB);
+});
+
+test('rstar2 plan reads config.json, prints the table and names bad input', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-plan-'));
+  try {
+    mkdirSync(join(dir, 'q14'));
+    writeFileSync(join(dir, 'q14', 'config.json'), JSON.stringify(q14));
+    const run = (...args: string[]) =>
+      spawnSync(process.execPath, ['bin/rstar2.js', 'plan', ...args], { encoding: 'utf8' });
+    const ok = run('--model', join(dir, 'q14'), '--gpus', '8', '--gpu-mem', '80', '--max-tokens', '8192');
+    assert.equal(ok.status, 0, ok.stderr);
+    assert.match(ok.stdout, /qwen3: 14\.77B parameters; 8 GPU\(s\) × 80 GiB/);
+    assert.match(ok.stdout, /fp32 +ddp +55\.0 +55\.0 +110\.0 +0\.0 +220\.1 \|/);
+    assert.match(ok.stdout, /fits with checkpointing and chunked log-probs: .*bf16-mixed\/fsdp/);
+    const bad = run('--model', join(dir, 'q14'), '--gpus', 'x', '--gpu-mem', '80', '--max-tokens', '8192');
+    assert.notEqual(bad.status, 0);
+    assert.match(bad.stderr, /--gpus must be a positive number, got 'x'/);
+    const none = run('--model', join(dir, 'nope'), '--gpus', '1', '--gpu-mem', '80', '--max-tokens', '1');
+    assert.match(none.stderr, /--model: cannot read .*nope\/config.json/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
