@@ -2,13 +2,9 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { remoteEngine } from '../engines/factory.js';
-import { LOGGERS, loadRecipe, type Overrides, parseRecipe, type Recipe } from './config.js';
-import { FakeBackend } from './fake.js';
-import { HealthError } from './health.js';
-import { checkLoggers, exportMetrics } from './loggers.js';
-import { plotRuns } from './plot.js';
-import { forkRun, type PolicyBackend, Trainer } from './trainer.js';
+import { commaList, deprecatedAliases, seed } from '../cli/options.js';
+import type { Overrides, Recipe } from './config.js';
+import type { PolicyBackend } from './trainer.js';
 
 interface TrainFlags {
   recipe?: string;
@@ -17,29 +13,28 @@ interface TrainFlags {
   resume?: string;
   printConfig?: boolean;
   fork?: string;
-  backend: string;
+  policyBackend: string;
   insecureNoSandbox?: boolean;
-  engines?: string;
+  engines?: string[];
   syncDir?: string;
-  seed?: string;
+  seed?: number;
   set: string[];
   strictHealth?: boolean;
   dryRun?: boolean;
-  logger?: string;
+  logger?: string[];
 }
 
 async function makeBackend(recipe: Recipe, flags: TrainFlags, runDir: string): Promise<PolicyBackend> {
-  if (flags.backend === 'fake') {
-    if (flags.engines) throw new Error('--engines needs --backend embedded (the torch worker trains)');
+  if (flags.policyBackend === 'fake') {
+    if (flags.engines) throw new Error('--engines needs --policy-backend embedded (the torch worker trains)');
+    const { FakeBackend } = await import('./fake.js');
     return new FakeBackend();
   }
-  if (flags.backend !== 'embedded')
-    throw new Error(`unknown --backend ${flags.backend} (choose: embedded, fake)`);
+  if (flags.policyBackend !== 'embedded')
+    throw new Error(`unknown --policy-backend ${flags.policyBackend} (choose: embedded, fake)`);
   const { EmbeddedBackend } = await import('./backend.js');
-  const engines = (flags.engines ?? '')
-    .split(',')
-    .filter(Boolean)
-    .map((spec) => remoteEngine(spec));
+  const { remoteEngine } = await import('../engines/factory.js');
+  const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
   return EmbeddedBackend.create(recipe, {
     insecureSandbox: flags.insecureNoSandbox,
     engines,
@@ -48,17 +43,18 @@ async function makeBackend(recipe: Recipe, flags: TrainFlags, runDir: string): P
 }
 
 async function train(flags: TrainFlags): Promise<void> {
+  const { LOGGERS, loadRecipe, parseRecipe } = await import('./config.js');
+  const { checkLoggers } = await import('./loggers.js');
+  const { forkRun, Trainer } = await import('./trainer.js');
+  const { HealthError } = await import('./health.js');
   if (flags.roc !== undefined && flags.roc !== 'on' && flags.roc !== 'off') {
     throw new Error(`--roc must be "on" or "off", got "${flags.roc}"`);
   }
   const set = [...flags.set];
-  if (flags.seed !== undefined) {
-    if (!/^-?\d+$/.test(flags.seed)) throw new Error(`--seed must be an integer, got '${flags.seed}'`);
-    set.push(`seed=${flags.seed}`);
-  }
+  if (flags.seed !== undefined) set.push(`seed=${flags.seed}`);
   if (flags.strictHealth) set.push('health.strict=true');
   if (flags.logger !== undefined) {
-    const names = flags.logger.split(',').map((s) => s.trim());
+    const names = flags.logger;
     const bad = names.filter((n) => !(LOGGERS as readonly string[]).includes(n));
     if (bad.length > 0)
       throw new Error(`--logger: unknown ${bad.join(', ')} (choose from ${LOGGERS.join(', ')})`);
@@ -108,10 +104,8 @@ async function train(flags: TrainFlags): Promise<void> {
   checkLoggers(recipe.logger);
   if (flags.dryRun) {
     const { dryRun } = await import('./dry-run.js');
-    const engines = (flags.engines ?? '')
-      .split(',')
-      .filter(Boolean)
-      .map((spec) => remoteEngine(spec));
+    const { remoteEngine } = await import('../engines/factory.js');
+    const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
     await dryRun(recipe, { engines, insecureSandbox: flags.insecureNoSandbox });
     return;
   }
@@ -177,7 +171,7 @@ function renderPng(svg: string, png: string): void {
 }
 
 export function registerRecipeCommands(program: Command): void {
-  program
+  const trainCmd = program
     .command('train')
     .description('Train with a recipe: SFT then GRPO-RoC stages, writing a run directory (docs/RUN_DIR.md)')
     .option('--recipe <name|file>', 'recipe name in data/recipes/ (e.g. quickstart) or a YAML/JSON file')
@@ -193,7 +187,7 @@ export function registerRecipeCommands(program: Command): void {
       '--dry-run',
       'open and check everything (model, tokenizer, data after each filter, first prompts, engines, sandbox, memory plan); train nothing',
     )
-    .option('--seed <n>', "the run's seed (model init, data order, sampling); same as --set seed=N")
+    .option('--seed <n>', "the run's seed (model init, data order, sampling); same as --set seed=N", seed())
     .option(
       '--set <path=value>',
       'override a recipe field (repeatable): --set stages.rl.steps=5 --set eval.n=50 (stages by index or name)',
@@ -205,24 +199,27 @@ export function registerRecipeCommands(program: Command): void {
       '--logger <names>',
       'also log step metrics to: tensorboard (event files in <run>/tensorboard/), comma-separated; ' +
         'metrics.jsonl is always written (same as --set logger=...; allowed with --resume)',
+      commaList,
     )
     .option(
-      '--backend <name>',
-      'embedded (torch worker + sandbox) or fake (a 3-parameter stand-in policy)',
+      '--policy-backend <name>',
+      'the policy trained: embedded (torch worker + sandbox) or fake (a 3-parameter stand-in, no torch)',
       'embedded',
     )
     .option('--insecure-no-sandbox', 'run tool code without bubblewrap isolation (development only)')
     .option(
       '--engines <specs>',
-      'roll out on remote engines instead of the worker: sglang+http://h:p,vllm+http://h:p (comma-separated); ' +
-        'weights are synced to them before each rollout that follows an update',
+      'roll out on remote engines instead of the worker: sglang+http://h:p,vllm+http://h:p (comma-separated, ' +
+        'repeatable); weights are synced to them before each rollout that follows an update',
+      commaList,
     )
     .option(
       '--sync-dir <dir>',
       'model directory the engines load synced weights from (shared storage; start vLLM with --model DIR) ' +
         '(default: <run>/engine-weights)',
-    )
-    .action((flags: TrainFlags) => train(flags));
+    );
+  deprecatedAliases(trainCmd, { '--backend <name>': '--policy-backend' });
+  trainCmd.action((flags: TrainFlags) => train(flags));
 
   program
     .command('export-metrics')
@@ -231,7 +228,8 @@ export function registerRecipeCommands(program: Command): void {
     )
     .argument('<run>', 'run directory')
     .requiredOption('--tensorboard <dir>', 'directory for the event file (new, or without event files)')
-    .action((run: string, o: { tensorboard: string }) => {
+    .action(async (run: string, o: { tensorboard: string }) => {
+      const { exportMetrics } = await import('./loggers.js');
       const r = exportMetrics(run, o.tensorboard);
       console.log(`wrote ${r.records} records to ${r.path}`);
     });
@@ -244,7 +242,8 @@ export function registerRecipeCommands(program: Command): void {
     .argument('<runs...>', 'run directories (label = directory name)')
     .requiredOption('--out <file>', 'SVG file to write')
     .option('--png <file>', 'also render a PNG with headless chromium (/usr/bin/chromium)')
-    .action((runs: string[], o: { out: string; png?: string }) => {
+    .action(async (runs: string[], o: { out: string; png?: string }) => {
+      const { plotRuns } = await import('./plot.js');
       for (const r of runs)
         if (!existsSync(join(r, 'metrics.jsonl'))) throw new Error(`${r}: no metrics.jsonl`);
       writeFileSync(o.out, plotRuns(runs));
