@@ -1,16 +1,13 @@
 import { writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { isLayout, LAYOUTS, type Layout, parseFieldMap } from '../data/index.js';
-import { BACKENDS, type Backend } from '../engines/factory.js';
+import { commaList, deprecatedAliases, float, int, positiveInt, seed } from '../cli/options.js';
+import { isLayout, LAYOUTS, type Layout } from '../data/layouts.js';
 import { POLICIES, type Policy } from '../engines/scheduler.js';
-import { appendJsonl } from '../util/jsonl.js';
-import { Progress } from '../util/progress.js';
-import { type RolloutOptions, streamRollouts, type TurnBoundary } from './loop.js';
-import { loadRolloutProblems } from './problems.js';
-import { openRolloutStack } from './stack.js';
+import { BACKENDS, type Backend } from '../engines/types.js';
+import type { RolloutOptions, TurnBoundary } from './loop.js';
 
 interface RolloutFlags {
-  engine: string[];
+  engines: string[];
   backend: string;
   model?: string;
   tokenizer?: string;
@@ -18,42 +15,36 @@ interface RolloutFlags {
   data: string;
   layout: string;
   map?: string;
-  limit?: string;
-  n: string;
+  limit?: number;
+  samples: number;
   out: string;
   sandbox: string;
   policy: string;
-  budgetCoef: string;
-  capacity?: string;
-  maxTurns: string;
-  maxResponseTokens: string;
-  maxParallelCalls: string;
+  budgetCoef: number;
+  capacity?: number;
+  maxTurns: number;
+  maxResponseTokens: number;
+  maxParallelCalls: number;
   turnBoundary: string;
-  temperature: string;
-  topP: string;
-  topK: string;
-  seed?: string;
+  temperature: number;
+  topP: number;
+  topK: number;
+  seed?: number;
   printConfig?: boolean;
 }
 
-function num(name: string, v: string, int = false): number {
-  const x = Number(v);
-  if (!Number.isFinite(x) || (int && !Number.isInteger(x))) {
-    throw new Error(`--${name} must be ${int ? 'an integer' : 'a number'}, got '${v}'`);
-  }
-  return x;
-}
-
 export function registerAgentCommands(program: Command): void {
-  program
+  const rollout = program
     .command('rollout')
     .description('sample multi-turn tool-using trajectories for a problem file and write them as JSONL')
     .requiredOption(
-      '--engine <spec...>',
-      "engines: 'embedded' (torch worker on --model), 'fake' (scripted smoke model), or URLs " +
-        '(sglang+http://h:p, vllm+http://h:p, llamacpp+http://h:p, or plain http://h:p with --backend)',
+      '--engines <specs>',
+      "engines, comma-separated (repeatable): 'embedded' (torch worker on --model), 'fake' (scripted smoke " +
+        'model), or URLs (sglang+http://h:p, vllm+http://h:p, llamacpp+http://h:p, or plain http://h:p with ' +
+        '--backend)',
+      commaList,
     )
-    .option('--backend <name>', `backend for plain URLs (${BACKENDS.join(', ')})`, 'sglang')
+    .option('--backend <name>', `backend of plain engine URLs (${BACKENDS.join(', ')})`, 'sglang')
     .option('--model <dir>', 'model directory (weights for embedded; tokenizer.json for all)')
     .option(
       '--tokenizer <path>',
@@ -67,8 +58,8 @@ export function registerAgentCommands(program: Command): void {
     )
     .option('--layout <name>', `problem row layout: auto, ${LAYOUTS.join(', ')}`, 'auto')
     .option('--map <fields>', 'problem fields from other dotted paths, e.g. question=q,answer=extra_info.gt')
-    .option('--limit <k>', 'use only the first k problems')
-    .option('--n <k>', 'samples per problem', '8')
+    .option('--limit <n>', 'use only the first n problems', positiveInt())
+    .option('-n, --samples <n>', 'samples per problem', positiveInt(), 8)
     .requiredOption('--out <file>', 'trajectories JSONL (appended as they finish; truncated at start)')
     .option('--sandbox <where>', "'embedded' (local bubblewrap pool) or a sandbox service URL", 'embedded')
     .option(
@@ -76,145 +67,159 @@ export function registerAgentCommands(program: Command): void {
       `engine routing: ${POLICIES.join(', ')} (round-robin = static split; auto = kv-predict on engines with ≥ 500K KV tokens, else round-robin)`,
       'auto',
     )
-    .option('--budget-coef <x>', 'KV credit = capacity / coef (>1 is more conservative)', '1')
-    .option('--capacity <tokens>', 'KV capacity per engine, overriding what the engine reports')
-    .option('--max-turns <k>', 'assistant turns per trajectory', '5')
-    .option('--max-response-tokens <k>', 'response budget, tool tokens included', '8192')
-    .option('--max-parallel-calls <k>', 'tool calls executed per turn', '1')
+    .option(
+      '--budget-coef <x>',
+      'KV credit = capacity / coef (>1 is more conservative)',
+      float({ min: 0, minExclusive: true }),
+      1,
+    )
+    .option(
+      '--capacity <tokens>',
+      'KV capacity per engine, overriding what the engine reports',
+      positiveInt(),
+    )
+    .option('--max-turns <n>', 'assistant turns per trajectory', positiveInt(), 5)
+    .option('--max-response-tokens <n>', 'response budget, tool tokens included', positiveInt(), 8192)
+    .option('--max-parallel-calls <n>', 'tool calls executed per turn', positiveInt(), 1)
     .option(
       '--turn-boundary <mode>',
       "'reference' (tool turn right after <|im_end|>) or 'rerender' (adds '\\n')",
       'reference',
     )
-    .option('--temperature <t>', 'sampling temperature', '1.0')
-    .option('--top-p <p>', 'nucleus sampling (1 = off)', '1.0')
-    .option('--top-k <k>', 'top-k sampling (-1 = off)', '-1')
-    .option('--seed <s>', 'sampling seed')
-    .option('--print-config', 'print the resolved configuration and exit')
-    .action(async (f: RolloutFlags) => {
-      const policy = f.policy as Policy;
-      if (!POLICIES.includes(policy)) throw new Error(`--policy must be one of ${POLICIES.join(', ')}`);
-      if (!['reference', 'rerender'].includes(f.turnBoundary)) {
-        throw new Error("--turn-boundary must be 'reference' or 'rerender'");
-      }
-      if (!BACKENDS.includes(f.backend as Backend))
-        throw new Error(`--backend must be one of ${BACKENDS.join(', ')}`);
-      if (f.layout !== 'auto' && !isLayout(f.layout)) {
-        throw new Error(`--layout must be auto or one of ${LAYOUTS.join(', ')}`);
-      }
-      const n = num('n', f.n, true);
-      const config = {
-        engines: f.engine,
-        backend: f.backend,
-        model: f.model ?? null,
-        template: f.template,
-        data: f.data,
-        layout: f.layout as Layout | 'auto',
-        map: f.map ? parseFieldMap(f.map) : null,
-        limit: f.limit === undefined ? null : num('limit', f.limit, true),
-        n,
-        out: f.out,
-        sandbox: f.sandbox,
-        policy,
-        budgetCoef: num('budget-coef', f.budgetCoef),
-        capacity: f.capacity === undefined ? null : num('capacity', f.capacity, true),
-        maxTurns: num('max-turns', f.maxTurns, true),
-        maxResponseTokens: num('max-response-tokens', f.maxResponseTokens, true),
-        maxParallelCalls: num('max-parallel-calls', f.maxParallelCalls, true),
-        turnBoundary: f.turnBoundary as TurnBoundary,
-        sampling: {
-          temperature: num('temperature', f.temperature),
-          topP: num('top-p', f.topP),
-          topK: num('top-k', f.topK, true),
-          ...(f.seed === undefined ? {} : { seed: num('seed', f.seed, true) }),
-        },
-      };
-      if (f.printConfig) {
-        console.log(JSON.stringify(config, null, 2));
-        return;
-      }
-      const problems = await loadRolloutProblems(f.data, {
-        layout: config.layout,
-        map: config.map ?? undefined,
-        limit: config.limit ?? undefined,
-      });
-      const stack = await openRolloutStack({
-        engines: f.engine,
-        backend: f.backend as Backend,
-        model: f.model,
-        tokenizer: f.tokenizer,
-        template: f.template,
-        sandbox: f.sandbox,
-        capacityTokens: config.capacity ?? undefined,
-        scheduler: {
-          policy,
-          budgetCoef: config.budgetCoef,
-        },
-      });
-      // Ctrl-C / SIGTERM: in-flight trajectories end as finish 'error' records and are still
-      // written; a second signal exits at once.
-      const ac = new AbortController();
-      const onSignal = () => {
-        if (ac.signal.aborted) process.exit(130);
-        console.error(
-          'rollout: stopping, writing in-flight trajectories as errors (signal again to quit now)',
-        );
-        ac.abort();
-      };
-      process.on('SIGINT', onSignal);
-      process.on('SIGTERM', onSignal);
-      try {
-        writeFileSync(f.out, '');
-        const total = problems.length * n;
-        const bar = new Progress('rollout', total);
-        const finishes: Record<string, number> = {};
-        let turns = 0;
-        let tools = 0;
-        let toolErrors = 0;
-        let tokens = 0;
-        const t0 = Date.now();
-        const opts: RolloutOptions = {
-          scheduler: stack.scheduler,
-          template: stack.template,
-          runner: stack.runner,
-          problems,
-          n,
-          sampling: config.sampling,
-          maxTurns: config.maxTurns,
-          maxResponseTokens: config.maxResponseTokens,
-          maxParallelCalls: config.maxParallelCalls,
-          turnBoundary: config.turnBoundary,
-          signal: ac.signal,
-        };
-        for await (const t of streamRollouts(opts)) {
-          appendJsonl(f.out, [t]);
-          finishes[t.finish] = (finishes[t.finish] ?? 0) + 1;
-          turns += t.events.filter((e) => e.kind === 'generation').length;
-          tools += t.numToolCalls;
-          toolErrors += t.numToolErrors;
-          tokens += t.responseIds.length;
-          bar.tick(1, `tools ${tools} err ${toolErrors}`);
-        }
-        bar.finish();
-        const secs = (Date.now() - t0) / 1000;
-        console.log(
-          JSON.stringify({
-            trajectories: total,
-            finish: finishes,
-            turns,
-            toolCalls: tools,
-            toolErrors,
-            meanResponseTokens: Math.round(tokens / Math.max(1, total)),
-            seconds: Number(secs.toFixed(2)),
-            out: f.out,
-            ...(ac.signal.aborted ? { interrupted: true } : {}),
-          }),
-        );
-        if (ac.signal.aborted) process.exitCode = 130;
-      } finally {
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
-        await stack.close();
-      }
+    .option('--temperature <t>', 'sampling temperature', float({ min: 0 }), 1.0)
+    .option('--top-p <p>', 'nucleus sampling (1 = off)', float({ min: 0, minExclusive: true, max: 1 }), 1.0)
+    .option('--top-k <k>', 'top-k sampling (-1 = off)', int({ min: -1 }), -1)
+    .option('--seed <n>', 'sampling seed', seed())
+    .option('--print-config', 'print the resolved configuration and exit');
+  deprecatedAliases(rollout, { '--engine <spec...>': '--engines', '--n <n>': '--samples' });
+  rollout.action(async (f: RolloutFlags) => {
+    const policy = f.policy as Policy;
+    if (!POLICIES.includes(policy)) throw new Error(`--policy must be one of ${POLICIES.join(', ')}`);
+    if (!['reference', 'rerender'].includes(f.turnBoundary)) {
+      throw new Error("--turn-boundary must be 'reference' or 'rerender'");
+    }
+    if (!BACKENDS.includes(f.backend as Backend))
+      throw new Error(`--backend must be one of ${BACKENDS.join(', ')}`);
+    if (f.layout !== 'auto' && !isLayout(f.layout)) {
+      throw new Error(`--layout must be auto or one of ${LAYOUTS.join(', ')}`);
+    }
+    const { parseFieldMap } = await import('../data/problem.js');
+    const n = f.samples;
+    const config = {
+      engines: f.engines,
+      backend: f.backend,
+      model: f.model ?? null,
+      template: f.template,
+      data: f.data,
+      layout: f.layout as Layout | 'auto',
+      map: f.map ? parseFieldMap(f.map) : null,
+      limit: f.limit ?? null,
+      n,
+      out: f.out,
+      sandbox: f.sandbox,
+      policy,
+      budgetCoef: f.budgetCoef,
+      capacity: f.capacity ?? null,
+      maxTurns: f.maxTurns,
+      maxResponseTokens: f.maxResponseTokens,
+      maxParallelCalls: f.maxParallelCalls,
+      turnBoundary: f.turnBoundary as TurnBoundary,
+      sampling: {
+        temperature: f.temperature,
+        topP: f.topP,
+        topK: f.topK,
+        ...(f.seed === undefined ? {} : { seed: f.seed }),
+      },
+    };
+    if (f.printConfig) {
+      console.log(JSON.stringify(config, null, 2));
+      return;
+    }
+    const { loadRolloutProblems } = await import('./problems.js');
+    const { openRolloutStack } = await import('./stack.js');
+    const { streamRollouts } = await import('./loop.js');
+    const { appendJsonl } = await import('../util/jsonl.js');
+    const { Progress } = await import('../util/progress.js');
+    const problems = await loadRolloutProblems(f.data, {
+      layout: config.layout,
+      map: config.map ?? undefined,
+      limit: config.limit ?? undefined,
     });
+    const stack = await openRolloutStack({
+      engines: f.engines,
+      backend: f.backend as Backend,
+      model: f.model,
+      tokenizer: f.tokenizer,
+      template: f.template,
+      sandbox: f.sandbox,
+      capacityTokens: config.capacity ?? undefined,
+      scheduler: {
+        policy,
+        budgetCoef: config.budgetCoef,
+      },
+    });
+    // Ctrl-C / SIGTERM: in-flight trajectories end as finish 'error' records and are still
+    // written; a second signal exits at once.
+    const ac = new AbortController();
+    const onSignal = () => {
+      if (ac.signal.aborted) process.exit(130);
+      console.error('rollout: stopping, writing in-flight trajectories as errors (signal again to quit now)');
+      ac.abort();
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+    try {
+      writeFileSync(f.out, '');
+      const total = problems.length * n;
+      const bar = new Progress('rollout', total);
+      const finishes: Record<string, number> = {};
+      let turns = 0;
+      let tools = 0;
+      let toolErrors = 0;
+      let tokens = 0;
+      const t0 = Date.now();
+      const opts: RolloutOptions = {
+        scheduler: stack.scheduler,
+        template: stack.template,
+        runner: stack.runner,
+        problems,
+        n,
+        sampling: config.sampling,
+        maxTurns: config.maxTurns,
+        maxResponseTokens: config.maxResponseTokens,
+        maxParallelCalls: config.maxParallelCalls,
+        turnBoundary: config.turnBoundary,
+        signal: ac.signal,
+      };
+      for await (const t of streamRollouts(opts)) {
+        appendJsonl(f.out, [t]);
+        finishes[t.finish] = (finishes[t.finish] ?? 0) + 1;
+        turns += t.events.filter((e) => e.kind === 'generation').length;
+        tools += t.numToolCalls;
+        toolErrors += t.numToolErrors;
+        tokens += t.responseIds.length;
+        bar.tick(1, `tools ${tools} err ${toolErrors}`);
+      }
+      bar.finish();
+      const secs = (Date.now() - t0) / 1000;
+      console.log(
+        JSON.stringify({
+          trajectories: total,
+          finish: finishes,
+          turns,
+          toolCalls: tools,
+          toolErrors,
+          meanResponseTokens: Math.round(tokens / Math.max(1, total)),
+          seconds: Number(secs.toFixed(2)),
+          out: f.out,
+          ...(ac.signal.aborted ? { interrupted: true } : {}),
+        }),
+      );
+      if (ac.signal.aborted) process.exitCode = 130;
+    } finally {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+      await stack.close();
+    }
+  });
 }

@@ -109,7 +109,7 @@ export async function openRolloutStack(o: StackOptions): Promise<RolloutStack> {
       else if (e === 'embedded') {
         let worker = o.worker;
         if (!worker) {
-          if (!o.model) throw new Error('--engine embedded needs --model DIR');
+          if (!o.model) throw new Error('--engines embedded needs --model DIR');
           const { PolicyWorker } = await import('../worker/index.js');
           const w = await PolicyWorker.start();
           closers.push(() => w.close());

@@ -1,18 +1,6 @@
 import { createInterface } from 'node:readline';
-import { type Command, InvalidArgumentError } from 'commander';
-import { openBackend } from '../eval/backend.js';
-import { colorWanted, renderAnswer } from './render.js';
-import { ask } from './session.js';
-
-const num =
-  (name: string, lo: number, hi: number, int = false) =>
-  (v: string) => {
-    const x = Number(v);
-    if (v.trim() === '' || !Number.isFinite(x) || x < lo || x > hi || (int && !Number.isInteger(x))) {
-      throw new InvalidArgumentError(`${name} must be ${int ? 'an integer' : 'a number'} in [${lo}, ${hi}]`);
-    }
-    return x;
-  };
+import type { Command } from 'commander';
+import { deprecatedAliases, float, positiveInt, seed } from '../cli/options.js';
 
 interface ChatFlags {
   model?: string;
@@ -23,7 +11,7 @@ interface ChatFlags {
   sandbox: string;
   temperature: number;
   topP: number;
-  maxTokens: number;
+  maxResponseTokens: number;
   maxTurns: number;
   seed?: number;
   prompt?: string;
@@ -31,66 +19,70 @@ interface ChatFlags {
 }
 
 export function registerChatCommands(program: Command): void {
-  program
+  const chat = program
     .command('chat')
     .description(
       'talk to a model in the terminal; its Python tool calls run in the sandbox (thinking, code, output, answer shown apart)',
     )
     .option('--model <dir>', 'checkpoint directory (embedded engine)')
     .option(
-      '--engine <url>',
-      'served engine: sglang+http://h:p, vllm+…, llamacpp+…, a plain URL, or fake:ACC',
+      '--engine <spec>',
+      'served engine: sglang+http://h:p, vllm+…, llamacpp+…, a plain URL (see --backend), or fake:ACC',
     )
     .option('--backend <name>', 'backend of a plain --engine URL: sglang, vllm, llamacpp', 'sglang')
     .option('--tokenizer <path>', 'tokenizer.json or its directory (default: --model)')
     .option('--template <name>', 'chat template: rstar2, qwen, compact, tokenizer, or a file', 'rstar2')
     .option('--sandbox <where>', "'embedded' (local bubblewrap pool) or a sandbox service URL", 'embedded')
-    .option('--temperature <t>', 'sampling temperature', num('--temperature', 0, 10), 1.0)
-    .option('--top-p <p>', 'nucleus sampling top-p', num('--top-p', 0, 1), 1.0)
+    .option('--temperature <t>', 'sampling temperature', float({ min: 0 }), 1.0)
+    .option('--top-p <p>', 'nucleus sampling top-p', float({ min: 0, minExclusive: true, max: 1 }), 1.0)
     .option(
-      '--max-tokens <n>',
+      '--max-response-tokens <n>',
       'response budget per answer, tool tokens included',
-      num('--max-tokens', 1, 1e7, true),
+      positiveInt(),
       8192,
     )
-    .option('--max-turns <n>', 'assistant turns per answer', num('--max-turns', 1, 1000, true), 5)
-    .option('--seed <n>', 'sampling seed (default: random per message)', num('--seed', 0, 2 ** 31, true))
+    .option('--max-turns <n>', 'assistant turns per answer', positiveInt(), 5)
+    .option('--seed <n>', 'sampling seed (default: random per message)', seed())
     .option('--prompt <text>', 'ask one question, print the answer and exit')
-    .option('--no-color', 'plain output')
-    .action(async (f: ChatFlags) => {
-      const color = colorWanted(process.stdout, f.color);
-      const status = (s: string) => process.stderr.write(color ? `\x1b[2m${s}\x1b[0m\n` : `${s}\n`);
-      const backend = await openBackend({
-        model: f.model,
-        engine: f.engine,
-        backend: f.backend,
-        tokenizer: f.tokenizer,
-        template: f.template,
-        sandbox: f.sandbox,
-        temperature: f.temperature,
-        topP: f.topP,
-        maxTokens: f.maxTokens,
-        maxTurns: f.maxTurns,
-        concurrency: 1,
-        onTool: (_req, res) => status(`  ▸ python ran: ${res.status} (${res.wallMs} ms)`),
-      });
-      let n = 0;
-      const answer = async (text: string, signal?: AbortSignal) => {
-        status('  … thinking');
-        const seed = f.seed !== undefined ? f.seed + n++ : Math.floor(Math.random() * 2 ** 31);
-        const t = await ask(backend, text, seed, signal);
-        process.stdout.write(renderAnswer(t, { color, width: process.stdout.columns }));
-      };
-      try {
-        if (f.prompt !== undefined) {
-          await answer(f.prompt);
-          return;
-        }
-        await interactive(answer, status, backend.name);
-      } finally {
-        await backend.close();
-      }
+    .option('--no-color', 'plain output');
+  deprecatedAliases(chat, { '--max-tokens <n>': '--max-response-tokens' });
+  chat.action(async (f: ChatFlags) => {
+    const { openBackend } = await import('../eval/backend.js');
+    const { colorWanted, renderAnswer } = await import('./render.js');
+    const { ask } = await import('./session.js');
+    const color = colorWanted(process.stdout, f.color);
+    const status = (s: string) => process.stderr.write(color ? `\x1b[2m${s}\x1b[0m\n` : `${s}\n`);
+    const backend = await openBackend({
+      model: f.model,
+      engine: f.engine,
+      backend: f.backend,
+      tokenizer: f.tokenizer,
+      template: f.template,
+      sandbox: f.sandbox,
+      temperature: f.temperature,
+      topP: f.topP,
+      maxTokens: f.maxResponseTokens,
+      maxTurns: f.maxTurns,
+      concurrency: 1,
+      onTool: (_req, res) => status(`  ▸ python ran: ${res.status} (${res.wallMs} ms)`),
     });
+    let n = 0;
+    const answer = async (text: string, signal?: AbortSignal) => {
+      status('  … thinking');
+      const seed = f.seed !== undefined ? f.seed + n++ : Math.floor(Math.random() * 2 ** 31);
+      const t = await ask(backend, text, seed, signal);
+      process.stdout.write(renderAnswer(t, { color, width: process.stdout.columns }));
+    };
+    try {
+      if (f.prompt !== undefined) {
+        await answer(f.prompt);
+        return;
+      }
+      await interactive(answer, status, backend.name);
+    } finally {
+      await backend.close();
+    }
+  });
 }
 
 async function interactive(

@@ -1,6 +1,6 @@
-import { type Command, InvalidArgumentError } from 'commander';
+import type { Command } from 'commander';
+import { int, port } from '../cli/options.js';
 import { resolveToken, TOKEN_ENV } from '../util/http-guard.js';
-import { startDashboard } from './server.js';
 
 export function registerDashboardCommands(program: Command): void {
   program
@@ -9,17 +9,7 @@ export function registerDashboardCommands(program: Command): void {
       'serve a local web dashboard over run and eval directories (curves, RoC, evals, trajectories; live)',
     )
     .option('--runs <dir>', 'directory holding run and/or eval directories (searched 3 levels deep)', '.')
-    .option(
-      '--port <n>',
-      'port (0 = any free port)',
-      (v) => {
-        const n = Number(v);
-        if (!Number.isInteger(n) || n < 0 || n > 65535)
-          throw new InvalidArgumentError('--port must be 0..65535');
-        return n;
-      },
-      8090,
-    )
+    .option('--port <port>', 'TCP port (0 = any free port)', port(), 8090)
     .option(
       '--host <addr>',
       'address to bind (keep 127.0.0.1 unless you mean to share it); anything but loopback needs a token',
@@ -31,13 +21,9 @@ export function registerDashboardCommands(program: Command): void {
         '?token=, which the page passes on to the API as a bearer header; other clients send ' +
         "'Authorization: Bearer <token>' or ?token= on GET",
     )
-    .option(
-      '--poll-ms <n>',
-      'how often the page refreshes live data',
-      (v) => Math.max(200, Number(v) || 2000),
-      2000,
-    )
+    .option('--poll-ms <ms>', 'how often the page refreshes live data', int({ min: 200 }), 2000)
     .action(async (o: { runs: string; port: number; host: string; pollMs: number; token?: string }) => {
+      const { startDashboard } = await import('./server.js');
       const token = resolveToken(o.token);
       const d = await startDashboard({
         root: o.runs,

@@ -1,13 +1,8 @@
-import { type Command, InvalidArgumentError } from 'commander';
-import { type ChatExample, chatSegments, loadChatExamples } from './chat.js';
-import { type DataReport, inspectProblems } from './load.js';
-import { isLayout, LAYOUTS, type Layout, parseFieldMap } from './problem.js';
-
-const positiveInt = (name: string) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`${name} must be a positive integer`);
-  return n;
-};
+import type { Command } from 'commander';
+import { positiveInt } from '../cli/options.js';
+import type { ChatExample } from './chat.js';
+import { isLayout, LAYOUTS, type Layout } from './layouts.js';
+import type { DataReport } from './load.js';
 
 const clip = (s: string, n = 160) => {
   const flat = s.replaceAll('\n', '\\n');
@@ -30,7 +25,8 @@ function printReport(r: DataReport): void {
   }
 }
 
-function sftReport(examples: ChatExample[], show: number) {
+async function sftReport(examples: ChatExample[], show: number) {
+  const { chatSegments } = await import('./chat.js');
   const segs = examples.map((ex) => chatSegments(ex));
   const count = (role: string) =>
     segs.reduce((n, s) => n + s.segments.filter((g) => g.role === role).length, 0);
@@ -64,14 +60,15 @@ export function registerDataCommands(program: Command): void {
       '--map <fields>',
       'read fields from other (dotted) paths, e.g. question=q,answer=extra_info.gt (keys: id, question, answer, source)',
     )
-    .option('--limit <n>', 'read only the first N rows', positiveInt('--limit'))
-    .option('--show <n>', 'rows to print', positiveInt('--show'), 3)
+    .option('--limit <n>', 'read only the first n rows', positiveInt())
+    .option('--show <n>', 'rows to print', positiveInt(), 3)
     .option('--require-answer', 'fail on a row without a gold answer, as RL and eval loading do')
     .option('--sft', 'the file is SFT chat data ({messages}, {instruction, output}, {prompt, response}, ...)')
     .option('--json', 'print the report as JSON')
     .action(async (file: string, o) => {
       if (o.sft) {
-        const report = sftReport(await loadChatExamples(file, { limit: o.limit }), o.show);
+        const { loadChatExamples } = await import('./chat.js');
+        const report = await sftReport(await loadChatExamples(file, { limit: o.limit }), o.show);
         if (o.json) console.log(JSON.stringify(report, null, 2));
         else {
           const { first, ...counts } = report;
@@ -92,6 +89,8 @@ export function registerDataCommands(program: Command): void {
       if (o.layout !== 'auto' && !isLayout(o.layout)) {
         throw new Error(`--layout must be auto or one of ${LAYOUTS.join(', ')}, got '${o.layout}'`);
       }
+      const { inspectProblems } = await import('./load.js');
+      const { parseFieldMap } = await import('./problem.js');
       const report = await inspectProblems(file, {
         layout: o.layout as Layout | 'auto',
         map: o.map ? parseFieldMap(o.map) : undefined,

@@ -1,4 +1,7 @@
 import { getPath, kindOf } from './files.js';
+import type { Layout } from './layouts.js';
+
+export { isLayout, LAYOUTS, type Layout } from './layouts.js';
 
 /** One problem, whatever file it came from: what rollouts, RL and eval read. */
 export interface Problem {
@@ -8,9 +11,6 @@ export interface Problem {
   source?: string; // data_source / source column
   meta?: Record<string, unknown>; // the row's other fields, untouched
 }
-
-export const LAYOUTS = ['verl', 'dapo', 'plain'] as const;
-export type Layout = (typeof LAYOUTS)[number];
 
 /** Dotted paths that override where a layout reads a field (`{question: 'q', answer: 'extra.gt'}`). */
 export interface FieldMap {
@@ -56,10 +56,6 @@ export function detectLayout(row: Record<string, unknown>): Layout | null {
   if (isChatList(row.prompt)) return isDapoWrapped(lastUser(row.prompt)) ? 'dapo' : 'verl';
   if ([...PLAIN_QUESTION, ...PLAIN_ANSWER, 'id'].some((k) => k in row)) return 'plain';
   return null;
-}
-
-export function isLayout(s: string): s is Layout {
-  return (LAYOUTS as readonly string[]).includes(s);
 }
 
 /** 'question=q,answer=extra.gt' → FieldMap (for --map). */

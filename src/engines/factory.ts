@@ -1,10 +1,9 @@
 import { LlamaCppEngine } from './llamacpp.js';
 import { SGLangEngine } from './sglang.js';
-import type { Engine } from './types.js';
+import { BACKENDS, type Backend, type Engine } from './types.js';
 import { VllmEngine } from './vllm.js';
 
-export type Backend = 'sglang' | 'vllm' | 'llamacpp';
-export const BACKENDS: Backend[] = ['sglang', 'vllm', 'llamacpp'];
+export { BACKENDS, type Backend };
 
 export interface RemoteEngineOptions {
   backend?: Backend; // for plain http(s) URLs; default 'sglang'

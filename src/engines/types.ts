@@ -1,6 +1,10 @@
 // The one interface every inference backend implements (embedded torch worker, SGLang, vLLM,
 // llama.cpp, and fakes in tests). Token-in / token-out: callers never pass text.
 
+/** Kinds of served engine (`sglang+http://…`, or `--backend` for a plain URL); engines/factory.ts opens them. */
+export type Backend = 'sglang' | 'vllm' | 'llamacpp';
+export const BACKENDS: Backend[] = ['sglang', 'vllm', 'llamacpp'];
+
 export interface SamplingParams {
   temperature: number; // 0 = greedy
   topP: number; // 1 = off

@@ -4,6 +4,7 @@ import type { Backend as RemoteBackend } from '../engines/factory.js';
 import type { Engine } from '../engines/types.js';
 import type { RunRequest, RunResult } from '../sandbox/types.js';
 import type { Tokenizer } from '../tokenizer/index.js';
+import { EVAL_MAX_TOKENS } from './defaults.js';
 import { fakeTrajectory } from './fake.js';
 import { perRequest, type RolloutFn } from './run.js';
 
@@ -31,9 +32,6 @@ export interface Backend {
   rollout: RolloutFn;
   close(): Promise<void>;
 }
-
-// Reference eval budget: data.max_response_length=30720 (aime_eval.sh), 5 assistant turns.
-export const EVAL_MAX_TOKENS = 30720;
 
 // fake:ACC[:MS] dry-runs the eval plumbing without a model, template or sandbox; MS is a per-trajectory delay,
 // so kill/resume can be exercised for real.

@@ -2,15 +2,10 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { remoteEngine } from '../engines/factory.js';
-import { runNodeRanks } from '../worker/client.js';
-import { checkLaunch, type LaunchOptions } from '../worker/launch.js';
-import { LOGGERS, loadRecipe, type Overrides, parseRecipe, type Recipe } from './config.js';
-import { FakeBackend } from './fake.js';
-import { HealthError } from './health.js';
-import { checkLoggers, exportMetrics } from './loggers.js';
-import { plotRuns } from './plot.js';
-import { forkRun, type PolicyBackend, Trainer } from './trainer.js';
+import { commaList, deprecatedAliases, nonNegativeInt, positiveInt, seed } from '../cli/options.js';
+import type { LaunchOptions } from '../worker/launch.js';
+import type { Overrides, Recipe } from './config.js';
+import type { PolicyBackend } from './trainer.js';
 
 interface TrainFlags {
   recipe?: string;
@@ -19,33 +14,29 @@ interface TrainFlags {
   resume?: string;
   printConfig?: boolean;
   fork?: string;
-  backend: string;
+  policyBackend: string;
   insecureNoSandbox?: boolean;
-  engines?: string;
+  engines?: string[];
   syncDir?: string;
-  seed?: string;
+  seed?: number;
   set: string[];
   strictHealth?: boolean;
   dryRun?: boolean;
-  logger?: string;
-  nprocPerNode?: string;
-  nnodes?: string;
-  nodeRank?: string;
+  logger?: string[];
+  nprocPerNode?: number;
+  nnodes?: number;
+  nodeRank?: number;
   master?: string;
 }
 
 // torchrun's flags: this node's share of the worker's ranks. Not recipe fields: the same run may be resumed
 // on another layout (the loss is a global token mean, so the layout does not change what is trained).
-function launchFlags(flags: TrainFlags): LaunchOptions {
-  const int = (name: string, v?: string) => {
-    if (v === undefined) return undefined;
-    if (!/^\d+$/.test(v)) throw new Error(`--${name} must be a non-negative integer, got '${v}'`);
-    return Number(v);
-  };
+async function launchFlags(flags: TrainFlags): Promise<LaunchOptions> {
+  const { checkLaunch } = await import('../worker/launch.js');
   const launch: LaunchOptions = {
-    ranks: int('nproc-per-node', flags.nprocPerNode),
-    nnodes: int('nnodes', flags.nnodes),
-    nodeRank: int('node-rank', flags.nodeRank),
+    ranks: flags.nprocPerNode,
+    nnodes: flags.nnodes,
+    nodeRank: flags.nodeRank,
     master: flags.master,
   };
   checkLaunch(launch);
@@ -54,6 +45,7 @@ function launchFlags(flags: TrainFlags): LaunchOptions {
 
 // A node other than node 0 only runs its ranks; they take every request from rank 0.
 async function joinJob(recipe: Recipe, launch: LaunchOptions): Promise<void> {
+  const { runNodeRanks } = await import('../worker/client.js');
   const m = recipe.model;
   const opts = {
     threads: m.threads,
@@ -72,19 +64,18 @@ async function makeBackend(
   runDir: string,
   launch: LaunchOptions,
 ): Promise<PolicyBackend> {
-  if (flags.backend === 'fake') {
+  if (flags.policyBackend === 'fake') {
     if (Object.keys(launch).length > 0)
-      throw new Error('--nproc-per-node/--nnodes/--master need --backend embedded');
-    if (flags.engines) throw new Error('--engines needs --backend embedded (the torch worker trains)');
+      throw new Error('--nproc-per-node/--nnodes/--master need --policy-backend embedded');
+    if (flags.engines) throw new Error('--engines needs --policy-backend embedded (the torch worker trains)');
+    const { FakeBackend } = await import('./fake.js');
     return new FakeBackend();
   }
-  if (flags.backend !== 'embedded')
-    throw new Error(`unknown --backend ${flags.backend} (choose: embedded, fake)`);
+  if (flags.policyBackend !== 'embedded')
+    throw new Error(`unknown --policy-backend ${flags.policyBackend} (choose: embedded, fake)`);
   const { EmbeddedBackend } = await import('./backend.js');
-  const engines = (flags.engines ?? '')
-    .split(',')
-    .filter(Boolean)
-    .map((spec) => remoteEngine(spec));
+  const { remoteEngine } = await import('../engines/factory.js');
+  const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
   return EmbeddedBackend.create(recipe, {
     insecureSandbox: flags.insecureNoSandbox,
     engines,
@@ -94,24 +85,25 @@ async function makeBackend(
 }
 
 async function train(flags: TrainFlags): Promise<void> {
+  const { LOGGERS, loadRecipe, parseRecipe } = await import('./config.js');
+  const { checkLoggers } = await import('./loggers.js');
+  const { forkRun, Trainer } = await import('./trainer.js');
+  const { HealthError } = await import('./health.js');
   if (flags.roc !== undefined && flags.roc !== 'on' && flags.roc !== 'off') {
     throw new Error(`--roc must be "on" or "off", got "${flags.roc}"`);
   }
   const set = [...flags.set];
-  if (flags.seed !== undefined) {
-    if (!/^-?\d+$/.test(flags.seed)) throw new Error(`--seed must be an integer, got '${flags.seed}'`);
-    set.push(`seed=${flags.seed}`);
-  }
+  if (flags.seed !== undefined) set.push(`seed=${flags.seed}`);
   if (flags.strictHealth) set.push('health.strict=true');
   if (flags.logger !== undefined) {
-    const names = flags.logger.split(',').map((s) => s.trim());
+    const names = flags.logger;
     const bad = names.filter((n) => !(LOGGERS as readonly string[]).includes(n));
     if (bad.length > 0)
       throw new Error(`--logger: unknown ${bad.join(', ')} (choose from ${LOGGERS.join(', ')})`);
     set.push(`logger=${JSON.stringify(names)}`);
   }
   const overrides: Overrides = { set, ...(flags.roc ? { roc: flags.roc as 'on' | 'off' } : {}) };
-  const launch = launchFlags(flags);
+  const launch = await launchFlags(flags);
   if ((launch.nodeRank ?? 0) > 0) {
     const cfg = flags.resume ? join(flags.resume, 'config.json') : undefined;
     if (!cfg && !flags.recipe) throw new Error('--node-rank needs the same --recipe or --resume as node 0');
@@ -165,10 +157,8 @@ async function train(flags: TrainFlags): Promise<void> {
   checkLoggers(recipe.logger);
   if (flags.dryRun) {
     const { dryRun } = await import('./dry-run.js');
-    const engines = (flags.engines ?? '')
-      .split(',')
-      .filter(Boolean)
-      .map((spec) => remoteEngine(spec));
+    const { remoteEngine } = await import('../engines/factory.js');
+    const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
     await dryRun(recipe, { engines, insecureSandbox: flags.insecureNoSandbox });
     return;
   }
@@ -234,7 +224,7 @@ function renderPng(svg: string, png: string): void {
 }
 
 export function registerRecipeCommands(program: Command): void {
-  program
+  const trainCmd = program
     .command('train')
     .description('Train with a recipe: SFT then GRPO-RoC stages, writing a run directory (docs/RUN_DIR.md)')
     .option('--recipe <name|file>', 'recipe name in data/recipes/ (e.g. quickstart) or a YAML/JSON file')
@@ -250,7 +240,7 @@ export function registerRecipeCommands(program: Command): void {
       '--dry-run',
       'open and check everything (model, tokenizer, data after each filter, first prompts, engines, sandbox, memory plan); train nothing',
     )
-    .option('--seed <n>', "the run's seed (model init, data order, sampling); same as --set seed=N")
+    .option('--seed <n>', "the run's seed (model init, data order, sampling); same as --set seed=N", seed())
     .option(
       '--set <path=value>',
       'override a recipe field (repeatable): --set stages.rl.steps=5 --set eval.n=50 (stages by index or name)',
@@ -262,17 +252,19 @@ export function registerRecipeCommands(program: Command): void {
       '--logger <names>',
       'also log step metrics to: tensorboard (event files in <run>/tensorboard/), comma-separated; ' +
         'metrics.jsonl is always written (same as --set logger=...; allowed with --resume)',
+      commaList,
     )
     .option(
-      '--backend <name>',
-      'embedded (torch worker + sandbox) or fake (a 3-parameter stand-in policy)',
+      '--policy-backend <name>',
+      'the policy trained: embedded (torch worker + sandbox) or fake (a 3-parameter stand-in, no torch)',
       'embedded',
     )
     .option('--insecure-no-sandbox', 'run tool code without bubblewrap isolation (development only)')
     .option(
       '--engines <specs>',
-      'roll out on remote engines instead of the worker: sglang+http://h:p,vllm+http://h:p (comma-separated); ' +
-        'weights are synced to them before each rollout that follows an update',
+      'roll out on remote engines instead of the worker: sglang+http://h:p,vllm+http://h:p (comma-separated, ' +
+        'repeatable); weights are synced to them before each rollout that follows an update',
+      commaList,
     )
     .option(
       '--sync-dir <dir>',
@@ -282,14 +274,24 @@ export function registerRecipeCommands(program: Command): void {
     .option(
       '--nproc-per-node <n>',
       "policy worker ranks on this node (torchrun's flag; default model.nprocPerNode)",
+      positiveInt(),
     )
-    .option('--nnodes <n>', 'nodes in the job (default 1); every node runs rstar2 train with the same recipe')
-    .option('--node-rank <n>', 'this node (default 0); node 0 trains, the others only run their ranks')
+    .option(
+      '--nnodes <n>',
+      'nodes in the job (default 1); every node runs rstar2 train with the same recipe',
+      positiveInt(),
+    )
+    .option(
+      '--node-rank <n>',
+      'this node (default 0); node 0 trains, the others only run their ranks',
+      nonNegativeInt(),
+    )
     .option(
       '--master <addr:port>',
       "node 0's address and a free port, reachable from every node (needed with --nnodes > 1)",
-    )
-    .action((flags: TrainFlags) => train(flags));
+    );
+  deprecatedAliases(trainCmd, { '--backend <name>': '--policy-backend' });
+  trainCmd.action((flags: TrainFlags) => train(flags));
 
   program
     .command('export-metrics')
@@ -298,7 +300,8 @@ export function registerRecipeCommands(program: Command): void {
     )
     .argument('<run>', 'run directory')
     .requiredOption('--tensorboard <dir>', 'directory for the event file (new, or without event files)')
-    .action((run: string, o: { tensorboard: string }) => {
+    .action(async (run: string, o: { tensorboard: string }) => {
+      const { exportMetrics } = await import('./loggers.js');
       const r = exportMetrics(run, o.tensorboard);
       console.log(`wrote ${r.records} records to ${r.path}`);
     });
@@ -311,7 +314,8 @@ export function registerRecipeCommands(program: Command): void {
     .argument('<runs...>', 'run directories (label = directory name)')
     .requiredOption('--out <file>', 'SVG file to write')
     .option('--png <file>', 'also render a PNG with headless chromium (/usr/bin/chromium)')
-    .action((runs: string[], o: { out: string; png?: string }) => {
+    .action(async (runs: string[], o: { out: string; png?: string }) => {
+      const { plotRuns } = await import('./plot.js');
       for (const r of runs)
         if (!existsSync(join(r, 'metrics.jsonl'))) throw new Error(`${r}: no metrics.jsonl`);
       writeFileSync(o.out, plotRuns(runs));

@@ -1,15 +1,12 @@
 import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
-import { streamJsonl } from '../util/jsonl.js';
-import { extractAnswer } from './extract.js';
-import { VerifierPool } from './pool.js';
+import { deprecatedAliases, positiveInt } from '../cli/options.js';
 import type { VerifyProfile } from './types.js';
-import { PROFILE_NAMES } from './verify.js';
 
 const CHUNK = 512;
 
 export function registerRewardCommands(program: Command): void {
-  program
+  const verify = program
     .command('verify')
     .description(
       'Verify answers: reads JSONL lines {"pred": ..., "gold": ...} (extra fields kept) and writes each line to ' +
@@ -17,32 +14,41 @@ export function registerRewardCommands(program: Command): void {
     )
     .argument('<file>', 'JSONL file with pred and gold fields')
     .option(
-      '--profile <name>',
+      '--verify-profile <name>',
       'strict (default reward), lenient (PRIME leniencies), reference (PRIME or Math-Verify, as rStar2), integer (boxed integers only)',
       'strict',
     )
     .option('--extract-only', 'only extract the answer from pred; adds "extracted" and "source"')
     .option('--no-extract', 'pred is already a bare answer (skip extraction from a response)')
-    .option('--timeout-ms <n>', 'time limit per check in ms', '1000')
-    .option('--workers <n>', 'worker threads (default: min(4, cores))')
-    .action(async (file: string, o: Record<string, string | boolean | undefined>) => {
-      if (!PROFILE_NAMES.includes(o.profile as VerifyProfile)) {
+    .option('--timeout-ms <ms>', 'time limit per check', positiveInt(), 1000)
+    .option('--workers <n>', 'worker threads (default: min(4, cores))', positiveInt());
+  deprecatedAliases(verify, { '--profile <name>': '--verify-profile' });
+  verify.action(
+    async (
+      file: string,
+      o: {
+        verifyProfile: string;
+        extractOnly?: boolean;
+        extract: boolean;
+        timeoutMs: number;
+        workers?: number;
+      },
+    ) => {
+      const { PROFILE_NAMES } = await import('./verify.js');
+      if (!PROFILE_NAMES.includes(o.verifyProfile as VerifyProfile)) {
         throw new Error(
-          `--profile must be one of ${PROFILE_NAMES.join(', ')} (got ${JSON.stringify(o.profile)})`,
+          `--verify-profile must be one of ${PROFILE_NAMES.join(', ')} (got ${JSON.stringify(o.verifyProfile)})`,
         );
       }
-      const profile = o.profile as VerifyProfile;
-      const timeoutMs = Number(o.timeoutMs);
-      if (!Number.isFinite(timeoutMs) || timeoutMs <= 0)
-        throw new Error(`--timeout-ms must be a positive number`);
       await runVerify(file, {
-        profile,
+        profile: o.verifyProfile as VerifyProfile,
         extractOnly: Boolean(o.extractOnly),
         extract: o.extract !== false,
-        timeoutMs,
-        workers: o.workers ? Number(o.workers) : undefined,
+        timeoutMs: o.timeoutMs,
+        workers: o.workers,
       });
-    });
+    },
+  );
 }
 
 interface Line {
@@ -56,6 +62,9 @@ async function runVerify(
   o: { profile: VerifyProfile; extractOnly: boolean; extract: boolean; timeoutMs: number; workers?: number },
 ): Promise<void> {
   if (!existsSync(file)) throw new Error(`verify: file not found: ${file}`);
+  const { streamJsonl } = await import('../util/jsonl.js');
+  const { extractAnswer } = await import('./extract.js');
+  const { VerifierPool } = await import('./pool.js');
   const pool = o.extractOnly
     ? null
     : new VerifierPool({

@@ -1,48 +1,62 @@
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import type { Command } from 'commander';
+import { commaList, port, positiveInt } from '../cli/options.js';
 import { checkBind, resolveToken, TOKEN_ENV } from '../util/http-guard.js';
-import { SandboxPool } from './pool.js';
-import { REDIS_PASSWORD_ENV, RedisRunner, RedisWorker } from './redis.js';
-import { SandboxServer } from './server.js';
-import { executePythonTool } from './tool.js';
-import type { CodeRunner } from './types.js';
+import type { SandboxPool } from './pool.js';
+import { type CodeRunner, REDIS_PASSWORD_ENV } from './types.js';
 
 interface PoolFlags {
-  workers?: string;
+  workers?: number;
   insecureNoSandbox?: boolean;
-  preload?: string;
-  timeoutMs?: string;
-  memoryMb?: string;
+  preload?: string[];
+  timeoutMs: number;
+  memoryMb?: number;
 }
 
-function int(name: string, v: string | undefined, dflt: number, min = 1): number {
-  if (v === undefined) return dflt;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer >= ${min}, got '${v}'`);
-  return n;
-}
-
-function startPool(f: PoolFlags, slotsDefault: number): Promise<SandboxPool> {
+async function startPool(f: PoolFlags, slotsDefault: number): Promise<SandboxPool> {
+  const { SandboxPool } = await import('./pool.js');
   return SandboxPool.start({
-    slots: int('workers', f.workers, slotsDefault),
+    slots: f.workers ?? slotsDefault,
     isolation: f.insecureNoSandbox ? 'none' : 'bwrap',
-    preload: f.preload ? f.preload.split(',').filter(Boolean) : [],
-    timeoutMs: int('timeout-ms', f.timeoutMs, 4000),
-    ...(f.memoryMb ? { memoryMb: int('memory-mb', f.memoryMb, 1024) } : {}),
+    preload: f.preload ?? [],
+    timeoutMs: f.timeoutMs,
+    ...(f.memoryMb ? { memoryMb: f.memoryMb } : {}),
   });
 }
 
 function poolOptions(cmd: Command): Command {
   return cmd
-    .option('--workers <n>', 'executor slots of the local isolated pool (default 2 x cores)')
+    .option('--workers <n>', 'executor slots of the local isolated pool (default 2 x cores)', positiveInt())
     .option(
       '--insecure-no-sandbox',
       'run Python without bubblewrap isolation (development only; loudly warned)',
     )
-    .option('--preload <mods>', 'modules the zygote imports once, comma-separated (e.g. numpy,sympy)')
-    .option('--timeout-ms <ms>', 'wall-clock limit per call (code-judge MAX_EXECUTION_TIME)', '4000')
-    .option('--memory-mb <mb>', 'address-space limit per call');
+    .option(
+      '--preload <mods>',
+      'modules the zygote imports once, comma-separated (e.g. numpy,sympy)',
+      commaList,
+    )
+    .option(
+      '--timeout-ms <ms>',
+      'wall-clock limit per call (code-judge MAX_EXECUTION_TIME)',
+      positiveInt(),
+      4000,
+    )
+    .option('--memory-mb <mb>', 'address-space limit per call', positiveInt());
+}
+
+interface ServeFlags extends PoolFlags {
+  port: number;
+  host: string;
+  token?: string;
+  requestTimeoutMs: number;
+  maxBodyMb: number;
+  maxBodyInFlightMb: number;
+  redis?: string;
+  maxQueue: number;
+  maxInFlight: number;
+  quiet?: boolean;
 }
 
 /** Stops on SIGINT/SIGTERM after answering what is queued. */
@@ -72,9 +86,10 @@ export function registerSandboxCommands(program: Command): void {
     sandbox
       .command('serve')
       .description(
-        'HTTP service: code-judge-compatible routes (/run, /run/long-batch, ...) plus the native /v1 API',
+        "HTTP service: code-judge-compatible routes (/run, /run/long-batch, /judge, ...), SandboxFusion's " +
+          "/run_code (verl's sandbox tool; Python only), the native /v1 API and Prometheus /metrics",
       )
-      .option('--port <port>', 'TCP port', '8088')
+      .option('--port <port>', 'TCP port (0 = any free port)', port(), 8088)
       .option(
         '--host <host>',
         'address to bind; anything but a loopback address (127.0.0.1, ::1, localhost) needs a token',
@@ -85,35 +100,52 @@ export function registerSandboxCommands(program: Command): void {
         `require 'Authorization: Bearer <token>' on every route but /ping (16+ characters; ` +
           `default $${TOKEN_ENV}, which keeps it out of the process list)`,
       )
-      .option('--request-timeout-ms <ms>', 'time allowed to receive a whole request', '30000')
-      .option('--max-body-mb <mb>', 'largest request body', '64')
-      .option('--max-body-in-flight-mb <mb>', 'request bodies being received at once, all together', '128')
+      .option('--request-timeout-ms <ms>', 'time allowed to receive a whole request', positiveInt(), 30000)
+      .option('--max-body-mb <mb>', 'largest request body', positiveInt(), 64)
+      .option(
+        '--max-body-in-flight-mb <mb>',
+        'request bodies being received at once, all together',
+        positiveInt(),
+        128,
+      )
       .option(
         '--redis <url>',
         'front door only: enqueue on Redis for `rstar2 sandbox worker` hosts (redis[s]://[:password@]host:port; ' +
           `a password in $${REDIS_PASSWORD_ENV} stays out of the process list)`,
       )
-      .option('--max-queue <n>', 'items allowed to wait before requests are refused with 503 busy', '100000')
-      .option('--max-in-flight <n>', 'with --redis: items outstanding at the workers at once', '4096')
+      .option(
+        '--max-queue <n>',
+        'items allowed to wait before requests are refused with 503 busy',
+        positiveInt(),
+        100000,
+      )
+      .option(
+        '--max-in-flight <n>',
+        'with --redis: items outstanding at the workers at once',
+        positiveInt(),
+        4096,
+      )
       .option('--quiet', 'log only warnings and errors, not every request'),
-  ).action(async (o: PoolFlags & Record<string, string | boolean | undefined>) => {
-    const token = resolveToken(o.token as string | undefined);
-    checkBind(String(o.host), token, 'sandbox service'); // before starting anything
+  ).action(async (o: ServeFlags) => {
+    const token = resolveToken(o.token);
+    checkBind(o.host, token, 'sandbox service'); // before starting anything
+    const { RedisRunner, RedisWorker } = await import('./redis.js');
+    const { SandboxServer } = await import('./server.js');
     const closers: Array<() => Promise<void>> = [];
     let runner: CodeRunner;
     let concurrency: number;
     let numWorkers: (() => Promise<number>) | undefined;
     let backlog: (() => Promise<number>) | undefined;
     if (o.redis) {
-      const front = await RedisRunner.connect(String(o.redis));
+      const front = await RedisRunner.connect(o.redis);
       runner = front;
-      concurrency = int('max-in-flight', o.maxInFlight as string, 4096);
+      concurrency = o.maxInFlight;
       numWorkers = () => front.numWorkers();
       backlog = () => front.queueDepth();
       if (o.workers) {
         // A front door may also host a worker on its own machine.
         const pool = await startPool(o, 1);
-        const worker = await RedisWorker.start(String(o.redis), pool, { concurrency: pool.options.slots });
+        const worker = await RedisWorker.start(o.redis, pool, { concurrency: pool.options.slots });
         closers.push(
           () => worker.stop(),
           () => pool.close(),
@@ -128,16 +160,16 @@ export function registerSandboxCommands(program: Command): void {
     }
     const server = new SandboxServer({
       runner,
-      port: int('port', o.port as string, 8088, 0),
-      host: String(o.host),
+      port: o.port,
+      host: o.host,
       ...(token ? { token } : {}),
-      requestTimeoutMs: int('request-timeout-ms', o.requestTimeoutMs as string, 30_000),
-      maxBodyBytes: int('max-body-mb', o.maxBodyMb as string, 64) * 2 ** 20,
-      maxBodyBytesInFlight: int('max-body-in-flight-mb', o.maxBodyInFlightMb as string, 128) * 2 ** 20,
+      requestTimeoutMs: o.requestTimeoutMs,
+      maxBodyBytes: o.maxBodyMb * 2 ** 20,
+      maxBodyBytesInFlight: o.maxBodyInFlightMb * 2 ** 20,
       concurrency,
-      maxQueue: int('max-queue', o.maxQueue as string, 100_000),
-      timeoutMs: int('timeout-ms', o.timeoutMs, 4000),
-      ...(o.memoryMb ? { memoryMb: int('memory-mb', o.memoryMb, 1024) } : {}),
+      maxQueue: o.maxQueue,
+      timeoutMs: o.timeoutMs,
+      ...(o.memoryMb ? { memoryMb: o.memoryMb } : {}),
       ...(numWorkers ? { numWorkers } : {}),
       ...(backlog ? { backlog } : {}),
       logRequests: !o.quiet,
@@ -159,6 +191,7 @@ export function registerSandboxCommands(program: Command): void {
           `a password in $${REDIS_PASSWORD_ENV} stays out of the process list`,
       ),
   ).action(async (o: PoolFlags & { redis: string }) => {
+    const { RedisWorker } = await import('./redis.js');
     const pool = await startPool(o, Math.max(2, availableParallelism() * 2));
     const worker = await RedisWorker.start(o.redis, pool, { concurrency: pool.options.slots });
     onSignal(async () => {
@@ -175,9 +208,9 @@ export function registerSandboxCommands(program: Command): void {
     .option('--tool', 'run it as the rStar2 python tool and print the text the model would see')
     .option('--json', 'print the full RunResult as JSON')
     .option('--insecure-no-sandbox', 'run without bubblewrap isolation (development only)')
-    .option('--timeout-ms <ms>', 'wall-clock limit', '4000')
-    .option('--memory-mb <mb>', 'address-space limit')
-    .option('--preload <mods>', 'modules to import before the call, comma-separated')
+    .option('--timeout-ms <ms>', 'wall-clock limit', positiveInt(), 4000)
+    .option('--memory-mb <mb>', 'address-space limit', positiveInt())
+    .option('--preload <mods>', 'modules to import before the call, comma-separated', commaList)
     .action(async (file: string, o: PoolFlags & { stdin?: string; tool?: boolean; json?: boolean }) => {
       const read = (p: string, what: string) => {
         try {
@@ -190,10 +223,11 @@ export function registerSandboxCommands(program: Command): void {
       };
       const code = read(file, 'source file');
       const stdin = o.stdin ? read(o.stdin, '--stdin file') : undefined;
-      const pool = await startPool({ ...o, workers: '1' }, 1);
+      const pool = await startPool({ ...o, workers: 1 }, 1);
       try {
-        const timeoutMs = int('timeout-ms', o.timeoutMs, 4000);
+        const timeoutMs = o.timeoutMs;
         if (o.tool) {
+          const { executePythonTool } = await import('./tool.js');
           const r = await executePythonTool({ code, input: stdin ?? '' }, pool, {
             timeoutMs,
             budget: Infinity,

@@ -2,7 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { Redis } from 'ioredis';
 import { failedResult } from './codejudge.js';
-import type { CodeRunner, RunRequest, RunResult } from './types.js';
+import { type CodeRunner, REDIS_PASSWORD_ENV, type RunRequest, type RunResult } from './types.js';
+
+export { REDIS_PASSWORD_ENV };
 
 // Distribution over Redis: the front door (RedisRunner, a CodeRunner) LPUSHes items onto one list;
 // worker hosts (RedisWorker) BLMOVE each item into their own processing list, run it on their local
@@ -82,8 +84,6 @@ end
 redis.call('DEL', KEYS[1])
 return {requeued, failed}
 `;
-
-export const REDIS_PASSWORD_ENV = 'RSTAR2_REDIS_PASSWORD';
 
 /** ioredis reconnects by itself; log its errors (at most one line per 5 s) instead of crashing.
  * The URL goes to ioredis as given: redis://:password@host:port/db, redis://user:password@host,

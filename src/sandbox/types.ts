@@ -1,6 +1,9 @@
 // What a Python execution request and result look like everywhere: embedded pool, HTTP service,
 // Redis workers. Native API shapes; the code-judge-compatible routes translate at the edge.
 
+/** Where a Redis password may come from instead of the URL, out of the process list. */
+export const REDIS_PASSWORD_ENV = 'RSTAR2_REDIS_PASSWORD';
+
 export interface RunRequest {
   code: string;
   stdin?: string;

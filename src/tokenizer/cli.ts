@@ -1,10 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { buildCharTokenizer, saveTokenizer, trainBpeTokenizer } from './build.js';
-import { ChatTemplate } from './chat.js';
+import { positiveInt } from '../cli/options.js';
 import { TEMPLATE_NAMES, type TemplateName } from './templates.js';
-import { Tokenizer } from './tokenizer.js';
-import { PYTHON_TOOL_SCHEMA } from './tools.js';
 
 // Corpus documents: a .jsonl file gives one document per record (all its string fields joined by newlines);
 // any other file is one document per non-empty line.
@@ -60,34 +57,39 @@ export function registerTokenizerCommands(program: Command): void {
       '--corpus <files...>',
       'training text for bpe (.jsonl: one document per record; else one per line)',
     )
-    .option('--vocab-size <n>', 'bpe vocabulary size, including the 256 bytes and the added tokens', '1024')
-    .option('--min-frequency <n>', 'bpe: stop when the best pair occurs fewer times', '2')
+    .option(
+      '--vocab-size <n>',
+      'bpe vocabulary size, including the 256 bytes and the added tokens',
+      positiveInt(),
+      1024,
+    )
+    .option('--min-frequency <n>', 'bpe: stop when the best pair occurs fewer times', positiveInt(), 2)
     .option(
       '--template <name>',
       `chat template stored in the config: ${TEMPLATE_NAMES.join(' | ')}`,
       'compact',
     )
     .action(
-      (o: {
+      async (o: {
         out: string;
         kind: string;
         corpus?: string[];
-        vocabSize: string;
-        minFrequency: string;
+        vocabSize: number;
+        minFrequency: number;
         template: string;
       }) => {
+        const { buildCharTokenizer, saveTokenizer, trainBpeTokenizer } = await import('./build.js');
+        const { Tokenizer } = await import('./tokenizer.js');
         const template = templateOption(o.template);
         let files: ReturnType<typeof buildCharTokenizer>;
         if (o.kind === 'char') {
           files = buildCharTokenizer({ template });
         } else if (o.kind === 'bpe') {
           if (!o.corpus?.length) throw new Error('--kind bpe needs --corpus FILE...');
-          const vocabSize = Number(o.vocabSize);
-          const minFrequency = Number(o.minFrequency);
-          if (!Number.isInteger(minFrequency) || minFrequency < 1) {
-            throw new Error(`--min-frequency must be a positive integer, got ${o.minFrequency}`);
-          }
-          files = trainBpeTokenizer(readCorpus(o.corpus), vocabSize, { template, minFrequency });
+          files = trainBpeTokenizer(readCorpus(o.corpus), o.vocabSize, {
+            template,
+            minFrequency: o.minFrequency,
+          });
         } else {
           throw new Error(`--kind must be char or bpe, got ${o.kind}`);
         }
@@ -108,7 +110,10 @@ export function registerTokenizerCommands(program: Command): void {
     )
     .option('--no-tools', 'render without the python tool schema')
     .option('--tokenizer <dir>', 'tokenizer directory: also print the token count and ids')
-    .action((question: string, o: { template: string; tools: boolean; tokenizer?: string }) => {
+    .action(async (question: string, o: { template: string; tools: boolean; tokenizer?: string }) => {
+      const { Tokenizer } = await import('./tokenizer.js');
+      const { ChatTemplate } = await import('./chat.js');
+      const { PYTHON_TOOL_SCHEMA } = await import('./tools.js');
       const tokenizer = o.tokenizer ? Tokenizer.load(o.tokenizer) : undefined;
       const tpl = ChatTemplate.resolve(o.template, tokenizer);
       const tools = o.tools ? [PYTHON_TOOL_SCHEMA] : undefined;
@@ -125,7 +130,8 @@ export function registerTokenizerCommands(program: Command): void {
     .command('template')
     .description('Print the Jinja source of a shipped chat template (to store as a .jinja file or edit)')
     .argument('<name>', TEMPLATE_NAMES.join(' | '))
-    .action((name: string) => {
+    .action(async (name: string) => {
+      const { ChatTemplate } = await import('./chat.js');
       process.stdout.write(ChatTemplate.named(name).source);
     });
 
@@ -135,7 +141,8 @@ export function registerTokenizerCommands(program: Command): void {
     .requiredOption('--tokenizer <dir>', 'tokenizer directory or tokenizer.json')
     .argument('<text>', 'text to encode')
     .option('--pieces', 'also print each id with its token string', false)
-    .action((text: string, o: { tokenizer: string; pieces: boolean }) => {
+    .action(async (text: string, o: { tokenizer: string; pieces: boolean }) => {
+      const { Tokenizer } = await import('./tokenizer.js');
       const t = Tokenizer.load(o.tokenizer);
       const ids = t.encode(text);
       console.log(JSON.stringify(ids));
@@ -148,7 +155,8 @@ export function registerTokenizerCommands(program: Command): void {
     .requiredOption('--tokenizer <dir>', 'tokenizer directory or tokenizer.json')
     .argument('<ids>', 'e.g. "1,2,3" or "[1, 2, 3]"')
     .option('--skip-special', 'drop special tokens', false)
-    .action((idsText: string, o: { tokenizer: string; skipSpecial: boolean }) => {
+    .action(async (idsText: string, o: { tokenizer: string; skipSpecial: boolean }) => {
+      const { Tokenizer } = await import('./tokenizer.js');
       const parts = idsText
         .replace(/[[\]]/g, ' ')
         .split(/[\s,]+/)

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { initModelDir } from './init-model.js';
+import { positiveInt, seed } from '../cli/options.js';
 import { registerPlanCommand } from './plan.js';
 import { MODEL_PRESETS, type ModelPreset } from './presets.js';
 
@@ -19,29 +19,30 @@ export function registerWorkerCommands(program: Command): void {
       '--tokenizer <dir>',
       "take the vocabulary and special ids from this directory's tokenizer.json + tokenizer_config.json and copy them (default: a new char tokenizer)",
     )
-    .option('--shards <n>', 'write the weights as n HF shards + model.safetensors.index.json', '1')
-    .option('--seed <n>', 'weight initialisation seed', '0')
+    .option(
+      '--shards <n>',
+      'write the weights as n HF shards + model.safetensors.index.json',
+      positiveInt(),
+      1,
+    )
+    .option('--seed <n>', 'weight initialisation seed', seed(), 0)
     .option('--force', 'write into a non-empty directory', false)
     .action(
       async (o: {
         out: string;
         config: string;
         tokenizer?: string;
-        shards: string;
-        seed: string;
+        shards: number;
+        seed: number;
         force: boolean;
       }) => {
-        const seed = Number(o.seed);
-        if (!Number.isInteger(seed) || seed < 0)
-          throw new Error(`--seed must be a non-negative integer, got ${o.seed}`);
-        const shards = Number(o.shards);
-        if (!Number.isInteger(shards) || shards < 1)
-          throw new Error(`--shards must be a positive integer, got ${o.shards}`);
+        const { seed, shards } = o;
         if (!(o.config in MODEL_PRESETS)) {
           throw new Error(
             `--config must be one of ${Object.keys(MODEL_PRESETS).join(', ')}, got ${o.config}`,
           );
         }
+        const { initModelDir } = await import('./init-model.js');
         const info = await initModelDir({
           preset: o.config as ModelPreset,
           out: o.out,

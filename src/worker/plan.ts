@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
+import { float, positiveInt } from '../cli/options.js';
 import type { ModelConfig } from './types.js';
 
 // `rstar2 plan`: memory per rank of training a Qwen2/Qwen3 config, for each precision × sharding, with and
@@ -179,7 +180,7 @@ export function formatPlan(input: PlanInput): string[] {
   out.push(
     '',
     fit.length === 0
-      ? 'nothing fits: more GPUs, fewer tokens per micro-batch (--max-tokens) or a smaller model'
+      ? 'nothing fits: more GPUs, fewer tokens per micro-batch (--max-tokens-per-micro-batch) or a smaller model'
       : `fits with checkpointing and chunked log-probs: ${fit.map((r) => `${r.precision}/${r.sharding}`).join(', ')}`,
     'fsdp-offload keeps shards, gradients and AdamW on the host ("host"); estimates, not measurements (docs/DECISIONS.md)',
   );
@@ -193,40 +194,50 @@ export function registerPlanCommand(program: Command): void {
       'Memory per GPU of training a Qwen2/Qwen3 model: precision × DDP/FSDP, with activation savings',
     )
     .requiredOption('--model <dir>', 'a Hugging Face model directory (its config.json is read)')
-    .requiredOption('--gpus <n>', 'GPUs (ranks) in the job')
-    .requiredOption('--gpu-mem <GiB>', 'memory of one GPU in GiB (e.g. 80)')
-    .requiredOption('--max-tokens <n>', 'tokens in one micro-batch on one rank')
-    .option('--logprob-chunk <n>', 'tokens per chunk of chunked log-probs', '1024')
-    .action((o: { model: string; gpus: string; gpuMem: string; maxTokens: string; logprobChunk: string }) => {
-      const path = join(o.model, 'config.json');
-      let config: Config;
-      try {
-        config = JSON.parse(readFileSync(path, 'utf8'));
-      } catch (e) {
-        throw new Error(`--model: cannot read ${path}: ${(e as Error).message}`);
-      }
-      for (const k of [
-        'vocab_size',
-        'hidden_size',
-        'intermediate_size',
-        'num_hidden_layers',
-        'num_attention_heads',
-      ])
-        if (!(typeof config[k] === 'number' && (config[k] as number) > 0))
-          throw new Error(`${path}: ${k} must be a positive number, got ${JSON.stringify(config[k])}`);
-      const num = (flag: string, v: string) => {
-        const n = Number(v);
-        if (!(Number.isFinite(n) && n > 0))
-          throw new Error(`--${flag} must be a positive number, got '${v}'`);
-        return n;
-      };
-      const lines = formatPlan({
-        config,
-        gpus: num('gpus', o.gpus),
-        gpuMemGiB: num('gpu-mem', o.gpuMem),
-        maxTokens: num('max-tokens', o.maxTokens),
-        logprobChunk: num('logprob-chunk', o.logprobChunk),
-      });
-      console.log(lines.join('\n'));
-    });
+    .requiredOption('--gpus <n>', 'GPUs (ranks) in the job', positiveInt())
+    .requiredOption(
+      '--gpu-mem <GiB>',
+      'memory of one GPU in GiB (e.g. 80)',
+      float({ min: 0, minExclusive: true }),
+    )
+    .requiredOption(
+      '--max-tokens-per-micro-batch <n>',
+      'tokens in one micro-batch on one rank (model.maxTokensPerMicroBatch in a recipe)',
+      positiveInt(),
+    )
+    .option('--logprob-chunk <n>', 'tokens per chunk of chunked log-probs', positiveInt(), 1024)
+    .action(
+      (o: {
+        model: string;
+        gpus: number;
+        gpuMem: number;
+        maxTokensPerMicroBatch: number;
+        logprobChunk: number;
+      }) => {
+        const path = join(o.model, 'config.json');
+        let config: Config;
+        try {
+          config = JSON.parse(readFileSync(path, 'utf8'));
+        } catch (e) {
+          throw new Error(`--model: cannot read ${path}: ${(e as Error).message}`);
+        }
+        for (const k of [
+          'vocab_size',
+          'hidden_size',
+          'intermediate_size',
+          'num_hidden_layers',
+          'num_attention_heads',
+        ])
+          if (!(typeof config[k] === 'number' && (config[k] as number) > 0))
+            throw new Error(`${path}: ${k} must be a positive number, got ${JSON.stringify(config[k])}`);
+        const lines = formatPlan({
+          config,
+          gpus: o.gpus,
+          gpuMemGiB: o.gpuMem,
+          maxTokens: o.maxTokensPerMicroBatch,
+          logprobChunk: o.logprobChunk,
+        });
+        console.log(lines.join('\n'));
+      },
+    );
 }

@@ -28,11 +28,11 @@ function cli(args: string[]) {
   });
 }
 
-test('rstar2 rollout --engine fake runs the loop with the embedded sandbox and writes JSONL', {
+test('rstar2 rollout --engines fake runs the loop with the embedded sandbox and writes JSONL', {
   timeout: 120_000,
 }, () => {
   const out = join(dir, 'traj.jsonl');
-  const r = cli(['--engine', 'fake', '--data', data, '--n', '3', '--out', out]);
+  const r = cli(['--engines', 'fake', '--data', data, '-n', '3', '--out', out]);
   assert.equal(r.status, 0, r.stderr);
   const ts = readJsonl<Trajectory>(out);
   assert.equal(ts.length, 6);
@@ -47,21 +47,25 @@ test('rstar2 rollout --engine fake runs the loop with the embedded sandbox and w
 });
 
 test('rstar2 rollout: --print-config and clear errors for bad input', () => {
-  const pc = cli(['--engine', 'fake', '--data', data, '--out', 'x', '--print-config', '--n', '4']);
+  const pc = cli(['--engines', 'fake', '--data', data, '--out', 'x', '--print-config', '--samples', '4']);
   assert.equal(pc.status, 0, pc.stderr);
   const cfg = JSON.parse(pc.stdout);
   assert.equal(cfg.n, 4);
   assert.equal(cfg.policy, 'auto');
   assert.equal(cfg.maxTurns, 5);
-  const bad = cli(['--engine', 'fake', '--data', data, '--out', 'x', '--policy', 'fastest']);
+  const bad = cli(['--engines', 'fake', '--data', data, '--out', 'x', '--policy', 'fastest']);
   assert.notEqual(bad.status, 0);
   assert.match(
     bad.stderr,
     /--policy must be one of auto, round-robin, least-requests, kv-budget, kv-predict/,
   );
-  const n = cli(['--engine', 'fake', '--data', data, '--out', 'x', '--n', 'lots']);
-  assert.match(n.stderr, /--n must be an integer, got 'lots'/);
-  const nomodel = cli(['--engine', 'http://127.0.0.1:1', '--data', data, '--out', 'x']);
+  const n = cli(['--engines', 'fake', '--data', data, '--out', 'x', '--samples', 'lots']);
+  assert.notEqual(n.status, 0);
+  assert.match(
+    n.stderr,
+    /option '-n, --samples <n>' argument 'lots' is invalid\. Expected a positive integer\./,
+  );
+  const nomodel = cli(['--engines', 'http://127.0.0.1:1', '--data', data, '--out', 'x']);
   assert.match(nomodel.stderr, /prompts need a tokenizer: give --tokenizer PATH .* or --model DIR/);
 });
 

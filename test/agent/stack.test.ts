@@ -94,7 +94,7 @@ test('a failure while opening leaves passed-in parts open and names the problem'
   assert.deepEqual(closed, []);
   await assert.rejects(
     openRolloutStack({ engines: ['embedded'], tokenizer: tokenizerFromFiles(buildCharTokenizer()) }),
-    /--engine embedded needs --model DIR/,
+    /--engines embedded needs --model DIR/,
   );
   await assert.rejects(openRolloutStack({ engines: ['http://127.0.0.1:9'] }), /prompts need a tokenizer/);
 });

@@ -158,7 +158,16 @@ test('dashboard over a run written by `rstar2 train` (fake backend): stages, cur
   const root2 = mkdtempSync(join(tmpdir(), 'rstar2-dash-train-'));
   const r = spawnSync(
     process.execPath,
-    ['bin/rstar2.js', 'train', '--recipe', 'quickstart', '--backend', 'fake', '--out', join(root2, 'qs')],
+    [
+      'bin/rstar2.js',
+      'train',
+      '--recipe',
+      'quickstart',
+      '--policy-backend',
+      'fake',
+      '--out',
+      join(root2, 'qs'),
+    ],
     { encoding: 'utf8', env: { ...process.env, RSTAR2_NO_PROGRESS: '1' } },
   );
   assert.equal(r.status, 0, r.stderr);

@@ -63,13 +63,13 @@ test('rstar2 rollout reads a verl Parquet file', { timeout: 120_000 }, () => {
   const out = join(mkdtempSync(join(tmpdir(), 'rstar2-data-roll-')), 't.jsonl');
   const r = cli(
     'rollout',
-    '--engine',
+    '--engines',
     'fake',
     '--data',
     `${FIX}/verl-arith.parquet`,
     '--limit',
     '2',
-    '--n',
+    '--samples',
     '1',
     '--out',
     out,

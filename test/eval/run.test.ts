@@ -230,7 +230,7 @@ test('CLI: eval with the fake engine, then eval-rescore', { timeout: 60_000 }, (
   const env = { ...process.env, RSTAR2_NO_PROGRESS: '1' };
   const run = (...args: string[]) =>
     spawnSync(process.execPath, ['bin/rstar2.js', ...args], { encoding: 'utf8', env });
-  const a = run('eval', '--engine', 'fake:1', '--data', data, '--k', '2', '--out', out);
+  const a = run('eval', '--engine', 'fake:1', '--data', data, '--samples', '2', '--out', out);
   assert.equal(a.status, 0, a.stderr);
   assert.match(a.stdout, /toy: avg@2 100\.0% {2}pass@2 100\.0% {2}maj@2 100\.0%/);
   const b = run('eval-rescore', out);
@@ -239,8 +239,12 @@ test('CLI: eval with the fake engine, then eval-rescore', { timeout: 60_000 }, (
   const c = run('eval', '--engine', 'fake:1', '--bench', 'toy', '--data', data);
   assert.notEqual(c.status, 0);
   assert.match(c.stderr, /exactly one of --bench NAME or --data FILE/);
-  const e = run('eval', '--engine', 'fake:1', '--data', data, '--k', '0');
-  assert.match(e.stderr, /--k must be an integer/);
+  const e = run('eval', '--engine', 'fake:1', '--data', data, '--samples', '0');
+  assert.notEqual(e.status, 0);
+  assert.match(
+    e.stderr,
+    /option '-n, --samples <n>' argument '0' is invalid\. Expected a positive integer\./,
+  );
   const u = run('eval', '--engine', 'http://127.0.0.1:9', '--data', data, '--out', join(d, 'u'));
   assert.notEqual(u.status, 0);
   assert.match(u.stderr, /prompts need a tokenizer: give --tokenizer PATH/);
@@ -252,7 +256,18 @@ test('CLI: eval --data reads Parquet in the verl layout', { timeout: 60_000 }, (
   const out = join(dir(), 'ev');
   const data = join(import.meta.dirname, '../../data/samples/verl-arith.parquet');
   const env = { ...process.env, RSTAR2_NO_PROGRESS: '1' };
-  const args = ['bin/rstar2.js', 'eval', '--engine', 'fake:1', '--data', data, '--k', '2', '--limit', '5'];
+  const args = [
+    'bin/rstar2.js',
+    'eval',
+    '--engine',
+    'fake:1',
+    '--data',
+    data,
+    '--samples',
+    '2',
+    '--limit',
+    '5',
+  ];
   const r = spawnSync(process.execPath, [...args, '--out', out], { encoding: 'utf8', env });
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout, /verl-arith: avg@2 100\.0% .*\(5 problems, 10 samples/);
@@ -302,7 +317,7 @@ test('CLI: an eval killed with SIGKILL resumes where it stopped', { timeout: 60_
     'fake:1:150',
     '--data',
     data,
-    '--k',
+    '--samples',
     '4',
     '--concurrency',
     '1',

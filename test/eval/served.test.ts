@@ -75,7 +75,7 @@ test('eval over a served SGLang-API engine with real tool calls', { skip, timeou
       '--tokenizer',
       join(d, 'tok'),
     ];
-    args.push('--data', data, '--k', '2', '--out', out, '--max-tokens', '4096');
+    args.push('--data', data, '--samples', '2', '--out', out, '--max-response-tokens', '4096');
     const child = spawn(process.execPath, args, { env: { ...process.env, RSTAR2_NO_PROGRESS: '1' } });
     let stdout = '';
     let stderr = '';

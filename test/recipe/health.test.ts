@@ -251,7 +251,7 @@ test('rstar2 train --strict-health exits 3 with the reason; --seed is validated'
     }),
   );
   const bin = join(import.meta.dirname, '../../bin/rstar2.js');
-  const args = ['train', '--recipe', file, '--backend', 'fake', '--strict-health', '--seed', '5'];
+  const args = ['train', '--recipe', file, '--policy-backend', 'fake', '--strict-health', '--seed', '5'];
   const r = spawnSync(process.execPath, [bin, ...args, '--out', join(dir, 'run')], {
     encoding: 'utf8',
     env: { ...process.env, RSTAR2_NO_PROGRESS: '1' },
@@ -270,5 +270,8 @@ test('rstar2 train --strict-health exits 3 with the reason; --seed is validated'
     encoding: 'utf8',
   });
   assert.notEqual(bad.status, 0);
-  assert.match(bad.stderr, /--seed must be an integer/);
+  assert.match(
+    bad.stderr,
+    /option '--seed <n>' argument 'x' is invalid\. Expected an integer from 0 to 2147483647\./,
+  );
 });

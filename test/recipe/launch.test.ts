@@ -106,7 +106,7 @@ test('rstar2 train names a bad layout before starting anything', () => {
     assert.match(run('--nnodes', '2').stderr, /--nnodes 2 needs --master ADDR:PORT/);
     assert.match(
       run('--nproc-per-node', 'two').stderr,
-      /--nproc-per-node must be a non-negative integer, got 'two'/,
+      /option '--nproc-per-node <n>' argument 'two' is invalid. Expected a positive integer./,
     );
   } finally {
     rmSync(dir, { recursive: true, force: true });

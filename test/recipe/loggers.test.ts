@@ -405,7 +405,7 @@ test('a bad logger name is rejected with the names to choose from; wandb stops b
   assert.match(bad.stderr, /--logger: unknown tensorbord \(choose from jsonl, tensorboard, wandb\)/);
   const ok = cli('--logger', 'tensorboard', '--print-config');
   assert.deepEqual(JSON.parse(ok.stdout).logger, ['jsonl', 'tensorboard']);
-  const wandb = cli('--logger', 'wandb', '--backend', 'fake', '--out', join(dir, 'run'));
+  const wandb = cli('--logger', 'wandb', '--policy-backend', 'fake', '--out', join(dir, 'run'));
   assert.equal(wandb.status, 1);
   assert.match(wandb.stderr, /logger wandb: .*offline.*wandb sync --sync-tensorboard/s);
   assert.ok(!existsSync(join(dir, 'run')), 'nothing trained');

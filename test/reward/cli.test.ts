@@ -43,7 +43,7 @@ test('rstar2 verify writes each line back with correct and reason', { timeout: 6
   );
   assert.equal(typeof rows[1].reason, 'string');
   assert.equal(rows[0].extracted, '\\frac{1}{2}');
-  const lenient = run(['verify', file, '--profile', 'lenient']);
+  const lenient = run(['verify', file, '--verify-profile', 'lenient']);
   assert.equal(JSON.parse(lenient.stdout.trim().split('\n')[2]).correct, true);
   const ex = run(['verify', file, '--extract-only']);
   assert.deepEqual(
@@ -92,8 +92,11 @@ test('rstar2 verify: bad input gets a clear error', { timeout: 60_000 }, () => {
   const r = run(['verify', file]);
   assert.notEqual(r.status, 0);
   assert.match(r.stderr, /bad\.jsonl:1: missing "gold"/);
-  const p = run(['verify', file, '--profile', 'loose']);
-  assert.match(p.stderr, /--profile must be one of integer, strict, lenient, reference \(got "loose"\)/);
+  const p = run(['verify', file, '--verify-profile', 'loose']);
+  assert.match(
+    p.stderr,
+    /--verify-profile must be one of integer, strict, lenient, reference \(got "loose"\)/,
+  );
   const m = run(['verify', join(dir, 'none.jsonl')]);
   assert.match(m.stderr, /file not found/);
 });

@@ -36,7 +36,8 @@ async function run(
   try {
     await w.init(TEST_CONFIG, 4);
     const stats = [];
-    for (let i = 0; i < 2; i++) stats.push(await w.trainStep(batch, { lr: 1e-2, microBatchTokens: 12, ...memory }));
+    for (let i = 0; i < 2; i++)
+      stats.push(await w.trainStep(batch, { lr: 1e-2, microBatchTokens: 12, ...memory }));
     return { stats, lp: (await w.logprobs(probe)).map((r) => r.logprobs) };
   } finally {
     await w.close();

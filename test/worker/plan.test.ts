@@ -70,15 +70,42 @@ test('rstar2 plan reads config.json, prints the table and names bad input', () =
     writeFileSync(join(dir, 'q14', 'config.json'), JSON.stringify(q14));
     const run = (...args: string[]) =>
       spawnSync(process.execPath, ['bin/rstar2.js', 'plan', ...args], { encoding: 'utf8' });
-    const ok = run('--model', join(dir, 'q14'), '--gpus', '8', '--gpu-mem', '80', '--max-tokens', '8192');
+    const ok = run(
+      '--model',
+      join(dir, 'q14'),
+      '--gpus',
+      '8',
+      '--gpu-mem',
+      '80',
+      '--max-tokens-per-micro-batch',
+      '8192',
+    );
     assert.equal(ok.status, 0, ok.stderr);
     assert.match(ok.stdout, /qwen3: 14\.77B parameters; 8 GPU\(s\) × 80 GiB/);
     assert.match(ok.stdout, /fp32 +ddp +55\.0 +55\.0 +110\.0 +0\.0 +220\.1 \|/);
     assert.match(ok.stdout, /fits with checkpointing and chunked log-probs: .*bf16-mixed\/fsdp/);
-    const bad = run('--model', join(dir, 'q14'), '--gpus', 'x', '--gpu-mem', '80', '--max-tokens', '8192');
+    const bad = run(
+      '--model',
+      join(dir, 'q14'),
+      '--gpus',
+      'x',
+      '--gpu-mem',
+      '80',
+      '--max-tokens-per-micro-batch',
+      '8192',
+    );
     assert.notEqual(bad.status, 0);
-    assert.match(bad.stderr, /--gpus must be a positive number, got 'x'/);
-    const none = run('--model', join(dir, 'nope'), '--gpus', '1', '--gpu-mem', '80', '--max-tokens', '1');
+    assert.match(bad.stderr, /option '--gpus <n>' argument 'x' is invalid. Expected a positive integer./);
+    const none = run(
+      '--model',
+      join(dir, 'nope'),
+      '--gpus',
+      '1',
+      '--gpu-mem',
+      '80',
+      '--max-tokens-per-micro-batch',
+      '1',
+    );
     assert.match(none.stderr, /--model: cannot read .*nope\/config.json/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
