@@ -143,8 +143,13 @@ async function masterOf(o: WorkerStartOptions): Promise<Master> {
 
 function processEnv(o: WorkerStartOptions, rank: Record<string, string>): NodeJS.ProcessEnv {
   const threads = o.threads ?? 2;
+  // libgomp's idle threads spin 300k rounds before they sleep, so beside any other busy process on the same
+  // cores (a second run, an eval, CI) each step waits on spinning peers: 4-28x slower. A short spin costs
+  // nothing alone and 1.3x beside a second worker (bench/worker-contention.ts).
+  const spin = process.env.GOMP_SPINCOUNT || process.env.OMP_WAIT_POLICY ? {} : { GOMP_SPINCOUNT: '1000' };
   return {
     ...process.env,
+    ...spin,
     ...o.env,
     PYTHONPATH: [resolve(PYTHON_DIR), o.env?.PYTHONPATH ?? process.env.PYTHONPATH].filter(Boolean).join(':'),
     RSTAR2_THREADS: String(threads),
