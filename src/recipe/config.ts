@@ -120,6 +120,12 @@ const SftStage = z
           .describe(
             "'tool': the loss over held-out examples that call a tool (the skill an agent needs before RL)",
           ),
+        restoreBest: z
+          .boolean()
+          .default(false)
+          .describe(
+            'at the cap without the gate, go on from the best held-out check (exact if the gate has it, else loss) instead of the last step; each new best is checkpointed',
+          ),
       })
       .strict()
       .refine((g) => g.loss != null || g.exact != null, { message: 'a gate needs loss, exact or both' })

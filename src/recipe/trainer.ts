@@ -276,7 +276,10 @@ export class Trainer {
       for (let i = state?.stageIndex ?? 0; i < this.recipe.stages.length; i++) {
         const stage = this.recipe.stages[i];
         const start = state && i === state.stageIndex ? state.step : 0;
-        if (start >= stage.steps) continue; // done, or a stage switched off with steps: 0
+        // done, or a stage switched off with steps: 0; a capped stage that was to go back to its best check
+        // and was killed before it did still does
+        const capped = stage.type === 'sft' && stage.gate?.restoreBest;
+        if (start >= stage.steps && !capped) continue;
         if (state?.stageDone && i === state.stageIndex) continue;
         this.health.resetStage();
         if (start === 0 && i > 0 && stage.optimizer === 'fresh') {
@@ -343,6 +346,24 @@ export class Trainer {
       );
     const demos = gate ? all.slice(0, all.length - gate.heldout) : all;
     let best: HeldoutScore = { loss: Number.POSITIVE_INFINITY, exact: 0 };
+    let bestStep = 0; // the step of the best check by the gate's own measure (exact if it has one)
+    const better = (a: HeldoutScore, b: HeldoutScore) =>
+      gate?.exact != null ? a.exact > b.exact : a.loss < b.loss;
+    if (gate && start > 0) {
+      // a resumed stage picks up the checks it made before (metrics.jsonl is cut back to the checkpoint)
+      const done = readJsonlTolerant<{
+        stage: string;
+        step: number;
+        heldout_loss?: number;
+        heldout_exact?: number;
+      }>(join(this.runDir, 'metrics.jsonl'));
+      for (const r of done)
+        if (r.stage === stage.name && r.step <= start && r.heldout_loss !== undefined) {
+          const score = { loss: r.heldout_loss, exact: r.heldout_exact ?? 0 };
+          if (better(score, best)) bestStep = r.step;
+          best = { loss: Math.min(best.loss, score.loss), exact: Math.max(best.exact, score.exact) };
+        }
+    }
     const bar = new Progress(
       `${stage.name}`,
       stage.steps,
@@ -369,14 +390,26 @@ export class Trainer {
       };
       const warnings = sftLossWarning(stage.name, step, st.loss);
       let passed = false;
+      let bestCheckpoint = false;
       if (gate && (step % gate.every === 0 || step === stage.steps)) {
         const score = await this.backend.sftHeldout(heldout);
         record.heldout_loss = round(score.loss);
         record.heldout_exact = round(score.exact);
+        const improved = better(score, best);
+        if (improved) bestStep = step;
         best = { loss: Math.min(best.loss, score.loss), exact: Math.max(best.exact, score.exact) };
         passed = gatePassed(gate, score);
         if (passed) record.gate = 'reached';
         else if (step === stage.steps) warnings.push(gateWarning(stage.name, step, best, gate));
+        // the best weights must exist on disk if the stage is to go back to them at its cap
+        if (
+          gate.restoreBest &&
+          improved &&
+          !passed &&
+          step % stage.checkpointEvery !== 0 &&
+          step < stage.steps
+        )
+          bestCheckpoint = true;
       }
       this.warn(warnings, record);
       appendJsonl(join(this.runDir, 'metrics.jsonl'), [record]);
@@ -390,10 +423,30 @@ export class Trainer {
         await this.checkpoint(stageIndex, stage, step, true);
         return;
       }
-      if (step % stage.checkpointEvery === 0 || step === stage.steps)
+      if (step % stage.checkpointEvery === 0 || step === stage.steps || bestCheckpoint)
         await this.checkpoint(stageIndex, stage, step);
     }
     bar.finish();
+    if (gate?.restoreBest && bestStep > 0 && bestStep < stage.steps)
+      await this.restoreBest(stageIndex, stage, bestStep);
+  }
+
+  /** A capped stage goes on from its best check: those weights become the stage's result and what a resume loads. */
+  private async restoreBest(stageIndex: number, stage: Stage, bestStep: number): Promise<void> {
+    const rel = join('checkpoints', `${stage.name}-step-${pad(bestStep)}`);
+    await this.backend.load(join(this.runDir, rel));
+    const state: RunState = {
+      stageIndex,
+      stage: stage.name,
+      step: stage.steps,
+      checkpoint: rel,
+      time: new Date().toISOString(),
+      stageDone: true,
+    };
+    writeAtomic(join(this.runDir, 'state.json'), JSON.stringify(state, null, 2) + '\n');
+    this.log(
+      `[gate] ${stage.name}: not reached by the cap; going on from the best check, step ${bestStep} (${rel})`,
+    );
   }
 
   async evaluate(stage: string, step: number): Promise<number> {

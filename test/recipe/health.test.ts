@@ -16,7 +16,7 @@ process.env.RSTAR2_NO_PROGRESS = '1';
 const quiet = { log: () => {}, progress: false };
 
 interface Opts {
-  gate?: { loss?: number; exact?: number; every?: number; heldout?: number } | null;
+  gate?: { loss?: number; exact?: number; every?: number; heldout?: number; restoreBest?: boolean } | null;
   sftSteps?: number;
   rlSteps?: number;
   rlLr?: number;
@@ -148,6 +148,75 @@ test('a gate not reached by the step cap warns; strict health stops the run afte
   await assert.rejects(st.run(), (e: unknown) => e instanceof HealthError && /not reached/.test(e.message));
   assert.deepEqual([readState(strictDir)?.stage, readState(strictDir)?.step], ['sft', 20]);
   assert.equal(metrics(strictDir).filter((r) => r.stage === 'rl').length, 0);
+});
+
+// Held-out exact peaks after 15 SFT steps and falls after (as seed 4 of the quickstart did); it records the
+// SFT steps behind the weights RL starts from, and can die at a chosen SFT step or at the first RL step.
+class Peaking extends FakeBackend {
+  rlStartsAt?: number;
+  constructor(private dieAt?: number | 'rl' | 'load') {
+    super();
+  }
+  override async load(dir: string) {
+    if (this.dieAt === 'load') throw new Error('simulated kill');
+    return super.load(dir);
+  }
+  override async sftHeldout() {
+    return { loss: 0.5, exact: 0.5 - Math.abs(this.p.steps - 15) * 0.01 };
+  }
+  override async sftStep(e: Parameters<FakeBackend['sftStep']>[0], o: { lr: number }) {
+    if (this.p.steps + 1 === this.dieAt) throw new Error('simulated kill');
+    return super.sftStep(e, o);
+  }
+  override async grpoStep(items: Parameters<FakeBackend['grpoStep']>[0], o: { lr: number }) {
+    if (this.dieAt === 'rl') throw new Error('simulated kill');
+    this.rlStartsAt ??= this.p.steps;
+    return super.grpoStep(items, o);
+  }
+}
+
+test('restoreBest: a stage capped without its gate goes on from its best check, also across kills', async () => {
+  const gate = { exact: 0.9, every: 5, restoreBest: true };
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-best-'));
+  const b = new Peaking();
+  await new Trainer(recipe({ gate }), dir, b, quiet).run();
+  assert.equal(b.rlStartsAt, 15); // not 40: the weights of step 15, checkpointed off the every-10 grid
+  assert.ok(codes(dir).includes('sft_gate_not_reached'));
+  const plain = new Peaking();
+  await new Trainer(
+    recipe({ gate: { ...gate, restoreBest: false } }),
+    mkdtempSync(join(tmpdir(), 'rstar2-last-')),
+    plain,
+    quiet,
+  ).run();
+  assert.equal(plain.rlStartsAt, 40);
+
+  // killed at the first RL step: the resume loads the best weights, not the cap's
+  const dir2 = mkdtempSync(join(tmpdir(), 'rstar2-best-rl-'));
+  await assert.rejects(new Trainer(recipe({ gate }), dir2, new Peaking('rl'), quiet).run(), /simulated kill/);
+  assert.deepEqual(readState(dir2), { ...readState(dir2), stage: 'sft', step: 40, stageDone: true });
+  const resumed = new Peaking();
+  await new Trainer(recipe({ gate }), dir2, resumed, quiet).run(true);
+  assert.equal(resumed.rlStartsAt, 15);
+
+  // killed between the cap's checkpoint and going back: the resume still goes back
+  const dir4 = mkdtempSync(join(tmpdir(), 'rstar2-best-cap-'));
+  await assert.rejects(
+    new Trainer(recipe({ gate }), dir4, new Peaking('load'), quiet).run(),
+    /simulated kill/,
+  );
+  assert.deepEqual([readState(dir4)?.step, readState(dir4)?.stageDone], [40, undefined]);
+  const back = new Peaking();
+  await new Trainer(recipe({ gate }), dir4, back, quiet).run(true);
+  assert.equal(back.rlStartsAt, 15);
+
+  // killed mid-stage after the peak: the resumed stage remembers its best check from metrics.jsonl
+  const dir3 = mkdtempSync(join(tmpdir(), 'rstar2-best-sft-'));
+  await assert.rejects(new Trainer(recipe({ gate }), dir3, new Peaking(23), quiet).run(), /simulated kill/);
+  assert.equal(readState(dir3)?.step, 20);
+  const again = new Peaking();
+  await new Trainer(recipe({ gate }), dir3, again, quiet).run(true);
+  assert.equal(again.rlStartsAt, 15);
 });
 
 // A policy that never calls the tool and never answers right: every group is all-wrong.
