@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import { loadRecipe, parseRecipe } from '../../src/recipe/config.js';
 import { dryRun, memoryPlan, parameterCount } from '../../src/recipe/dry-run.js';
 import { MODEL_PRESETS } from '../../src/worker/presets.js';
+import { QWEN3_14B } from '../worker/helpers.js';
 
 const SAMPLES = join(import.meta.dirname, '../../data/samples');
 const tmp = () => mkdtempSync(join(tmpdir(), 'rstar2-dry-'));
@@ -37,19 +38,7 @@ test('the memory plan counts parameters as the worker builds them', () => {
   const small3 = { ...MODEL_PRESETS['tiny-qwen3'], vocab_size: 1000, tie_word_embeddings: false };
 
   assert.equal(parameterCount(small3), 226_688);
-  // Qwen3-14B's published config: 14.8B parameters
-  const q14 = {
-    ...tiny,
-    model_type: 'qwen3',
-    vocab_size: 151936,
-    hidden_size: 5120,
-    intermediate_size: 17408,
-    num_hidden_layers: 40,
-    num_attention_heads: 40,
-    num_key_value_heads: 8,
-    head_dim: 128,
-    tie_word_embeddings: false,
-  };
+  const q14 = QWEN3_14B; // published size 14.8B
   assert.ok(Math.abs(parameterCount(q14) / 1e9 - 14.77) < 0.01, String(parameterCount(q14)));
   assert.match(memoryPlan(q14).join('\n'), /= 220\.\d GiB \(fp32, one replica\)/);
 });

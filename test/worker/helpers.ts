@@ -4,6 +4,19 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import type { ModelConfig, SamplingParams } from '../../src/worker/index.js';
 
+// Qwen3-14B's config.json as Hugging Face publishes it (Qwen/Qwen3-14B); published size 14.8B.
+export const QWEN3_14B: ModelConfig = {
+  model_type: 'qwen3',
+  vocab_size: 151936,
+  hidden_size: 5120,
+  intermediate_size: 17408,
+  num_hidden_layers: 40,
+  num_attention_heads: 40,
+  num_key_value_heads: 8,
+  head_dim: 128,
+  tie_word_embeddings: false,
+};
+
 // Small enough that every test step takes milliseconds; GQA (4 heads, 2 kv) and untied head exercised.
 export const TEST_CONFIG: ModelConfig = {
   model_type: 'qwen2',

@@ -5,19 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { activationBytes, parameterCount, plan } from '../../src/worker/plan.js';
+import { QWEN3_14B } from './helpers.js';
 
-// Qwen3-14B's config.json (Hugging Face, Qwen/Qwen3-14B); published size 14.8B
-const q14 = {
-  model_type: 'qwen3',
-  vocab_size: 151936,
-  hidden_size: 5120,
-  intermediate_size: 17408,
-  num_hidden_layers: 40,
-  num_attention_heads: 40,
-  num_key_value_heads: 8,
-  head_dim: 128,
-  tie_word_embeddings: false,
-};
+const q14 = QWEN3_14B;
 
 // by hand: embeddings + head 2 × 151936 × 5120 = 1,555,824,640; a layer = q 5120² + k,v 2 × 5120 × 1024 +
 // o 5120² + MLP 3 × 5120 × 17408 + 2 norms × 5120 + q/k norms 2 × 128 = 330,311,936; final norm 5120
