@@ -77,8 +77,22 @@ function summarise(run: string) {
     .map((s: Rec) => {
       const rows = m.filter((r) => r.stage === s.name);
       const last = rows[rows.length - 1] ?? {};
-      const gate = s.gate ? (rows.some((r) => r.gate === 'reached') ? `@${last.step}` : 'MISSED') : '-';
-      const check = rows.filter((r) => r.heldout_loss !== undefined).pop();
+      const checks = rows.filter((r) => r.heldout_loss !== undefined);
+      const best = checks.reduce(
+        (a: Rec | undefined, r) => (a && a.heldout_exact >= r.heldout_exact ? a : r),
+        undefined,
+      );
+      const reached = rows.some((r) => r.gate === 'reached');
+      // a capped stage with restoreBest goes on from its best check: that is what RL starts from
+      const restored = !reached && s.gate?.restoreBest && best;
+      const check = restored ? best : checks.pop();
+      const gate = !s.gate
+        ? '-'
+        : reached
+          ? `@${last.step}`
+          : restored
+            ? `MISSED, best @${best.step}`
+            : 'MISSED';
       return {
         stage: s.name,
         steps: last.step ?? 0,
