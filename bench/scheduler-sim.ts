@@ -209,6 +209,9 @@ interface EngineState {
   stepping: boolean;
   ratio: number;
   busyMs: number;
+  kvMs: number; // resident KV tokens × step ms: time-weighted fill
+  batchMs: number;
+  prefillMs: number;
   retractions: number;
   evictions: number;
   reprefilled: number;
@@ -219,6 +222,9 @@ interface Result {
   makespan: number;
   tail: number; // seconds from the 90 % finish to the last
   idle: number;
+  fill: number; // mean resident KV over capacity while stepping
+  batch: number; // mean running batch while stepping
+  prefillS: number; // engine seconds spent prefilling, all engines
   retractions: number;
   evictions: number;
   reprefilled: number;
@@ -238,6 +244,9 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
     stepping: false,
     ratio: RATIO_INIT,
     busyMs: 0,
+    kvMs: 0,
+    batchMs: 0,
+    prefillMs: 0,
     retractions: 0,
     evictions: 0,
     reprefilled: 0,
@@ -397,12 +406,12 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
     }
     e.stepping = true;
     e.ratio = Math.max(RATIO_MIN, e.ratio - RATIO_DECAY);
-    const ms =
-      R.stepBaseMs +
-      R.kvMsPerToken * e.residentSum +
-      R.seqMs * e.running.length +
-      (prefill > 0 ? R.prefillBaseMs + R.prefillMsPerToken * prefill : 0);
+    const prefillMs = prefill > 0 ? R.prefillBaseMs + R.prefillMsPerToken * prefill : 0;
+    const ms = R.stepBaseMs + R.kvMsPerToken * e.residentSum + R.seqMs * e.running.length + prefillMs;
     e.busyMs += ms;
+    e.kvMs += e.residentSum * ms;
+    e.batchMs += e.running.length * ms;
+    e.prefillMs += prefillMs;
     ev.push(now + ms, () => {
       const still: Traj[] = [];
       for (const t of e.running) {
@@ -477,6 +486,9 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
     makespan: now / 1000,
     tail: (now - p90) / 1000,
     idle: engines.reduce((a, e) => a + (1 - e.busyMs / now), 0) / N,
+    fill: engines.reduce((a, e) => a + e.kvMs / e.busyMs / C, 0) / N,
+    batch: engines.reduce((a, e) => a + e.batchMs / e.busyMs, 0) / N,
+    prefillS: engines.reduce((a, e) => a + e.prefillMs, 0) / 1000,
     retractions: engines.reduce((a, e) => a + e.retractions, 0),
     evictions: engines.reduce((a, e) => a + e.evictions, 0),
     reprefilled: engines.reduce((a, e) => a + e.reprefilled, 0),
@@ -531,7 +543,8 @@ for (const name of regimeNames) {
         `${(R.seqMs * 1000).toFixed(0)} µs/seq (weights ÷ full KV ${(R.stepBaseMs / (R.kvMsPerToken * R.capacity)).toFixed(2)}), budget ${budget}`,
     );
     console.log(
-      'policy          makespan_s       ×static      tail_s       idle        retract      evict        re-prefilled',
+      'policy          makespan_s       ×static      tail_s       idle        retract      evict        re-prefilled' +
+        '    kv fill      batch     prefill_s',
     );
     for (const [k, p] of POLS.entries()) {
       const rs = runs.map((r) => r[k]);
@@ -555,7 +568,16 @@ for (const name of regimeNames) {
             rs.map((r) => r.evictions),
             0,
           ).padStart(11)}  ` +
-          `${kiloRange(rs.map((r) => r.reprefilled)).padStart(14)}`,
+          `${kiloRange(rs.map((r) => r.reprefilled)).padStart(14)}  ${range(
+            rs.map((r) => r.fill),
+            2,
+          ).padStart(9)}  ${range(
+            rs.map((r) => r.batch),
+            0,
+          ).padStart(9)}  ${range(
+            rs.map((r) => r.prefillS),
+            1,
+          ).padStart(12)}`,
       );
     }
     const pi = POLS.indexOf('kv-predict');
