@@ -109,14 +109,17 @@ function chartOptions(rec, spec) {
     const y = rec.stacked ? rec.raw[si][i] : v;
     return opts.percent ? pct(y) : fmt(y);
   };
-  const range =
-    opts.zero || opts.stacked
-      ? (_u, lo, hi) => uPlot.rangeNum(Math.min(0, lo ?? 0), Math.max(0, hi ?? 0), 0.1, true)
-      : undefined;
+  const range = (_u, lo, hi) => {
+    if (lo == null || hi == null) return [0, 1];
+    if (opts.zero || opts.stacked) [lo, hi] = [Math.min(0, lo), Math.max(0, hi)];
+    // a flat series gets a band around it (uPlot's own range for all zeros is 0..100)
+    const pad = Math.abs(lo) * 0.1 || 1;
+    return lo === hi ? [lo - pad, hi + pad] : uPlot.rangeNum(lo, hi, 0.1, true);
+  };
   return {
     width: rec.plot.clientWidth,
     height: 190,
-    scales: { x: { time: false }, y: range ? { range } : {} },
+    scales: { x: { time: false }, y: { range } },
     cursor: { sync: { key: 'steps', scales: ['x', null] } },
     axes: [
       { incrs: STEP_INCRS },
