@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createRequire } from 'node:module';
 import { resolve } from 'node:path';
 import {
   baseUrl,
@@ -21,17 +22,28 @@ import {
   type TrajFilter,
 } from './data.js';
 
-// A read-only local web server over run/eval directories: one HTML page (static/app.js draws inline
-// SVG charts) and a small JSON API the page polls for live updates. Only directories found under
+// A read-only local web server over run/eval directories: one HTML page (static/app.js, charts drawn
+// with uPlot served from node_modules, so it works offline) and a small JSON API the page polls for live updates. Only directories found under
 // --runs are reachable; names from the client are looked up, never joined into paths. Every request
 // passes the shared guard (util/http-guard.ts: Host, Origin, optional token) first.
 
 const STATIC = new URL('./static/', import.meta.url);
+const JS = 'text/javascript; charset=utf-8';
+const CSS = 'text/css; charset=utf-8';
+// uPlot through the package resolver: a checkout, dist/ and an installed package each find their own
+// node_modules (uplot is a dependency, installed next to rstar2).
+const uplot = (file: string) => createRequire(import.meta.url).resolve(`uplot/dist/${file}`);
+const FILES = new Map<string, [URL | string, string]>([
+  ['/static/app.js', [new URL('app.js', STATIC), JS]],
+  ['/static/style.css', [new URL('style.css', STATIC), CSS]],
+  ['/static/uPlot.iife.min.js', [uplot('uPlot.iife.min.js'), JS]],
+  ['/static/uPlot.min.css', [uplot('uPlot.min.css'), CSS]],
+]);
 
 function page(root: string, pollMs: number): string {
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>rstar2 dashboard</title><link rel="stylesheet" href="/static/style.css"></head>
+<title>rstar2 dashboard</title><link rel="stylesheet" href="/static/uPlot.min.css"><link rel="stylesheet" href="/static/style.css"></head>
 <body data-poll-ms="${pollMs}">
 <header><h1>rstar2 dashboard</h1><span class="root">${escapeHtml(root)}</span><span id="live" class="live">connecting…</span></header>
 <div id="app">
@@ -45,7 +57,7 @@ function page(root: string, pollMs: number): string {
 <div class="toolbar"><select id="traj-file" aria-label="trajectory file"></select><div class="filters" id="filters"></div></div>
 <div class="split"><ul id="traj-list"></ul><div id="traj-detail"></div></div></section>
 </main></div>
-<script src="/static/app.js"></script></body></html>`;
+<script src="/static/uPlot.iife.min.js"></script><script src="/static/app.js"></script></body></html>`;
 }
 
 function escapeHtml(s: string): string {
@@ -115,14 +127,12 @@ function handle(root: string, pollMs: number, guard: Guard, req: IncomingMessage
   const json = (x: unknown) => send(res, 200, 'application/json', JSON.stringify(x));
   try {
     if (req.method !== 'GET') return send(res, 405, 'text/plain', 'GET only');
+    const file = FILES.get(url.pathname);
+    if (file) return send(res, 200, file[1], readFileSync(file[0]));
     switch (url.pathname) {
       case '/':
       case '/index.html':
         return send(res, 200, 'text/html; charset=utf-8', page(root, pollMs));
-      case '/static/app.js':
-        return send(res, 200, 'text/javascript; charset=utf-8', readFileSync(new URL('app.js', STATIC)));
-      case '/static/style.css':
-        return send(res, 200, 'text/css; charset=utf-8', readFileSync(new URL('style.css', STATIC)));
       case '/favicon.ico':
         res.writeHead(204).end();
         return;

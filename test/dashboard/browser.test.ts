@@ -57,22 +57,26 @@ after(async () => {
 
 const jsErrors = () => (page as unknown as { jsErrors: string[] }).jsErrors;
 
+// The page's chart registry (a global of app.js): id → {u: the uPlot instance, …}.
+const plot = (id: string) => `charts.get(${JSON.stringify(id)}).u`;
+const legend = (page: Page, id: string, part: 'label' | 'value') =>
+  page.$$eval(`[data-chart="${id}"] .u-legend tr.u-series .u-${part}`, (els) =>
+    els.map((e) => e.textContent ?? ''),
+  );
+
 test('dashboard renders training curves, RoC table and a trajectory', { skip, timeout: 90_000 }, async () => {
   await page.goto(dash.url);
-  await page.waitForSelector('#charts .chart svg polyline.series');
+  await page.waitForSelector('#charts [data-chart="reward"] .uplot canvas');
   const charts = await page.$$eval('#charts .chart', (els) => els.map((e) => e.getAttribute('data-chart')));
   for (const c of ['reward', 'accuracy', 'tool_error', 'length', 'time', 'roc', 'roc_groups']) {
     assert.ok(charts.includes(c), `chart ${c} missing (have ${charts.join(', ')})`);
   }
-  const rewardPoints = await page.$eval('[data-chart="reward"] polyline.series', (e) =>
-    e.getAttribute('data-n'),
-  );
-  assert.equal(rewardPoints, '24');
-  const heldOut = await page.$eval('[data-chart="accuracy"] polyline[data-name="held-out"]', (e) =>
-    e.getAttribute('data-n'),
-  );
-  assert.equal(heldOut, '2');
-  assert.equal(await page.locator('[data-chart="time"] polygon').count(), 3); // stacked rollout/reward/update
+  assert.equal(await page.locator('#charts .chart .uplot canvas').count(), charts.length);
+  assert.deepEqual(await page.evaluate(`${plot('reward')}.data[1].filter((v) => v != null).length`), 24);
+  assert.deepEqual(await legend(page, 'accuracy', 'label'), ['step', 'train accuracy', 'held-out']);
+  assert.equal(await page.evaluate(`${plot('accuracy')}.data[2].filter((v) => v != null).length`), 2);
+  assert.deepEqual(await legend(page, 'time', 'label'), ['step', 'rollout', 'reward', 'update']);
+  assert.equal(await page.evaluate(`${plot('time')}.bands.length`), 2); // stacked rollout/reward/update
   assert.equal(await page.locator('#roc tbody tr').count(), 24);
 
   // trajectory viewer: the newest step file, first trajectory, with every turn part
@@ -111,17 +115,81 @@ test('dashboard renders training curves, RoC table and a trajectory', { skip, ti
   assert.deepEqual(jsErrors(), []);
 });
 
+test('charts: hover shows every series in the legend, across panels; legend toggles; drag zooms', {
+  skip,
+  timeout: 60_000,
+}, async () => {
+  await page.goto(dash.url);
+  await page.waitForSelector('[data-chart="reward"] .uplot canvas');
+  const over = page.locator('[data-chart="reward"] .u-over');
+  const box = await over.boundingBox();
+  assert.ok(box);
+  await over.hover({ position: { x: box.width / 2, y: box.height / 2 } });
+  await page.waitForFunction(
+    `document.querySelector('[data-chart="reward"] .u-legend tr.u-series .u-value').textContent !== '–'`,
+  );
+  const [stepText, reward] = await legend(page, 'reward', 'value');
+  const step = Number(stepText);
+  assert.ok(step > 1 && step < 24, stepText);
+  assert.ok(Math.abs(Number(reward) - metricLine(step).reward_mean) < 1e-3, `${reward} at step ${step}`);
+  // the cursor follows on the other panels: same step, each series' own value (not the stacked sum)
+  const [accStep, acc] = await legend(page, 'accuracy', 'value');
+  assert.equal(accStep, stepText);
+  assert.equal(acc, `${(100 * metricLine(step).accuracy).toFixed(1)}%`);
+  const time = await legend(page, 'time', 'value');
+  assert.deepEqual(time.slice(1).map(Number), [metricLine(step).time_rollout_s, 2, 12]);
+
+  // a legend click hides a series; a stacked chart restacks the rest
+  const rollout = page.locator('[data-chart="time"] .u-legend tr.u-series').nth(1);
+  assert.equal(await page.evaluate(`${plot('time')}.data[2][0]`), 31 + 2);
+  await rollout.click();
+  assert.equal(await page.evaluate(`${plot('time')}.series[1].show`), false);
+  assert.match((await rollout.getAttribute('class')) ?? '', /u-off/);
+  assert.equal(await page.evaluate(`${plot('time')}.data[2][0]`), 2);
+  await rollout.click();
+  assert.equal(await page.evaluate(`${plot('time')}.data[2][0]`), 31 + 2);
+
+  // drag to zoom (every panel follows), double-click to reset
+  const scaleX = (id: string) => page.evaluate(`[${plot(id)}.scales.x.min, ${plot(id)}.scales.x.max]`);
+  assert.deepEqual(await scaleX('reward'), [1, 24]);
+  const y = box.y + box.height / 2;
+  await page.mouse.move(box.x + box.width * 0.25, y);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.6, y, { steps: 5 });
+  await page.mouse.up();
+  const [lo, hi] = (await scaleX('reward')) as number[];
+  assert.ok(lo > 4 && hi < 16 && lo < hi, `zoomed to ${lo}..${hi}`);
+  assert.deepEqual(await scaleX('accuracy'), [lo, hi]);
+  await page.mouse.dblclick(box.x + box.width / 2, y);
+  assert.deepEqual(await scaleX('reward'), [1, 24]);
+  assert.deepEqual(await scaleX('accuracy'), [1, 24]);
+  assert.deepEqual(jsErrors(), []);
+});
+
 test('dashboard updates live as training appends metrics', { skip, timeout: 60_000 }, async () => {
   await page.goto(dash.url);
-  await page.waitForSelector('[data-chart="reward"] polyline.series[data-n="24"]');
+  await page.waitForFunction(`${plot('reward')}.data[0].length === 24`);
+  // zoomed in, the new points arrive through setData and the zoom stays
+  const box = await page.locator('[data-chart="reward"] .u-over').boundingBox();
+  assert.ok(box);
+  await page.mouse.move(box.x + box.width * 0.2, box.y + 20);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.5, box.y + 20, { steps: 5 });
+  await page.mouse.up();
+  const zoomed = await page.evaluate(`${plot('reward')}.scales.x.max`);
+  await page.evaluate(`window.__reward = ${plot('reward')}`);
   appendJsonl(join(root, 'runs', 'demo', 'metrics.jsonl'), [metricLine(25), metricLine(26)]);
-  await page.waitForSelector('[data-chart="reward"] polyline.series[data-n="26"]', { timeout: 20_000 });
+  await page.waitForFunction(`${plot('reward')}.data[0].length === 26`, undefined, { timeout: 20_000 });
   assert.match((await page.textContent('#run-title')) ?? '', /26 steps/);
+  assert.equal(await page.evaluate(`${plot('reward')}.scales.x.max`), zoomed);
+  assert.equal(await page.evaluate(`${plot('reward')} === window.__reward`), true, 'same chart, new data');
+  await page.mouse.dblclick(box.x + box.width / 2, box.y + 20);
+  assert.equal(await page.evaluate(`${plot('reward')}.scales.x.max`), 26);
 });
 
 test('dashboard shows the trainer health warnings, as text', { skip, timeout: 60_000 }, async () => {
   await page.goto(dash.url);
-  await page.waitForSelector('[data-chart="reward"] polyline.series');
+  await page.waitForSelector('[data-chart="reward"] .uplot canvas');
   assert.equal(await page.locator('#run-health.hidden').count(), 1);
   const hostile = '<img src=x onerror="window.__pwned=1">';
   appendJsonl(join(root, 'runs', 'demo', 'metrics.jsonl'), [
@@ -174,7 +242,7 @@ test('dashboard over a run written by `rstar2 train` (fake backend): stages, cur
   const d2 = await startDashboard({ root: root2, port: 0, pollMs: 500 });
   try {
     await page.goto(d2.url);
-    await page.waitForSelector('#charts [data-chart="reward"] polyline.series');
+    await page.waitForSelector('#charts [data-chart="reward"] .uplot canvas');
     const stages = await page.$$eval('#stage-tabs button', (els) => els.map((e) => e.textContent ?? ''));
     assert.ok(
       stages.some((s) => s.startsWith('sft')) && stages.some((s) => s.startsWith('rl')),

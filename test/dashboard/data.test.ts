@@ -140,6 +140,8 @@ test('dashboard guard: foreign Origin 403, foreign Host 421, token required (hea
     assert.equal(page.status, 200);
     assert.match(page.body, /<script src="\/static\/app\.js">/);
     assert.equal((await get('/static/app.js')).status, 200);
+    assert.equal((await get('/static/uPlot.iife.min.js')).status, 200);
+    assert.equal((await get('/static/uPlot.min.css', { origin: 'http://evil.example' })).status, 403);
     const origin = await get(`/api/run?name=runs/r1&${q}`, { origin: 'http://evil.example' });
     assert.equal(origin.status, 403);
     assert.equal(JSON.parse(origin.body).error, 'bad_origin');

@@ -132,6 +132,25 @@ console.log(JSON.stringify({
     });
   });
 
+  test('the dashboard serves its page code and uPlot (a dependency, resolved from the install)', () => {
+    mkdirSync(join(app, 'runs'));
+    writeFileSync(
+      join(app, 'dash.mjs'),
+      `import { startDashboard } from './node_modules/rstar2/dist/dashboard/server.js';
+const d = await startDashboard({ root: 'runs', port: 0 });
+const files = ['/static/app.js', '/static/style.css', '/static/uPlot.iife.min.js', '/static/uPlot.min.css'];
+const got = await Promise.all(files.map(async (f) => {
+  const r = await fetch(new URL(f, d.url));
+  return [f, r.status, (await r.text()).length > 1000];
+}));
+await d.close();
+console.log(JSON.stringify(got));
+`,
+    );
+    const r = sh(process.execPath, ['dash.mjs'], { cwd: app });
+    for (const [f, status, big] of JSON.parse(r.stdout)) assert.deepEqual([status, big], [200, true], f);
+  });
+
   test('the entry points carry .d.ts types a TypeScript consumer resolves', () => {
     writeFileSync(
       join(app, 'use.ts'),

@@ -1,4 +1,4 @@
-// rstar2 dashboard client: plain DOM + inline SVG, no build step. Polls the JSON API for live updates.
+// rstar2 dashboard client: plain DOM + uPlot (loaded before this file), no build step. Polls the JSON API for live updates.
 const POLL_MS = Number(document.body.dataset.pollMs || 2000);
 const COLORS = ['#2f6fed', '#1f9d55', '#d68a1f', '#d64545', '#7a4fd6', '#17a2b8', '#8a6d3b'];
 const state = {
@@ -42,99 +42,149 @@ async function api(path) {
 }
 
 // ---------- charts ----------
-function niceTicks(lo, hi, n = 4) {
-  if (lo === hi) {
-    lo -= Math.abs(lo) * 0.1 || 1;
-    hi += Math.abs(hi) * 0.1 || 1;
-  }
-  const span = hi - lo;
-  const step0 = span / n;
-  const mag = 10 ** Math.floor(Math.log10(step0));
-  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= step0) || step0;
-  let v = Math.floor(lo / step) * step;
-  const ticks = [+v.toPrecision(12)];
-  while (v < hi - step * 1e-9) {
-    v += step;
-    ticks.push(+v.toPrecision(12));
-  }
-  return ticks;
+// uPlot (canvas): hover shows every series' value in the legend, drag zooms, double-click resets, a
+// legend click hides a series. Cursor and zoom follow across panels (one sync key: they share the step
+// axis). Charts live across polls and get new data with setData, so zoom and hidden series survive.
+const charts = new Map(); // chart id → {el, plot, u, key, raw, stacked}
+const STEP_INCRS = [1, 2, 5]
+  .flatMap((m) => [1, 10, 100, 1e3, 1e4, 1e5].map((p) => m * p))
+  .sort((a, b) => a - b);
+
+// [steps, ...values] over the union of the series' steps, null where a series has no value
+function align(series) {
+  const xs = [...new Set(series.flatMap((s) => s.points.map((p) => p[0])))].sort((a, b) => a - b);
+  return [
+    xs,
+    ...series.map((s) => {
+      const at = new Map(s.points);
+      return xs.map((x) => at.get(x) ?? null);
+    }),
+  ];
 }
 
-// Axis labels with just enough decimals to tell neighbouring ticks apart.
-function tickLabel(y, ticks) {
-  const step = Math.abs((ticks[1] ?? ticks[0] + 1) - ticks[0]) || 1;
-  if (Math.abs(y) >= 1e5 || (step < 1e-4 && y !== 0)) return y.toExponential(1);
-  return y.toFixed(Math.max(0, Math.min(4, -Math.floor(Math.log10(step)))));
-}
-
-// series: [{name, points: [[x, y, label]]}]; opts: {stacked, percent}
-function lineChart(id, title, series, opts = {}) {
-  series = series.filter((s) => s.points.length > 0);
-  if (series.length === 0) return '';
-  const W = 440;
-  const H = 190;
-  const L = 46;
-  const R = 10;
-  const T = 8;
-  const B = 24;
-  const xs = series.flatMap((s) => s.points.map((p) => p[0]));
-  let stackedPts = series;
-  if (opts.stacked) {
-    const acc = new Map();
-    stackedPts = series.map((s) => ({
-      ...s,
-      points: s.points.map(([x, y, l]) => {
-        const base = acc.get(x) || 0;
-        acc.set(x, base + y);
-        return [x, base + y, l, base];
-      }),
-    }));
-  }
-  const ys = stackedPts.flatMap((s) => s.points.map((p) => p[1]));
-  if (opts.stacked || opts.zero) ys.push(0);
-  const x0 = Math.min(...xs);
-  const x1 = Math.max(...xs);
-  const yt = niceTicks(Math.min(...ys), Math.max(...ys));
-  const y0 = yt[0];
-  const y1 = yt[yt.length - 1];
-  const sx = (x) => L + (x1 === x0 ? (W - L - R) / 2 : ((x - x0) / (x1 - x0)) * (W - L - R));
-  const sy = (y) => T + (1 - (y - y0) / (y1 - y0 || 1)) * (H - T - B);
-  const xt = niceTicks(x0, x1, 5).filter((x) => x >= x0 && x <= x1);
-  let g = '<g class="grid">';
-  for (const y of yt) g += `<line x1="${L}" x2="${W - R}" y1="${sy(y)}" y2="${sy(y)}"/>`;
-  g += '</g><g class="axis">';
-  for (const y of yt)
-    g += `<text x="${L - 5}" y="${sy(y) + 3}" text-anchor="end">${opts.percent ? `${Math.round(y * 100)}%` : tickLabel(y, yt)}</text>`;
-  for (const x of xt) g += `<text x="${sx(x)}" y="${H - 6}" text-anchor="middle">${fmt(x, 0)}</text>`;
-  g += `<line x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/></g>`;
-  let body = '';
-  stackedPts.forEach((s, i) => {
-    const c = s.color || COLORS[i % COLORS.length];
-    const pts = s.points.map((p) => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(' ');
-    if (opts.stacked) {
-      const base = s.points
-        .slice()
-        .reverse()
-        .map((p) => `${sx(p[0]).toFixed(1)},${sy(p[3]).toFixed(1)}`)
-        .join(' ');
-      body += `<polygon points="${pts} ${base}" fill="${c}" fill-opacity="0.35" stroke="none"/>`;
-    }
-    body += `<polyline class="series" data-name="${esc(s.name)}" data-n="${s.points.length}" points="${pts}" fill="none" stroke="${c}" stroke-width="1.8" stroke-dasharray="${s.dashed ? '4 3' : ''}"/>`;
-    if (s.points.length <= 120) {
-      for (const p of s.points) {
-        const v = opts.stacked ? p[1] - p[3] : p[1];
-        body += `<circle cx="${sx(p[0]).toFixed(1)}" cy="${sy(p[1]).toFixed(1)}" r="2.4" fill="${c}"><title>${esc(s.name)} @ ${esc(p[2] ?? p[0])}: ${opts.percent ? pct(v) : fmt(v)}</title></circle>`;
-      }
-    }
+// Cumulative sums over the shown series, each filled down to the shown one below it (the time split).
+function stack(raw, shown) {
+  const acc = raw[0].map(() => 0);
+  const bands = [];
+  let below = 0;
+  const data = raw.map((ys, i) => {
+    if (i === 0 || !shown[i]) return ys;
+    if (below) bands.push({ series: [i, below] });
+    below = i;
+    return ys.map((v, j) => (v == null ? null : (acc[j] += v)));
   });
-  const legend = stackedPts
-    .map(
-      (s, i) =>
-        `<span><i style="background:${s.color || COLORS[i % COLORS.length]}"></i>${esc(s.name)}</span>`,
-    )
-    .join('');
-  return `<div class="chart" data-chart="${id}"><h4>${esc(title)}</h4><div class="legend">${legend}</div><svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(title)}">${g}${body}</svg></div>`;
+  return { data, bands };
 }
+
+function setChartData(rec) {
+  const u = rec.u;
+  let data = rec.raw;
+  if (rec.stacked) {
+    const s = stack(
+      rec.raw,
+      u.series.map((x) => x.show),
+    );
+    u.delBand(null);
+    for (const b of s.bands) u.addBand(b);
+    data = s.data;
+  }
+  const xs = u.data[0];
+  const { min, max } = u.scales.x;
+  const zoomed = xs.length > 0 && (min > xs[0] || max < xs[xs.length - 1]);
+  u.setData(data);
+  if (zoomed) u.setScale('x', { min, max });
+}
+
+function fitChart(rec) {
+  const width = rec.plot.clientWidth;
+  if (width > 0 && width !== rec.u.width) rec.u.setSize({ width, height: 190 });
+}
+// deferred a frame: resizing inside the observer would resize what it observes (a loop error)
+new ResizeObserver(() => requestAnimationFrame(() => charts.forEach(fitChart))).observe($('#charts'));
+
+function chartOptions(rec, spec) {
+  const { opts } = spec;
+  // the legend shows each series' own value, not the stacked sum drawn
+  const value = (_u, v, si, i) => {
+    const y = rec.stacked ? rec.raw[si][i] : v;
+    return opts.percent ? pct(y) : fmt(y);
+  };
+  const range = (_u, lo, hi) => {
+    if (lo == null || hi == null) return [0, 1];
+    if (opts.zero || opts.stacked) [lo, hi] = [Math.min(0, lo), Math.max(0, hi)];
+    // a flat series gets a band around it (uPlot's own range for all zeros is 0..100)
+    const pad = Math.abs(lo) * 0.1 || 1;
+    return lo === hi ? [lo - pad, hi + pad] : uPlot.rangeNum(lo, hi, 0.1, true);
+  };
+  return {
+    width: rec.plot.clientWidth,
+    height: 190,
+    scales: { x: { time: false }, y: { range } },
+    cursor: { sync: { key: 'steps', scales: ['x', null] } },
+    axes: [
+      { incrs: STEP_INCRS },
+      opts.percent ? { values: (_u, ys) => ys.map((y) => `${+(100 * y).toFixed(4)}%`) } : {},
+    ],
+    series: [
+      { label: 'step', value: (_u, x) => fmt(x, 0) },
+      ...spec.series.map((s, i) => {
+        const color = s.color || COLORS[i % COLORS.length];
+        return {
+          label: s.name,
+          stroke: color,
+          width: 1.8,
+          spanGaps: true,
+          value,
+          ...(s.dashed ? { dash: [4, 3], points: { show: true } } : {}),
+          ...(opts.stacked ? { fill: `${color}59` } : {}),
+        };
+      }),
+    ],
+    hooks: opts.stacked ? { setSeries: [() => setChartData(rec)] } : {},
+  };
+}
+
+// specs: [{id, title, series: [{name, points: [[step, y]], color?, dashed?}], opts: {stacked, percent, zero}}]
+function drawCharts(specs) {
+  const box = $('#charts');
+  specs = specs
+    .map((c) => ({ ...c, series: c.series.filter((s) => s.points.length > 0) }))
+    .filter((c) => c.series.length > 0);
+  const drop = (id) => {
+    charts.get(id).u.destroy();
+    charts.get(id).el.remove();
+    charts.delete(id);
+  };
+  for (const id of charts.keys()) if (!specs.some((c) => c.id === id)) drop(id);
+  box.querySelector('.placeholder')?.remove();
+  if (specs.length === 0)
+    box.innerHTML = '<div class="placeholder">no metrics yet — waiting for metrics.jsonl</div>';
+  for (const spec of specs) {
+    // another run, stage or set of series starts a fresh chart (unzoomed, every series shown)
+    const key = JSON.stringify([state.sel?.name, state.stage, spec.series.map((s) => s.name)]);
+    if (charts.get(spec.id)?.key !== key) {
+      if (charts.has(spec.id)) drop(spec.id);
+      const el = document.createElement('div');
+      el.className = 'chart';
+      el.dataset.chart = spec.id;
+      const title = document.createElement('h4');
+      title.textContent = spec.title;
+      const plot = document.createElement('div');
+      el.append(title, plot);
+      box.append(el);
+      const rec = { el, plot, key, stacked: Boolean(spec.opts.stacked) };
+      rec.u = new uPlot(chartOptions(rec, spec), [[], ...spec.series.map(() => [])], plot);
+      charts.set(spec.id, rec);
+    }
+    const rec = charts.get(spec.id);
+    box.append(rec.el); // keeps the panels in spec order
+    rec.raw = align(spec.series);
+    fitChart(rec);
+    setChartData(rec);
+  }
+}
+
+const chart = (id, title, series, opts = {}) => ({ id, title, series, opts });
 
 const get = (o, path) => path.split('.').reduce((a, k) => (a == null ? undefined : a[k]), o);
 
@@ -143,7 +193,7 @@ function seriesOf(metrics, path, name, extra = {}) {
   metrics.forEach((m, i) => {
     const v = get(m, path);
     if (typeof v === 'number' && Number.isFinite(v))
-      points.push([i + 1, v, `${m.stage ?? ''} step ${m.step ?? i + 1}`]);
+      points.push([typeof m.step === 'number' ? m.step : i + 1, v]);
   });
   return { name, points, ...extra };
 }
@@ -249,11 +299,7 @@ function renderRun(d) {
   const last = m[m.length - 1] || {};
   const heldPts = d.evals
     .filter((e) => seg && (e.stage ?? seg.name) === seg.name && typeof e.accuracy === 'number')
-    .map((e, i) => [
-      typeof e.step === 'number' ? e.step : i,
-      e.accuracy,
-      `${e.stage ?? ''} step ${e.step} (${e.split ?? 'eval'})`,
-    ]);
+    .map((e, i) => [typeof e.step === 'number' ? e.step : i, e.accuracy]);
   $('#run-title').innerHTML =
     `${esc(d.name)} <span class="sub">${esc(d.metrics.length)} steps${d.state?.step != null ? ` · last checkpoint ${esc(d.state.stage ?? '')} step ${esc(d.state.step)}` : ''}</span>`;
   // the trainer's health warnings (recipe/health.ts), newest last, across every stage
@@ -278,9 +324,9 @@ function renderRun(d) {
     stat('stage / step', `${last.stage ?? '–'} / ${last.step ?? '–'}`),
     ...stats.map(([label, v, f]) => stat(label, f(v))),
   ].join('');
-  const charts = [
-    lineChart('reward', 'Reward (mean)', [seriesOf(m, 'reward_mean', 'reward')]),
-    lineChart(
+  drawCharts([
+    chart('reward', 'Reward (mean)', [seriesOf(m, 'reward_mean', 'reward')]),
+    chart(
       'accuracy',
       'Accuracy',
       [
@@ -289,7 +335,7 @@ function renderRun(d) {
       ],
       { percent: true },
     ),
-    lineChart(
+    chart(
       'tool_error',
       'Tool-error ratio among positives',
       [seriesOf(m, 'tool_error_ratio_pos', 'tool errors / calls (correct)')],
@@ -297,13 +343,10 @@ function renderRun(d) {
         percent: true,
       },
     ),
-    lineChart(
-      'length',
-      'Response length (tokens)',
-      [seriesOf(m, 'response_len_mean', 'mean response tokens')],
-      { zero: true },
-    ),
-    lineChart(
+    chart('length', 'Response length (tokens)', [seriesOf(m, 'response_len_mean', 'mean response tokens')], {
+      zero: true,
+    }),
+    chart(
       'time',
       'Step time split (s)',
       [
@@ -313,22 +356,22 @@ function renderRun(d) {
       ],
       { stacked: true },
     ),
-    lineChart(
+    chart(
       'rollout',
       'Rollout: makespan and tail (last 10 % of trajectories), s',
       [seriesOf(m, 'rollout.makespan_s', 'makespan'), seriesOf(m, 'rollout.tail_s', 'tail')],
       { zero: true },
     ),
-    lineChart(
+    chart(
       'reprefill',
       'Rollout: re-prefilled tokens (evicted prefixes recomputed)',
       [seriesOf(m, 'rollout.reprefilled_tokens', 're-prefilled tokens')],
       { zero: true },
     ),
-    lineChart('idle', 'Rollout: engine idle share', [seriesOf(m, 'rollout.idle_frac', 'idle')], {
+    chart('idle', 'Rollout: engine idle share', [seriesOf(m, 'rollout.idle_frac', 'idle')], {
       percent: true,
     }),
-    lineChart(
+    chart(
       'roc',
       'RoC: trajectories before → after',
       [seriesOf(m, 'roc.before', 'before'), seriesOf(m, 'roc.after', 'after')],
@@ -336,7 +379,7 @@ function renderRun(d) {
         zero: true,
       },
     ),
-    lineChart(
+    chart(
       'roc_groups',
       'RoC: groups',
       [
@@ -346,14 +389,12 @@ function renderRun(d) {
       ],
       { zero: true },
     ),
-    lineChart('loss', 'Loss', [seriesOf(m, 'loss', 'loss')]),
-    lineChart('entropy', 'Entropy / clip fraction', [
+    chart('loss', 'Loss', [seriesOf(m, 'loss', 'loss')]),
+    chart('entropy', 'Entropy / clip fraction', [
       seriesOf(m, 'entropy', 'entropy'),
       seriesOf(m, 'clip_frac', 'clip frac'),
     ]),
-  ].filter(Boolean);
-  $('#charts').innerHTML =
-    charts.join('') || '<div class="placeholder">no metrics yet — waiting for metrics.jsonl</div>';
+  ]);
   const rocRows = m
     .filter((x) => x.roc)
     .slice(-200)
