@@ -3,7 +3,9 @@
 // the innocent calls' success rate and p50/p99 latency, and each attack's outcomes. Targets (issue 17): 100 %
 // innocent success, innocent p99 within 3x the idle p99, no sandbox restart.
 //
-//   npx tsx bench/sandbox-abuse.ts [--seconds 30] [--slots 4] [--hostile 2] [--innocent 2]
+//   npx tsx bench/sandbox-abuse.ts [--seconds 30] [--slots 4] [--hostile 2] [--innocent 2] [--demote-after-ms 50]
+//                                [--attacks 'busy loop,fork bomb']
+// (--demote-after-ms 0: long calls keep their priority, as before the pool demoted them)
 import { cpus } from 'node:os';
 import { parseArgs } from 'node:util';
 import { SandboxPool } from '../src/sandbox/pool.js';
@@ -15,6 +17,8 @@ const { values } = parseArgs({
     slots: { type: 'string', default: '4' },
     hostile: { type: 'string', default: '2' },
     innocent: { type: 'string', default: '2' },
+    'demote-after-ms': { type: 'string', default: '50' },
+    attacks: { type: 'string' }, // a comma-separated subset of the attacks below, e.g. 'busy loop,fork bomb'
   },
 });
 const seconds = Number(values.seconds);
@@ -50,7 +54,10 @@ const pct = (xs: number[], q: number) => {
   return s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? Number.NaN;
 };
 
-const pool = await SandboxPool.start({ slots, timeoutMs: 2000, log: () => {} });
+const demoteAfterMs = Number(values['demote-after-ms']);
+if (!(Number.isInteger(demoteAfterMs) && demoteAfterMs >= 0))
+  throw new Error('--demote-after-ms must be an integer >= 0');
+const pool = await SandboxPool.start({ slots, timeoutMs: 2000, demoteAfterMs, log: () => {} });
 try {
   for (let i = 0; i < 20; i++) await pool.run(INNOCENT); // warm up
   const idle: number[] = [];
@@ -65,7 +72,9 @@ try {
   const lat: number[] = [];
   let ok = 0;
   let failed = 0;
-  const names = Object.keys(ATTACKS);
+  const names = values.attacks ? values.attacks.split(',') : Object.keys(ATTACKS);
+  for (const n of names)
+    if (!ATTACKS[n]) throw new Error(`--attacks: no attack '${n}' (${Object.keys(ATTACKS).join(', ')})`);
   await Promise.all([
     ...Array.from({ length: hostileN }, async (_, w) => {
       for (let i = w; Date.now() < end; i++) {
@@ -89,7 +98,7 @@ try {
   const idleP99 = pct(idle, 0.99);
   const p99 = pct(lat, 0.99);
   console.log(
-    `# sandbox abuse: ${seconds} s, ${slots} slots, ${hostileN} hostile + ${innocentN} innocent workers, ` +
+    `# sandbox abuse: ${seconds} s, ${slots} slots, ${hostileN} hostile + ${innocentN} innocent workers, demote after ${demoteAfterMs} ms, ` +
       `host CPU ${cpus()[0]?.model ?? '?'} x ${cpus().length}`,
   );
   console.log(`idle trivial call: p50 ${pct(idle, 0.5).toFixed(1)} ms, p99 ${idleP99.toFixed(1)} ms`);

@@ -56,6 +56,8 @@ PREFORK = bool(CFG.get("prefork", True))
 MEM_CHECK_S = float(CFG.get("memoryCheckMs", 100)) / 1000
 SHM_SLOT_KB = int(CFG.get("shmMb", 0)) << 10  # each slot's share of /dev/shm, which is sized slots x this
 SCRATCH_FILES = int(CFG.get("scratchFiles", 0))  # inodes a slot's scratch tmpfs may hold
+DEMOTE_S = float(CFG.get("demoteAfterMs", 0)) / 1000  # a call running longer gets nice 19
+BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # where calls start: the zygote forks them at the broker's nice
 INF = float("inf")
 ZYGOTE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 with open(ZYGOTE_PY, "rb") as _f:
@@ -308,7 +310,7 @@ def scratch_files(slot):
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
                  "sess", "t0", "deadline", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb", "used_kb", "files",
-                 "shm_kb")
+                 "shm_kb", "demoted")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -318,6 +320,7 @@ class Call:
         self.open = 2
         self.result = None
         self.killed = self.held = False
+        self.demoted = False
         self.sess = sess
         self.t0 = 0.0
         self.deadline = INF
@@ -328,13 +331,13 @@ class Call:
 
 
 class Sess:
-    __slots__ = ("sid", "slot", "rid", "sock", "call", "err", "closed")
+    __slots__ = ("sid", "slot", "rid", "sock", "call", "err", "closed", "demoted")
 
     def __init__(self, sid, slot, rid, sock):
         self.sid, self.slot, self.rid, self.sock = sid, slot, rid, sock
         self.call = None
         self.err = ""
-        self.closed = False
+        self.closed = self.demoted = False
 
 
 class Broker:
@@ -538,6 +541,9 @@ class Broker:
 
     def start_cell(self, s, cid, timeout_ms, mem_mb, payload):
         call = Call(cid, s.slot, s.rid, s)
+        if s.demoted:  # the previous cell ran long: this one starts at the priority of a fresh call
+            s.demoted = False
+            self.renice(s.slot, BASE_NICE)
         self.start_clock(call, timeout_ms)
         call.mem_kb = (mem_mb & ~FLAGS) << 10
         s.call = call
@@ -655,7 +661,35 @@ class Broker:
                 self.check_memory()
                 self.next_mem_check = now + MEM_CHECK_S
             nearest = min(nearest, self.next_mem_check)
+            if DEMOTE_S:
+                nearest = min(nearest, self.demote(now))
         return None if nearest == INF else max(0.0, nearest - now)
+
+    def demote(self, now):
+        """A call that has run DEMOTE_S gets nice 19 for all its processes (children forked later inherit it), so
+        under contention the kernel gives the CPU to calls that have just started: a busy loop or a fork bomb
+        next to them costs an innocent call little, and alone a long call runs as fast as before. Its slot's
+        next call is forked from the zygote at its nice; a session's process is reset when its next cell starts.
+        Returns when the next call is due."""
+        due = INF
+        for call in self.timed:
+            if call.demoted or call.killed:
+                continue
+            if now - call.t0 >= DEMOTE_S:
+                call.demoted = True
+                if call.sess:
+                    call.sess.demoted = True
+                self.renice(call.slot, 19)
+            else:
+                due = min(due, call.t0 + DEMOTE_S)
+        return due
+
+    @staticmethod
+    def renice(slot, nice):
+        try:
+            os.setpriority(os.PRIO_USER, slot_uid(slot), nice)
+        except OSError as e:  # no CAP_SYS_NICE (an older launcher): scheduling is only less fair
+            log(f"renice slot {slot}: {e}")
 
     def check_memory(self):
         """A call whose processes hold more than its memory limit together is killed with reason memory (a

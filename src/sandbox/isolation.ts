@@ -205,9 +205,10 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
   }
   args.push('--clearenv', '--setenv', 'PATH', '/usr/bin:/bin', '--setenv', 'LANG', 'C.UTF-8');
   if (root) {
-    // No user namespace as root: it would map only uid 0 and per-slot uids would be impossible.
+    // No user namespace as root: it would map only uid 0 and per-slot uids would be impossible. SYS_NICE lets
+    // the broker lower the priority of a slot uid's processes; a child's setresuid drops it with the rest.
     args.push('--cap-drop', 'ALL');
-    for (const c of ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'KILL', 'SETGID', 'SETUID'])
+    for (const c of ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'KILL', 'SETGID', 'SETUID', 'SYS_NICE'])
       args.push('--cap-add', `CAP_${c}`);
   } else {
     args.push('--unshare-user');

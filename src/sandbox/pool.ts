@@ -49,6 +49,9 @@ export interface SandboxPoolOptions {
   scratchFiles?: number;
   /** each slot's share of /dev/shm (sized slots x this): a call holding more is killed as `oom` */
   shmMb?: number;
+  /** a call still running after this many ms runs at nice 19 from then on, so short calls keep the CPU next
+   * to busy ones; 0 = never. Needs per-slot uids. */
+  demoteAfterMs?: number;
   landlock?: boolean;
   /** calls waiting beyond this many are answered `busy` at once */
   maxQueue?: number;
@@ -153,6 +156,7 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     scratchMb: o.scratchMb ?? 64,
     scratchFiles: o.scratchFiles ?? 100_000,
     shmMb: o.shmMb ?? 64,
+    demoteAfterMs: o.demoteAfterMs ?? 50,
     landlock: o.landlock ?? true,
     prefork: o.prefork ?? true,
     plainFork: o.plainFork ?? true,
@@ -714,6 +718,7 @@ export class SandboxPool implements CodeRunner {
         fileSizeMb: o.fileSizeMb,
         shmMb: o.shmMb,
         scratchFiles: o.scratchFiles,
+        demoteAfterMs: o.demoteAfterMs,
         preload: o.preload,
         landlock: o.landlock,
         prefork: o.prefork,

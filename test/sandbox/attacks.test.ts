@@ -244,6 +244,35 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     assert.equal(ok.stdout, '300\n', JSON.stringify(ok));
   });
 
+  test("a call still running after demoteAfterMs drops to nice 19 with its children; the next call and a session's next cell start where calls start", async () => {
+    const nice = 'import os\nprint(os.nice(0))';
+    const slow =
+      'import os, time\ntime.sleep(0.3)\nif os.fork() == 0:\n    print(os.nice(0), flush=True)\n    os._exit(0)\nos.wait()';
+    // calls start at the sandbox's own nice (the test runner's, if it was started under nice)
+    const quick = await pool.run({ code: nice });
+    const base = quick.stdout;
+    assert.ok(Number(base) < 19, JSON.stringify(quick));
+    const long = await pool.run({ code: slow });
+    assert.equal(long.stdout, '19\n', JSON.stringify(long));
+    // a snippet cannot take its priority back (no CAP_SYS_NICE after setresuid, RLIMIT_NICE 0)
+    const back = await pool.run({
+      code: 'import os, time\ntime.sleep(0.3)\nos.setpriority(os.PRIO_PROCESS, 0, 0)',
+    });
+    assert.equal(back.status, 'error', JSON.stringify(back));
+    assert.match(back.stderr, /PermissionError/);
+    const next = await Promise.all([1, 2, 3, 4].map(() => pool.run({ code: nice })));
+    assert.deepEqual(
+      next.map((r) => r.stdout),
+      [base, base, base, base],
+    );
+    const cells = [];
+    for (const code of [slow, nice]) cells.push(await pool.run({ code, session: 'demoted' }));
+    assert.deepEqual(
+      cells.map((r) => r.stdout),
+      ['19\n', base],
+    );
+  });
+
   test('files in scratch are bounded per call: the call is killed, the slot wiped, a modest call left alone', async () => {
     const small = await SandboxPool.start({ slots: 1, scratchFiles: 3000, log: (l) => logs.push(l) });
     try {
