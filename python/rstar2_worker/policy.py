@@ -35,6 +35,7 @@ class Policy:
         self.opt = None
         self.pending_opt_state = None
         self.step = 0
+        self.weight_group = None  # weight_sync.Group once the rollout engines joined one
         self.gen = torch.Generator()  # sampling RNG for generate calls without a seed
         self.device, self.precision = pick_device(self.r.local_rank), pick_precision(os.environ.get("RSTAR2_PRECISION", "fp32"))
 

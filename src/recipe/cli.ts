@@ -18,6 +18,8 @@ interface TrainFlags {
   insecureNoSandbox?: boolean;
   engines?: string[];
   syncDir?: string;
+  weightSync: string;
+  weightSyncMaster?: string;
   seed?: number;
   set: string[];
   strictHealth?: boolean;
@@ -75,11 +77,18 @@ async function makeBackend(
     throw new Error(`unknown --policy-backend ${flags.policyBackend} (choose: embedded, fake)`);
   const { EmbeddedBackend } = await import('./backend.js');
   const { remoteEngine } = await import('../engines/factory.js');
+  const { WEIGHT_SYNC_MODES } = await import('./weight-sync.js');
+  const mode = flags.weightSync as (typeof WEIGHT_SYNC_MODES)[number];
+  if (!WEIGHT_SYNC_MODES.includes(mode))
+    throw new Error(
+      `--weight-sync must be one of ${WEIGHT_SYNC_MODES.join(', ')}, got ${JSON.stringify(mode)}`,
+    );
   const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
   return EmbeddedBackend.create(recipe, {
     insecureSandbox: flags.insecureNoSandbox,
     engines,
     syncDir: resolve(flags.syncDir ?? join(runDir, 'engine-weights')),
+    weightSync: { mode, master: flags.weightSyncMaster },
     launch,
   });
 }
@@ -270,6 +279,17 @@ export function registerRecipeCommands(program: Command): void {
       '--sync-dir <dir>',
       'model directory the engines load synced weights from (shared storage; start vLLM with --model DIR) ' +
         '(default: <run>/engine-weights)',
+    )
+    .option(
+      '--weight-sync <mode>',
+      'how engines get each update: nccl (broadcast from the trainer over a process group), disk (via --sync-dir), ' +
+        'or auto: nccl when every engine can join a group and is on a private network, else disk; ' +
+        'a failed broadcast falls back to disk',
+      'auto',
+    )
+    .option(
+      '--weight-sync-master <addr[:port]>',
+      "the trainer's address (and a free port) as the engines reach it for nccl sync (default: detected)",
     )
     .option(
       '--nproc-per-node <n>',
