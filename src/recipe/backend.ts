@@ -160,6 +160,7 @@ export class EmbeddedBackend implements PolicyBackend {
     const worker = await PolicyWorker.start({
       threads: m.threads,
       precision: m.precision,
+      modelBackend: m.backend,
       ranks: m.nprocPerNode,
       sharding: m.sharding,
       offloadOptimizer: m.offloadOptimizer,

@@ -51,6 +51,7 @@ async function joinJob(recipe: Recipe, launch: LaunchOptions): Promise<void> {
   const m = recipe.model;
   const opts = {
     threads: m.threads,
+    modelBackend: m.backend,
     ranks: m.nprocPerNode,
     sharding: m.sharding,
     offloadOptimizer: m.offloadOptimizer,
