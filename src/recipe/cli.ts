@@ -6,6 +6,7 @@ import { commaList, deprecatedAliases, nonNegativeInt, positiveInt, seed } from 
 import type { LaunchOptions } from '../worker/launch.js';
 import type { Overrides, Recipe } from './config.js';
 import type { PolicyBackend } from './trainer.js';
+import type { WeightSyncMode } from './weight-sync.js';
 
 interface TrainFlags {
   recipe?: string;
@@ -78,12 +79,7 @@ async function makeBackend(
     throw new Error(`unknown --policy-backend ${flags.policyBackend} (choose: embedded, fake)`);
   const { EmbeddedBackend } = await import('./backend.js');
   const { remoteEngine } = await import('../engines/factory.js');
-  const { WEIGHT_SYNC_MODES } = await import('./weight-sync.js');
-  const mode = flags.weightSync as (typeof WEIGHT_SYNC_MODES)[number];
-  if (!WEIGHT_SYNC_MODES.includes(mode))
-    throw new Error(
-      `--weight-sync must be one of ${WEIGHT_SYNC_MODES.join(', ')}, got ${JSON.stringify(mode)}`,
-    );
+  const mode = flags.weightSync as WeightSyncMode;
   const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
   return EmbeddedBackend.create(recipe, {
     insecureSandbox: flags.insecureNoSandbox,
@@ -102,6 +98,11 @@ async function train(flags: TrainFlags): Promise<void> {
   if (flags.roc !== undefined && flags.roc !== 'on' && flags.roc !== 'off') {
     throw new Error(`--roc must be "on" or "off", got "${flags.roc}"`);
   }
+  const { WEIGHT_SYNC_MODES } = await import('./weight-sync.js');
+  if (!(WEIGHT_SYNC_MODES as readonly string[]).includes(flags.weightSync))
+    throw new Error(
+      `--weight-sync must be one of ${WEIGHT_SYNC_MODES.join(', ')}, got "${flags.weightSync}"`,
+    );
   const set = [...flags.set];
   if (flags.seed !== undefined) set.push(`seed=${flags.seed}`);
   if (flags.strictHealth) set.push('health.strict=true');
@@ -169,7 +170,11 @@ async function train(flags: TrainFlags): Promise<void> {
     const { dryRun } = await import('./dry-run.js');
     const { remoteEngine } = await import('../engines/factory.js');
     const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
-    await dryRun(recipe, { engines, insecureSandbox: flags.insecureNoSandbox });
+    await dryRun(recipe, {
+      engines,
+      insecureSandbox: flags.insecureNoSandbox,
+      weightSync: flags.weightSync as WeightSyncMode,
+    });
     return;
   }
   const t0 = Date.now();

@@ -65,6 +65,29 @@ export async function unreachableReason(urls: string[]): Promise<string | null> 
   return null;
 }
 
+/**
+ * Whether `mode` broadcasts to these engines: each engine's rank count when it does, else why not (an engine that
+ * cannot join a group; for auto also the network rule).
+ */
+export async function broadcastPlan(
+  engines: WeightSyncEngine[],
+  mode: WeightSyncMode,
+): Promise<{ ranks: number[] } | { why: string }> {
+  if (mode === 'disk') return { why: '--weight-sync disk' };
+  if (engines.length === 0) return { why: 'no engines' };
+  const missing = engines.find((e) => !e.weightGroupRanks || !e.url);
+  if (missing) return { why: `${missing.name} cannot join a weight-update group` };
+  if (mode === 'auto') {
+    const why = await unreachableReason(engines.map((e) => e.url as string));
+    if (why) return { why };
+  }
+  try {
+    return { ranks: await Promise.all(engines.map((e) => (e.weightGroupRanks as () => Promise<number>)())) };
+  } catch (e) {
+    return { why: (e as Error).message };
+  }
+}
+
 /** The local address this host uses to reach `url`: the one the engine will see and can connect back to. */
 function localAddressTowards(url: string): Promise<string> {
   const u = new URL(url);
@@ -121,8 +144,9 @@ export class BroadcastSync {
     if (this.off) return false;
     try {
       if (!this.ranks) {
-        const why = await this.refusal();
-        if (why) return this.fallBack(why, this.opts.mode === 'nccl');
+        const plan = await broadcastPlan(this.engines, this.opts.mode ?? 'auto');
+        if ('why' in plan) return this.fallBack(plan.why, this.opts.mode === 'nccl');
+        this.ranks = plan.ranks;
       }
       if (!this.joined || this.joined.restarts !== this.worker.restarts) await this.join();
       const { meta, groupName } = this.joined as NonNullable<typeof this.joined>;
@@ -144,24 +168,6 @@ export class BroadcastSync {
     this.off = true;
     this.log(`${warn ? 'warning: ' : ''}weight sync: ${why}; syncing through disk from now on`);
     return false;
-  }
-
-  /** Why broadcast is not used (auto: the network rule; both: an engine that cannot join), or null. */
-  private async refusal(): Promise<string | null> {
-    const missing = this.engines.find((e) => !e.weightGroupRanks || !e.url);
-    if (missing) return `${missing.name} cannot join a weight-update group`;
-    if ((this.opts.mode ?? 'auto') === 'auto') {
-      const why = await unreachableReason(this.engines.map((e) => e.url as string));
-      if (why) return why;
-    }
-    try {
-      this.ranks = await Promise.all(
-        this.engines.map((e) => (e.weightGroupRanks as () => Promise<number>)()),
-      );
-    } catch (e) {
-      return (e as Error).message;
-    }
-    return null;
   }
 
   private async join(): Promise<void> {

@@ -3,11 +3,17 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { LlamaCppEngine } from '../../src/engines/llamacpp.js';
 import { SGLangEngine } from '../../src/engines/sglang.js';
 import { VllmEngine } from '../../src/engines/vllm.js';
 import { EmbeddedBackend } from '../../src/recipe/backend.js';
 import { parseRecipe } from '../../src/recipe/config.js';
-import { BroadcastSync, isPrivateAddress, unreachableReason } from '../../src/recipe/weight-sync.js';
+import {
+  BroadcastSync,
+  broadcastPlan,
+  isPrivateAddress,
+  unreachableReason,
+} from '../../src/recipe/weight-sync.js';
 import { PolicyWorker } from '../../src/worker/index.js';
 import { SpawnRunner } from '../sandbox/helpers.js';
 import { safetensorsHeader, TEST_CONFIG } from '../worker/helpers.js';
@@ -196,4 +202,15 @@ test('auto uses broadcast only for engines on private addresses', async () => {
     await new BroadcastSync(worker, [new SGLangEngine('http://127.0.0.1:9')], { mode: 'disk' }).push(),
     false,
   );
+  // what --dry-run reports: each engine's ranks, or why not
+  const sg = await fakeServer('sglang');
+  try {
+    assert.deepEqual(await broadcastPlan([new SGLangEngine(sg.url)], 'auto'), { ranks: [1] });
+    assert.deepEqual(await broadcastPlan([new LlamaCppEngine(sg.url)], 'nccl'), {
+      why: `llamacpp:${sg.url} cannot join a weight-update group`,
+    });
+    assert.deepEqual(await broadcastPlan([new SGLangEngine(sg.url)], 'disk'), { why: '--weight-sync disk' });
+  } finally {
+    await sg.close();
+  }
 });
