@@ -36,6 +36,9 @@ def main():
     try:
         r = dist.from_env()
         dist.init(r)
+        from .policy import pick_backend
+
+        pick_backend(os.environ.get("RSTAR2_MODEL_BACKEND") or "native")  # transformers missing: say so now
     except Exception as e:  # bad env, sharding this torch cannot do, unreachable master: say so, don't hang
         traceback.print_exc()
         write_frame(out, {"op": "hello", "id": 0, "version": version, "error": f"{type(e).__name__}: {e}"})

@@ -2,7 +2,8 @@
 
 parity: random-init Qwen2 and Qwen3 models built by transformers, saved with save_pretrained, loaded by the
 worker; logits and one SFT step's loss are compared with transformers' own, and the worker's sharded save is
-loaded back by transformers' from_pretrained. throughput: bf16 training steps on
+loaded back by transformers' from_pretrained. hf-backend: model.backend 'transformers' on an architecture the
+built-in model lacks (Llama): the worker's log-probs and SFT loss against transformers' own. throughput: bf16 training steps on
 a random ~0.5B model (Qwen2.5-0.5B's shape) at 4K and 8K tokens, tokens/s and MFU.
 """
 import os
@@ -50,10 +51,14 @@ def parity():
     import transformers
 
     bad = []
-    for kind in ("qwen2", "qwen3"):
-        cls = getattr(transformers, "Qwen2ForCausalLM" if kind == "qwen2" else "Qwen3ForCausalLM")
-        conf_cls = getattr(transformers, "Qwen2Config" if kind == "qwen2" else "Qwen3Config")
+    # qwen2-yarn: rope_scaling as Qwen2.5 publishes it (original_max_position_embeddings left to default, which
+    # transformers versions agree on)
+    for kind in ("qwen2", "qwen3", "qwen2-yarn"):
+        cls = getattr(transformers, "Qwen3ForCausalLM" if kind == "qwen3" else "Qwen2ForCausalLM")
+        conf_cls = getattr(transformers, "Qwen3Config" if kind == "qwen3" else "Qwen2Config")
         extra = {"head_dim": 64} if kind == "qwen3" else {}
+        if kind == "qwen2-yarn":
+            extra = {"rope_scaling": {"type": "yarn", "factor": 4.0}}
         torch.manual_seed(0)
         hf = cls(conf_cls(**SMALL, **extra)).float().eval()
         with tempfile.TemporaryDirectory() as d:
@@ -77,6 +82,32 @@ def parity():
         if not ok:
             bad.append(kind)
     if bad:
+        sys.exit(1)
+
+
+def hf_backend():
+    torch, Policy = on_gpu()
+    import transformers
+
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMALL)).float().eval()
+    ids = torch.randint(0, SMALL["vocab_size"], (1, 64))
+    with tempfile.TemporaryDirectory() as d:
+        hf.save_pretrained(d, safe_serialization=True)
+        p = Policy()
+        p.backend = "transformers"
+        p.load(d)
+    seq = ids[0].tolist()
+    with torch.no_grad():
+        ref = torch.log_softmax(hf(ids).logits.float()[0, :-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
+    ours = torch.tensor(p.logprobs([seq])[0][0][1:], device=ref.device)
+    diff = (ref - ours).abs().max().item()
+    hf.train()
+    ref_loss = hf(ids, labels=ids).loss.item()
+    st = p.train_step("sft", [seq], [[0] + [1] * (len(seq) - 1)], [None], [0.0], {"lr": 0.0})
+    ok = diff < 2e-2 and abs(st["loss"] - ref_loss) < 1e-3
+    print(f"hf-backend llama: max |logprob diff| {diff:.2e}, loss {st['loss']:.5f} vs transformers {ref_loss:.5f} {'ok' if ok else 'FAIL'}")
+    if not ok:
         sys.exit(1)
 
 
@@ -122,7 +153,7 @@ def throughput():
 
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""
-    fns = {"preflight": preflight, "parity": parity, "throughput": throughput}
+    fns = {"preflight": preflight, "parity": parity, "hf-backend": hf_backend, "throughput": throughput}
     if what not in fns:
         fail(f"usage: python -m rstar2_worker.gpu_check {'|'.join(fns)}")
     fns[what]()

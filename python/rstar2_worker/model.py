@@ -37,9 +37,57 @@ class Config:
             raise ValueError(f"unsupported hidden_act {d.get('hidden_act')!r} (only silu)")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
-        rs = d.get("rope_scaling")
-        if rs and rs.get("type", rs.get("rope_type")) not in (None, "default"):
-            raise ValueError(f"unsupported rope_scaling {rs!r}")
+        self.rope_scaling = dict(d.get("rope_scaling") or {})
+        # "type" is the older spelling (Qwen2.5's published YaRN config uses it, Qwen3's "rope_type")
+        self.rope_type = self.rope_scaling.get("rope_type", self.rope_scaling.get("type")) or "default"
+        if self.rope_type not in ROPE_TYPES:
+            raise ValueError(
+                f"unsupported rope_scaling type {self.rope_type!r} in {self.rope_scaling!r} (supported: {', '.join(ROPE_TYPES)})"
+            )
+        if self.rope_type != "default" and not isinstance(self.rope_scaling.get("factor"), (int, float)):
+            raise ValueError(f"rope_scaling {self.rope_scaling!r} needs a numeric factor")
+
+
+# dynamic NTK is left out on purpose: transformers rescales it by each batch's length, vLLM by a fixed one,
+# so the trainer's and the engines' logprobs would disagree past max_position_embeddings
+ROPE_TYPES = ("default", "linear", "yarn")
+
+
+def rope_parameters(cfg):
+    """(inv_freq, attention scaling applied to cos/sin) for cfg.rope_scaling, as transformers'
+    modeling_rope_utils computes them; SGLang's and vLLM's YaRN agree (correction range over the original
+    context, factor as given), so trainer and engines score the same tokens alike."""
+    dim, base = cfg.head_dim, cfg.rope_theta
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    rs = cfg.rope_scaling
+    if cfg.rope_type == "default":
+        return inv_freq, 1.0
+    factor = float(rs["factor"])
+    if cfg.rope_type == "linear":  # positions divided by factor, i.e. the frequencies
+        return inv_freq / factor, 1.0
+    original = int(rs.get("original_max_position_embeddings") or cfg.max_position_embeddings)
+
+    def mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = rs.get("attention_factor")
+    if attention is None:
+        m, m_all = rs.get("mscale"), rs.get("mscale_all_dim")
+        attention = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
+    beta_fast, beta_slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+
+    def correction_dim(rotations):  # the dimension whose wavelength fits `rotations` times in `original`
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if rs.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # a one-dimension ramp
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # 1: high frequencies left as trained (extrapolated); 0: low ones interpolated (/ factor)
+    return inv_freq / factor * (1 - keep) + inv_freq * keep, float(attention)
 
 
 class RMSNorm(nn.Module):
@@ -64,7 +112,7 @@ class Rotary:
     """Cos/sin tables indexed by absolute position (HF's non-interleaved rotate_half layout)."""
 
     def __init__(self, cfg):
-        self.inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim))
+        self.inv_freq, self.scale = rope_parameters(cfg)
         self.cos = self.sin = None
 
     def tables(self, n, device):
@@ -73,6 +121,8 @@ class Rotary:
             freqs = torch.outer(t, self.inv_freq.to(device))
             emb = torch.cat((freqs, freqs), dim=-1)
             self.cos, self.sin = emb.cos(), emb.sin()
+            if self.scale != 1.0:  # YaRN's attention scaling, folded into both rotations as transformers does
+                self.cos, self.sin = self.cos * self.scale, self.sin * self.scale
         return self.cos, self.sin
 
     def apply(self, q, k, pos):

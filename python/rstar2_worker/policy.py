@@ -8,11 +8,13 @@ import torch
 import torch.distributed as dist
 
 from . import dist as ranks
+from . import hf_model
 from .checkpoint import read_config, read_state_dict, write_json, write_state_dict
 from .detok import Detok
 from .model import CausalLM, Config, attn_bias, count_params
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
+MODEL_BACKENDS = ("native", "transformers")
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -35,8 +37,10 @@ class Policy:
         self.opt = None
         self.pending_opt_state = None
         self.step = 0
+        self.weight_group = None  # weight_sync.Group once the rollout engines joined one
         self.gen = torch.Generator()  # sampling RNG for generate calls without a seed
         self.device, self.precision = pick_device(self.r.local_rank), pick_precision(os.environ.get("RSTAR2_PRECISION", "fp32"))
+        self.backend = pick_backend(os.environ.get("RSTAR2_MODEL_BACKEND") or "native")
 
     # ---- model lifecycle -------------------------------------------------------------------------
 
@@ -75,13 +79,17 @@ class Policy:
     def load(self, directory):
         raw = read_config(directory)
         mt = raw.get("model_type", "qwen2")
-        if mt not in ("qwen2", "qwen3"):
+        if self.backend == "transformers":
+            cfg, model = hf_model.load(directory)
+        elif mt not in ("qwen2", "qwen3"):
             raise ValueError(
-                f"{os.path.join(directory, 'config.json')}: model_type {mt!r} is not supported (the built-in model covers qwen2 and qwen3)"
+                f"{os.path.join(directory, 'config.json')}: model_type {mt!r} is not supported by the built-in model (qwen2, qwen3); "
+                "model.backend 'transformers' loads it with transformers' AutoModelForCausalLM"
             )
-        cfg = Config(raw)
-        model = CausalLM(cfg)
-        load_weights(model, read_state_dict(directory), cfg, directory)
+        else:
+            cfg = Config(raw)
+            model = CausalLM(cfg)
+            load_weights(model, read_state_dict(directory), cfg, directory)
         self.cfg, self.model, self.src_dir = cfg, model, directory
         self._place()
         self.detok = None  # built on the first stop-string request: parsing a 150K-entry tokenizer.json takes ~0.6 s
@@ -157,6 +165,8 @@ class Policy:
         self._need_model()
         if self.r.sharding == "fsdp":
             raise ValueError("generate under sharding: fsdp is not supported: roll out on SGLang/vLLM engines (--engines)")
+        if self.backend == "transformers":
+            raise ValueError(hf_model.UNSUPPORTED)
         model = self.model
         model.eval()
         temperature = float(sp.get("temperature", 1.0))
@@ -457,6 +467,14 @@ def pick_device(rank, cuda=torch.cuda):
     if local >= n:
         raise RuntimeError(f"rank {rank} wants GPU {local} (LOCAL_RANK), but only {n} are visible")
     return torch.device("cuda", local)
+
+
+def pick_backend(name):
+    if name not in MODEL_BACKENDS:
+        raise ValueError(f"model backend must be one of {', '.join(MODEL_BACKENDS)}, got {name!r}")
+    if name == "transformers":
+        hf_model.import_transformers()  # fail at start, naming the package, not at the first load
+    return name
 
 
 def pick_precision(name):

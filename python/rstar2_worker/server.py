@@ -5,7 +5,7 @@ import traceback
 import numpy as np
 import torch.distributed
 
-from . import dist
+from . import dist, weight_sync
 from .policy import Policy
 from .protocol import ragged, read_frame, write_frame
 
@@ -16,7 +16,9 @@ ALL_RANKS = {"init", "load", "reset_optimizer", "save", "train_step"}
 
 def serve(inp, out, r):
     policy = Policy(r)
-    everywhere = ALL_RANKS | ({"logprobs", "generate"} if r.sharding == "fsdp" else set())
+    # under FSDP every rank holds a shard, so reading the full weights (for a broadcast too) takes them all
+    sharded = {"logprobs", "generate", "weights_join", "weights_broadcast"}
+    everywhere = ALL_RANKS | (sharded if r.sharding == "fsdp" else set())
     while True:
         if r.rank == 0:
             frame = read_frame(inp)
@@ -87,6 +89,24 @@ def handle(policy, h, a):
         if kind not in ("grpo", "sft"):
             raise ValueError(f"loss must be 'grpo' or 'sft', got {kind!r}")
         return policy.train_step(kind, seqs, masks, olds, advs, h.get("opts") or {}), None
+    if op == "weights_join":  # once: rank 0 joins the engines' weight-update group, as its rank 0
+        policy._need_model()
+        named = weight_sync.weights(policy.r, policy)
+        if named is None:
+            return {}, None
+        policy.weight_group = weight_sync.join(
+            h["addr"], int(h["port"]), int(h["worldSize"]), h.get("groupName") or "weight_update_group",
+            h.get("backend") or "nccl", float(h.get("timeoutS") or 600),
+        )
+        return weight_sync.meta(named), None
+    if op == "weights_broadcast":  # per update, while each engine receives (the names weights_join returned)
+        policy._need_model()
+        named = weight_sync.weights(policy.r, policy)
+        if named is None:
+            return {}, None
+        if policy.weight_group is None:
+            raise RuntimeError("no weight-update group: call weights_join first")
+        return weight_sync.broadcast(policy.weight_group, named, policy.device), None
     if op == "bare_bench":  # bench/worker.ts baseline, not part of the client API
         from .bare_bench import BareBench
 

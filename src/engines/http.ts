@@ -62,6 +62,11 @@ export class HttpClient {
     return this.request('GET', path, undefined, signal);
   }
 
+  /** A POST whose answer may be empty (vLLM's dev routes answer a bare 200). */
+  async post(path: string, body: unknown): Promise<string> {
+    return this.request('POST', path, body);
+  }
+
   private async request(method: string, path: string, body: unknown, signal?: AbortSignal): Promise<string> {
     let lastErr = '';
     for (let attempt = 0; attempt <= this.retries; attempt++) {

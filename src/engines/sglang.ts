@@ -1,5 +1,13 @@
 import { failure, HttpClient, HttpError, type HttpOptions } from './http.js';
-import type { EngineLoad, FinishReason, GenerateResult, SamplingParams, WeightSyncEngine } from './types.js';
+import type {
+  EngineLoad,
+  FinishReason,
+  GenerateResult,
+  SamplingParams,
+  WeightGroup,
+  WeightMeta,
+  WeightSyncEngine,
+} from './types.js';
 
 // SGLang native API, token-in/token-out: POST /generate with input_ids and return_logprob; the
 // sampled ids and logprobs come from meta_info.output_token_logprobs ([logprob, id, text] triples).
@@ -21,11 +29,16 @@ export interface SGLangOptions extends HttpOptions {
 
 export class SGLangEngine implements WeightSyncEngine {
   readonly name: string;
+  readonly url: string;
   private readonly http: HttpClient;
+  // group calls are never repeated: a second join or receive would wait for a trainer that sends once
+  private readonly once: HttpClient;
   private capacity?: number;
 
   constructor(url: string, opts: SGLangOptions = {}) {
     this.http = new HttpClient(url, opts);
+    this.once = new HttpClient(url, { ...opts, retries: 0 });
+    this.url = this.http.base;
     this.name = `sglang:${this.http.base}`;
     this.capacity = opts.capacityTokens;
   }
@@ -105,6 +118,53 @@ export class SGLangEngine implements WeightSyncEngine {
       },
     );
     if (r.success === false) throw new Error(`${this.name}: update_weights_from_disk failed: ${r.message}`);
+  }
+
+  /** Its tensor-parallel ranks; refuses data/pipeline parallel servers (their ranks are not 1 per TP rank). */
+  async weightGroupRanks(): Promise<number> {
+    const info = await this.http.json<Record<string, unknown>>('GET', '/get_server_info');
+    const tp = findKey(info, 'tp_size');
+    const dp = findKey(info, 'dp_size');
+    const pp = findKey(info, 'pp_size');
+    if (typeof tp !== 'number' || tp < 1) throw new Error(`${this.name}: /get_server_info has no tp_size`);
+    if ((typeof dp === 'number' && dp > 1) || (typeof pp === 'number' && pp > 1))
+      throw new Error(
+        `${this.name}: dp_size ${dp} / pp_size ${pp}: broadcast sync covers tensor parallel only`,
+      );
+    return tp;
+  }
+
+  async initWeightsUpdateGroup(g: WeightGroup, rankOffset: number): Promise<void> {
+    const r = await this.once.json<{ success?: boolean; message?: string }>(
+      'POST',
+      '/init_weights_update_group',
+      {
+        master_address: g.masterAddress,
+        master_port: g.masterPort,
+        rank_offset: rankOffset,
+        world_size: g.worldSize,
+        group_name: g.groupName,
+        backend: g.backend,
+      },
+    );
+    if (r.success === false) throw new Error(`${this.name}: init_weights_update_group failed: ${r.message}`);
+  }
+
+  async updateWeightsFromDistributed(meta: WeightMeta, groupName: string, version?: string): Promise<void> {
+    const r = await this.once.json<{ success?: boolean; message?: string }>(
+      'POST',
+      '/update_weights_from_distributed',
+      {
+        names: meta.names,
+        dtypes: meta.dtypes,
+        shapes: meta.shapes,
+        group_name: groupName,
+        flush_cache: true, // cached prefixes hold the old weights' KV
+        ...(version ? { weight_version: version } : {}),
+      },
+    );
+    if (r.success === false)
+      throw new Error(`${this.name}: update_weights_from_distributed failed: ${r.message}`);
   }
 
   async abortAll(): Promise<void> {

@@ -49,10 +49,34 @@ export const DEFAULT_SAMPLING: SamplingParams = {
   stopStrings: [],
 };
 
+/** A process group the trainer's rank 0 (rank 0) and every engine rank (1..worldSize-1) join for broadcasts. */
+export interface WeightGroup {
+  masterAddress: string; // the trainer's address as the engines reach it; it listens on masterPort
+  masterPort: number;
+  worldSize: number;
+  groupName: string;
+  backend: 'nccl' | 'gloo'; // gloo: CPU engines and the tests
+}
+
+/** The tensors one broadcast carries, in order: Hugging Face names, torch dtype names, shapes. */
+export interface WeightMeta {
+  names: string[];
+  dtypes: string[];
+  shapes: number[][];
+}
+
 /** Optional hooks a backend may implement; callers check for presence before using them. */
 export interface WeightSyncEngine extends Engine {
+  /** The server's base URL (weight sync's reachability rule reads its host). */
+  readonly url?: string;
   /** Load new weights from a checkpoint directory the engine can read (SGLang, vLLM reload). */
   updateWeightsFromDisk?(path: string, version?: string): Promise<void>;
+  /** Ranks this engine adds to a weight-update group; rejects when it cannot join one. */
+  weightGroupRanks?(): Promise<number>;
+  /** Joins `g` as ranks rankOffset.. (answers once the whole group has joined). */
+  initWeightsUpdateGroup?(g: WeightGroup, rankOffset: number): Promise<void>;
+  /** Receives one broadcast of `meta` from rank 0, which sends at the same time. */
+  updateWeightsFromDistributed?(meta: WeightMeta, groupName: string, version?: string): Promise<void>;
   /** Abort every running generation; they come back with finishReason 'abort' and partial output. */
   abortAll?(): Promise<void>;
 }

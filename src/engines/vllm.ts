@@ -1,5 +1,13 @@
-import { failure, HttpClient, type HttpOptions, promValue } from './http.js';
-import type { EngineLoad, FinishReason, GenerateResult, SamplingParams, WeightSyncEngine } from './types.js';
+import { failure, HttpClient, HttpError, type HttpOptions, promValue } from './http.js';
+import type {
+  EngineLoad,
+  FinishReason,
+  GenerateResult,
+  SamplingParams,
+  WeightGroup,
+  WeightMeta,
+  WeightSyncEngine,
+} from './types.js';
 
 // vLLM OpenAI-compatible /v1/completions with a token-array prompt. Ids come from
 // choices[0].token_ids (return_token_ids, newer builds) or from "token_id:N" logprob tokens
@@ -16,14 +24,21 @@ export interface VllmOptions extends HttpOptions {
   capacityTokens?: number; // overrides num_gpu_blocks × block_size from /metrics
 }
 
+/** How vLLM must be started for broadcast sync (python/rstar2_worker/vllm_ext.py on its PYTHONPATH). */
+export const VLLM_EXTENSION = 'rstar2_worker.vllm_ext.WeightSyncExtension';
+
 export class VllmEngine implements WeightSyncEngine {
   readonly name: string;
+  readonly url: string;
   private readonly http: HttpClient;
+  private readonly once: HttpClient; // group calls are never repeated (see SGLangEngine)
   private model?: string;
   private capacity?: number;
 
   constructor(url: string, opts: VllmOptions = {}) {
     this.http = new HttpClient(url, opts);
+    this.once = new HttpClient(url, { ...opts, retries: 0 });
+    this.url = this.http.base;
     this.name = `vllm:${this.http.base}`;
     this.model = opts.model;
     this.capacity = opts.capacityTokens;
@@ -98,6 +113,48 @@ export class VllmEngine implements WeightSyncEngine {
   /** Re-reads weights from the path the server was started with (dev-mode /collective_rpc). */
   async updateWeightsFromDisk(_path: string): Promise<void> {
     await this.http.json('POST', '/collective_rpc', { method: 'reload_weights' });
+  }
+
+  /** One rank per vLLM worker, answered by the worker extension (absent: vLLM was started without it). */
+  async weightGroupRanks(): Promise<number> {
+    let r: { results?: unknown[] };
+    try {
+      r = await this.http.json('POST', '/collective_rpc', { method: 'rstar2_weight_sync_ranks' });
+    } catch (e) {
+      throw new Error(
+        `${this.name}: no weight-sync extension (start vLLM with VLLM_SERVER_DEV_MODE=1 and ` +
+          `--worker-extension-cls ${VLLM_EXTENSION}, python/ on PYTHONPATH): ${(e as Error).message}`,
+      );
+    }
+    if (!Array.isArray(r.results) || r.results.length === 0)
+      throw new Error(`${this.name}: /collective_rpc answered no workers`);
+    return r.results.length;
+  }
+
+  // the extension takes one JSON string: /collective_rpc passes arguments on as they come
+  private async rpc(method: string, arg: unknown): Promise<void> {
+    await this.once.post('/collective_rpc', { method, args: [JSON.stringify(arg)] });
+  }
+
+  async initWeightsUpdateGroup(g: WeightGroup, rankOffset: number): Promise<void> {
+    await this.rpc('init_weight_update_group', {
+      master_address: g.masterAddress,
+      master_port: g.masterPort,
+      rank_offset: rankOffset,
+      world_size: g.worldSize,
+      group_name: g.groupName,
+      backend: g.backend,
+    });
+  }
+
+  async updateWeightsFromDistributed(meta: WeightMeta, groupName: string): Promise<void> {
+    await this.rpc('update_weights_from_distributed', { ...meta, group_name: groupName });
+    // cached prefixes hold the old weights' KV; older builds without the route have no prefix cache to drop
+    try {
+      await this.http.post('/reset_prefix_cache', {});
+    } catch (e) {
+      if (!(e instanceof HttpError && e.status === 404)) throw e;
+    }
   }
 
   async abortAll(): Promise<void> {

@@ -31,11 +31,13 @@ import { MODEL_PRESETS } from '../worker/presets.js';
 import type { TrainOptions, TrainSequence, TrainStats } from '../worker/types.js';
 import type { Recipe } from './config.js';
 import type { HeldoutScore, PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
+import { BroadcastSync, type WeightSyncOptions } from './weight-sync.js';
 
 // The embedded backend: one torch worker both generates (through the agent loop and the KV-budget scheduler)
 // and trains, so weights are shared and "sync" is free. Tool calls run in the isolated sandbox pool.
 // With remote engines (SGLang, vLLM) the worker only trains; before a rollout that follows a weight change
-// the weights are written to `syncDir` and every engine is told to load them from there.
+// the weights are broadcast to every engine (weight-sync.ts), or written to `syncDir` and every engine is told
+// to load them from there.
 
 export interface EmbeddedBackendOptions {
   /** Run tool code without bubblewrap (development only; the pool warns). */
@@ -46,6 +48,8 @@ export interface EmbeddedBackendOptions {
   engines?: WeightSyncEngine[];
   /** Where synced weights are written (a HF model directory every engine can read); required with engines. */
   syncDir?: string;
+  /** Broadcast sync (`auto` by default): when it is used, and the group's address and backend. */
+  weightSync?: WeightSyncOptions;
   /** Rank layout of the policy worker (`rstar2 train --nproc-per-node/--nnodes/--master`); overrides the recipe's. */
   launch?: LaunchOptions;
 }
@@ -120,6 +124,7 @@ export async function recipeTokenizerFiles(recipe: Recipe): Promise<TokenizerFil
 
 interface RemoteSync {
   engines: WeightSyncEngine[];
+  broadcast: BroadcastSync;
   dir: string;
   version: number;
   dirty: boolean;
@@ -155,6 +160,7 @@ export class EmbeddedBackend implements PolicyBackend {
     const worker = await PolicyWorker.start({
       threads: m.threads,
       precision: m.precision,
+      modelBackend: m.backend,
       ranks: m.nprocPerNode,
       sharding: m.sharding,
       offloadOptimizer: m.offloadOptimizer,
@@ -189,8 +195,11 @@ export class EmbeddedBackend implements PolicyBackend {
         },
         scheduler: engines.length > 0 ? {} : { pollMs: 0 },
       });
+      const broadcast = new BroadcastSync(worker, engines, { log: opts.log, ...opts.weightSync });
       const remote =
-        engines.length > 0 ? { engines, dir: opts.syncDir as string, version: 0, dirty: true } : null;
+        engines.length > 0
+          ? { engines, broadcast, dir: opts.syncDir as string, version: 0, dirty: true }
+          : null;
       const { gradientCheckpointing, maxTokensPerMicroBatch } = recipe.model;
       return new EmbeddedBackend(worker, files, stack, recipe.tokenizer.toolCallStyle, remote, {
         gradientCheckpointing,
@@ -202,9 +211,13 @@ export class EmbeddedBackend implements PolicyBackend {
     }
   }
 
-  /** Writes the current weights to the sync dir (swapped in whole) and has every engine load them. */
+  /** Broadcasts the current weights, or writes them to the sync dir (swapped in whole) for every engine to load. */
   private async syncWeights(r: RemoteSync): Promise<void> {
     const version = `v${++r.version}`;
+    if (await r.broadcast.push(version)) {
+      r.dirty = false;
+      return;
+    }
     const tmp = `${r.dir}.${version}.tmp`;
     rmSync(tmp, { recursive: true, force: true });
     await this.worker.save(tmp, { optimizer: false });

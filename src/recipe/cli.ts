@@ -6,6 +6,7 @@ import { commaList, deprecatedAliases, nonNegativeInt, positiveInt, seed } from 
 import type { LaunchOptions } from '../worker/launch.js';
 import type { Overrides, Recipe } from './config.js';
 import type { PolicyBackend } from './trainer.js';
+import type { WeightSyncMode } from './weight-sync.js';
 
 interface TrainFlags {
   recipe?: string;
@@ -18,6 +19,8 @@ interface TrainFlags {
   insecureNoSandbox?: boolean;
   engines?: string[];
   syncDir?: string;
+  weightSync: string;
+  weightSyncMaster?: string;
   seed?: number;
   set: string[];
   strictHealth?: boolean;
@@ -49,6 +52,7 @@ async function joinJob(recipe: Recipe, launch: LaunchOptions): Promise<void> {
   const m = recipe.model;
   const opts = {
     threads: m.threads,
+    modelBackend: m.backend,
     ranks: m.nprocPerNode,
     sharding: m.sharding,
     offloadOptimizer: m.offloadOptimizer,
@@ -75,11 +79,13 @@ async function makeBackend(
     throw new Error(`unknown --policy-backend ${flags.policyBackend} (choose: embedded, fake)`);
   const { EmbeddedBackend } = await import('./backend.js');
   const { remoteEngine } = await import('../engines/factory.js');
+  const mode = flags.weightSync as WeightSyncMode;
   const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
   return EmbeddedBackend.create(recipe, {
     insecureSandbox: flags.insecureNoSandbox,
     engines,
     syncDir: resolve(flags.syncDir ?? join(runDir, 'engine-weights')),
+    weightSync: { mode, master: flags.weightSyncMaster },
     launch,
   });
 }
@@ -92,6 +98,11 @@ async function train(flags: TrainFlags): Promise<void> {
   if (flags.roc !== undefined && flags.roc !== 'on' && flags.roc !== 'off') {
     throw new Error(`--roc must be "on" or "off", got "${flags.roc}"`);
   }
+  const { WEIGHT_SYNC_MODES } = await import('./weight-sync.js');
+  if (!(WEIGHT_SYNC_MODES as readonly string[]).includes(flags.weightSync))
+    throw new Error(
+      `--weight-sync must be one of ${WEIGHT_SYNC_MODES.join(', ')}, got "${flags.weightSync}"`,
+    );
   const set = [...flags.set];
   if (flags.seed !== undefined) set.push(`seed=${flags.seed}`);
   if (flags.strictHealth) set.push('health.strict=true');
@@ -159,7 +170,11 @@ async function train(flags: TrainFlags): Promise<void> {
     const { dryRun } = await import('./dry-run.js');
     const { remoteEngine } = await import('../engines/factory.js');
     const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
-    await dryRun(recipe, { engines, insecureSandbox: flags.insecureNoSandbox });
+    await dryRun(recipe, {
+      engines,
+      insecureSandbox: flags.insecureNoSandbox,
+      weightSync: flags.weightSync as WeightSyncMode,
+    });
     return;
   }
   const t0 = Date.now();
@@ -270,6 +285,17 @@ export function registerRecipeCommands(program: Command): void {
       '--sync-dir <dir>',
       'model directory the engines load synced weights from (shared storage; start vLLM with --model DIR) ' +
         '(default: <run>/engine-weights)',
+    )
+    .option(
+      '--weight-sync <mode>',
+      'how engines get each update: nccl (broadcast from the trainer over a process group), disk (via --sync-dir), ' +
+        'or auto: nccl when every engine can join a group and is on a private network, else disk; ' +
+        'a failed broadcast falls back to disk',
+      'auto',
+    )
+    .option(
+      '--weight-sync-master <addr[:port]>',
+      "the trainer's address (and a free port) as the engines reach it for nccl sync (default: detected)",
     )
     .option(
       '--nproc-per-node <n>',

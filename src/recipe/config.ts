@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import YAML from 'yaml';
 import { z } from 'zod';
-import { PRECISIONS } from '../worker/types.js';
+import { MODEL_BACKENDS, PRECISIONS } from '../worker/types.js';
 import { TASK_KINDS } from './tasks.js';
 
 // A recipe: model + data + an SFT stage followed by RL stages. Validated at the boundary; every default is
@@ -216,6 +216,12 @@ export const RecipeSchema = z
           .enum(['tiny', 'small', 'tiny-qwen3'])
           .default('tiny')
           .describe('a fresh model when path is null'),
+        backend: z
+          .enum(MODEL_BACKENDS)
+          .default('native')
+          .describe(
+            "how model.path loads: 'native' (built-in Qwen2/Qwen3) or 'transformers' (AutoModelForCausalLM, other architectures; needs transformers; trains and scores only, so RL rolls out on --engines)",
+          ),
         threads: z.number().int().min(1).default(2),
         precision: z
           .enum(PRECISIONS)
@@ -261,6 +267,7 @@ export const RecipeSchema = z
       .default({
         path: null,
         preset: 'tiny',
+        backend: 'native',
         threads: 2,
         precision: 'fp32',
         gradientCheckpointing: false,

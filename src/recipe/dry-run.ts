@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { agentTemplate } from '../agent/template.js';
 import { chatSegments } from '../data/index.js';
-import type { Engine } from '../engines/types.js';
+import type { WeightSyncEngine } from '../engines/types.js';
 import { SandboxPool } from '../sandbox/pool.js';
 import { ChatTemplate, PYTHON_TOOL_SCHEMA, tokenizerFromFiles } from '../tokenizer/index.js';
 import { parameterCount } from '../worker/plan.js';
@@ -11,6 +11,7 @@ import type { ModelConfig } from '../worker/types.js';
 import { recipeTokenizerFiles } from './backend.js';
 import type { Recipe } from './config.js';
 import { rowFilters, sectionExamples, sectionProblems } from './data.js';
+import { broadcastPlan, type WeightSyncMode } from './weight-sync.js';
 
 // `rstar2 train --dry-run`: everything a run needs is opened and checked, nothing is trained. Each problem found
 // is an error that names the file, row and field, so a long run does not die on it an hour in.
@@ -18,7 +19,8 @@ import { rowFilters, sectionExamples, sectionProblems } from './data.js';
 export { parameterCount };
 
 export interface DryRunOptions {
-  engines?: Engine[];
+  engines?: WeightSyncEngine[];
+  weightSync?: WeightSyncMode;
   insecureSandbox?: boolean;
   log?: (line: string) => void;
 }
@@ -139,6 +141,14 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
     } catch (err) {
       throw new Error(`engine ${e.name} does not answer: ${(err as Error).message}`);
     }
+  }
+  if (opts.engines?.length) {
+    const plan = await broadcastPlan(opts.engines, opts.weightSync ?? 'auto');
+    log(
+      'ranks' in plan
+        ? `weight sync: nccl broadcast to ${plan.ranks.reduce((a, b) => a + b, 0)} engine rank(s), disk if it fails`
+        : `weight sync: disk (${plan.why})`,
+    );
   }
   const pool = await SandboxPool.start({ slots: 1, isolation: opts.insecureSandbox ? 'none' : 'bwrap' });
   try {

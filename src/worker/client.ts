@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { resolve } from 'node:path';
-import type { GenerateResult, SamplingParams } from '../engines/types.js';
+import type { GenerateResult, SamplingParams, WeightGroup, WeightMeta } from '../engines/types.js';
 import { findPython, PYTHON_DIR } from '../util/python.js';
 import { checkLaunch, type Master, rankEnvs } from './launch.js';
 import {
@@ -157,6 +157,7 @@ function processEnv(o: WorkerStartOptions, rank: Record<string, string>): NodeJS
     OPENBLAS_NUM_THREADS: process.env.OPENBLAS_NUM_THREADS ?? '1',
     OMP_NUM_THREADS: String(threads),
     RSTAR2_PRECISION: o.precision ?? 'fp32',
+    RSTAR2_MODEL_BACKEND: o.modelBackend ?? 'native',
     RSTAR2_SHARDING: o.sharding ?? 'ddp',
     RSTAR2_OFFLOAD_OPTIMIZER: o.offloadOptimizer ? '1' : '0',
     ...rank,
@@ -409,6 +410,26 @@ export class PolicyWorker {
     return this.enqueue(async () => {
       const f = await this.send('train_step', { loss: batch.loss, opts }, arrays);
       return f.header.result as TrainStats;
+    });
+  }
+
+  /**
+   * Joins `g` as its rank 0 (the engines join as the other ranks at the same time; fails after `timeoutS` if
+   * they do not) and returns what each broadcast will carry.
+   */
+  async joinWeightGroup(g: WeightGroup, timeoutS = 600): Promise<WeightMeta> {
+    return this.enqueue(async () => {
+      const { masterAddress: addr, masterPort: port, worldSize, groupName, backend } = g;
+      const f = await this.send('weights_join', { addr, port, worldSize, groupName, backend, timeoutS }, {});
+      return f.header.result as WeightMeta;
+    });
+  }
+
+  /** Broadcasts every weight over the joined group, while each engine receives them. */
+  async broadcastWeights(): Promise<{ tensors: number; bytes: number; timeS: number }> {
+    return this.enqueue(async () => {
+      const f = await this.send('weights_broadcast', {}, {});
+      return f.header.result as { tensors: number; bytes: number; timeS: number };
     });
   }
 

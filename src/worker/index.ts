@@ -17,4 +17,4 @@ export type {
   TrainStats,
   WorkerStartOptions,
 } from './types.js';
-export { PRECISIONS, type Precision } from './types.js';
+export { MODEL_BACKENDS, type ModelBackend, PRECISIONS, type Precision } from './types.js';

@@ -1,5 +1,11 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { findPython, PYTHON_DIR } from '../../src/util/python.js';
 
 // Small fake servers that speak each backend's API (shapes from the rollout notes). `mode` lets a
 // test inject: slow responses, 5xx, dropped connections and server-side aborts.
@@ -15,7 +21,35 @@ export interface Fake {
   load: { used: number; running: number; waiting: number };
   dead: boolean; // drop every connection, load endpoints included
   cached?: number; // cached prompt tokens to report (SGLang meta_info.cached_tokens, vLLM usage.prompt_tokens_details)
+  /** Weight-update group: a python rank (fake_engine_rank.py) joins and receives; each update lands in a file. */
+  received: string[]; // safetensors files, one per update, in order
+  failInit?: boolean; // answer init_weights_update_group with success: false (without joining)
   close(): Promise<void>;
+}
+
+// One engine rank in a real process group (gloo), started on the first init request.
+class GroupRank {
+  private readonly child: ChildProcess;
+  private readonly replies: ((line: string) => void)[] = [];
+
+  constructor() {
+    this.child = spawn(findPython(), [join(import.meta.dirname, 'fake_engine_rank.py')], {
+      env: { ...process.env, PYTHONPATH: PYTHON_DIR },
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    createInterface({ input: this.child.stdout! }).on('line', (l) => this.replies.shift()?.(l));
+  }
+
+  ask(req: Record<string, unknown>): Promise<Record<string, unknown>> {
+    return new Promise((res) => {
+      this.replies.push((l) => res(JSON.parse(l)));
+      this.child.stdin?.write(`${JSON.stringify(req)}\n`);
+    });
+  }
+
+  close(): void {
+    this.child.kill('SIGKILL');
+  }
 }
 
 export const OUT = [11, 12, 13];
@@ -67,11 +101,26 @@ export const GEN_PATH: Record<Api, string> = {
 };
 
 export async function fakeServer(api: Api): Promise<Fake> {
-  const f: Partial<Fake> & Pick<Fake, 'modes' | 'requests' | 'load' | 'dead'> = {
+  const f: Partial<Fake> & Pick<Fake, 'modes' | 'requests' | 'load' | 'dead' | 'received'> = {
     modes: [],
     requests: [],
     load: { used: 1500, running: 3, waiting: 1 },
     dead: false,
+    received: [],
+  };
+  let rank: GroupRank | undefined;
+  let outDir: string | undefined;
+  // SGLang's /init_weights_update_group and /update_weights_from_distributed bodies (vLLM: the same fields
+  // as the extension's one JSON argument), answered as SGLang does: {success, message}
+  const group = async (op: 'init' | 'update', body: Record<string, unknown>) => {
+    if (op === 'init' && f.failInit) return { success: false, message: 'init failed (test)' };
+    rank ??= new GroupRank();
+    if (op === 'init') return rank.ask({ op, ...body });
+    outDir ??= mkdtempSync(join(tmpdir(), 'rstar2-fake-engine-'));
+    const out = join(outDir, `update-${f.received.length + 1}.safetensors`);
+    const r = await rank.ask({ op, ...body, out });
+    if (r.success) f.received.push(out);
+    return r;
   };
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     let raw = '';
@@ -94,7 +143,13 @@ export async function fakeServer(api: Api): Promise<Fake> {
         return json(200, generateBody(api, mode, f.cached));
       }
       if (api === 'sglang' && path === '/get_server_info') {
-        return json(200, { model_path: 'x', max_total_num_tokens: 123456, internal_states: [{ load: 0 }] });
+        return json(200, {
+          model_path: 'x',
+          max_total_num_tokens: 123456,
+          tp_size: 1,
+          dp_size: 1,
+          internal_states: [{ load: 0 }],
+        });
       }
       if (api === 'sglang' && path.startsWith('/v1/loads')) {
         // two DP ranks splitting the load 2:1
@@ -132,7 +187,24 @@ export async function fakeServer(api: Api): Promise<Fake> {
           ].join('\n'),
         );
       }
-      if (api === 'vllm' && path === '/collective_rpc') return json(200, {});
+      if (api === 'sglang' && path === '/init_weights_update_group')
+        return void group('init', body).then((r) => json(200, r));
+      if (api === 'sglang' && path === '/update_weights_from_distributed')
+        return void group('update', body).then((r) => json(200, r));
+      if (api === 'vllm' && path === '/collective_rpc') {
+        const arg = () => JSON.parse((body.args as string[])[0]) as Record<string, unknown>;
+        // a worker method that raises comes back from vLLM as HTTP 500
+        const rpc = (op: 'init' | 'update') =>
+          void group(op, arg()).then((r) => (r.success ? json(200, { results: [r] }) : json(500, r)));
+        if (body.method === 'rstar2_weight_sync_ranks') return json(200, { results: [{ rank: 0 }] });
+        if (body.method === 'init_weight_update_group') return rpc('init');
+        if (body.method === 'update_weights_from_distributed') return rpc('update');
+        return json(200, {});
+      }
+      if (api === 'vllm' && path === '/reset_prefix_cache') {
+        res.writeHead(200);
+        return res.end();
+      }
       if (api === 'llamacpp' && path === '/slots') {
         return json(200, [
           { id: 0, n_ctx: 4096, is_processing: true },
@@ -146,6 +218,7 @@ export async function fakeServer(api: Api): Promise<Fake> {
   f.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   f.close = () =>
     new Promise<void>((r) => {
+      rank?.close();
       server.closeAllConnections();
       server.close(() => r());
     });

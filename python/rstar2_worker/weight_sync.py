@@ -1,0 +1,85 @@
+"""Weight sync by broadcast: the trainer's rank 0 joins a process group with the rollout engines' ranks
+(SGLang's /init_weights_update_group, vLLM's vllm_ext.WeightSyncExtension) as rank 0 and broadcasts every
+weight, by Hugging Face name, in the order it announced them.
+
+The group is separate from the trainer's own ranks: torch cannot make a group (new_group) that spans
+processes outside the default group, so rank 0 builds a second "default-like" group from its own TCP store,
+the recipe SGLang's engines follow (init_custom_process_group; OpenRLHF and verl too). Both sides must build
+it the same way, store keys included, so even a single-rank trainer does it this way rather than making the
+group its default one (whose keys are prefixed differently). It leans on torch's private
+_new_process_group_helper, whose signature moved across versions; we follow both.
+"""
+import datetime
+import inspect
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import dist as ranks
+
+DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+class Group:
+    def __init__(self, pg, name, world):
+        self.pg, self.name, self.world = pg, name, world
+
+
+def join(addr, port, world_size, group_name, backend, timeout_s):
+    """Rank 0 of `world_size` ranks; returns once every engine rank has joined (or raises at timeout)."""
+    if world_size < 2:
+        raise ValueError(f"a weight-update group needs the engines too: world_size {world_size} < 2")
+    timeout = datetime.timedelta(seconds=timeout_s)
+    pg = custom_group(backend, f"tcp://{addr}:{port}", 0, world_size, group_name, timeout)
+    return Group(pg, group_name, world_size)
+
+
+def custom_group(backend, url, rank, world_size, group_name, timeout):
+    """A group of `world_size` ranks meeting at `url` (rank 0 hosts the store), beside the default group."""
+    from torch.distributed import distributed_c10d as c10d
+
+    store, rank, world = next(c10d.rendezvous(url, rank, world_size, timeout=timeout))
+    store.set_timeout(timeout)
+    store = c10d.PrefixStore(group_name, store)
+    params = inspect.signature(c10d._new_process_group_helper).parameters
+    kw = {"backend_options" if "backend_options" in params else "pg_options": None}
+    pg = c10d._new_process_group_helper(world, rank, [], c10d.Backend(backend), store, group_name=group_name, timeout=timeout, **kw)
+    if isinstance(pg, tuple):  # torch >= 2.1 returns (group, store)
+        pg = pg[0]
+    ranks = {i: i for i in range(world)}  # the group's ranks are its global ranks (collectives map through this)
+    if hasattr(c10d, "_world"):
+        c10d._world.pg_group_ranks[pg] = ranks
+    else:  # torch < 2.0
+        c10d._pg_group_ranks[pg] = ranks
+    return pg
+
+
+def weights(r, policy):
+    """(name, tensor) in Hugging Face names, as save() writes them (a tied lm_head is left out); every rank
+    must call it under FSDP (the full state is gathered), only rank 0 gets the list."""
+    sd = ranks.full_state_dict(r, policy.forward_module)
+    if sd is None:
+        return None
+    if policy.cfg.tie_word_embeddings:
+        sd.pop("lm_head.weight", None)
+    return list(sd.items())
+
+
+def meta(named):
+    return {
+        "names": [n for n, _ in named],
+        "dtypes": [DTYPE_NAMES[t.dtype] for _, t in named],
+        "shapes": [list(t.shape) for _, t in named],
+    }
+
+
+def broadcast(group, named, device):
+    """Sends every tensor from rank 0; the engines receive in the same order (names announced beforehand)."""
+    t0, nbytes = time.time(), 0
+    with torch.no_grad():
+        for _, t in named:
+            t = t.detach().to(device).contiguous()  # FSDP's full state comes back on the CPU
+            dist.broadcast(t, src=0, group=group.pg)
+            nbytes += t.numel() * t.element_size()
+    return {"tensors": len(named), "bytes": nbytes, "timeS": time.time() - t0}

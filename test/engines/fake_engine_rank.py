@@ -1,0 +1,36 @@
+"""A stand-in for one rollout engine rank in a weight-update group (test/engines/fake-servers.ts runs it).
+
+JSON lines in, JSON lines out: {"op": "init", <SGLang's /init_weights_update_group fields>} joins the group
+as rank `rank_offset`, the way SGLang's engines do (init_custom_process_group: rendezvous at the master's
+store, keys under the group's name); {"op": "update", <SGLang's /update_weights_from_distributed fields>,
+"out": PATH} receives each tensor from rank 0 in the announced order and writes them to PATH (safetensors).
+"""
+import datetime
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+
+from rstar2_worker.checkpoint import write_safetensors
+from rstar2_worker.weight_sync import custom_group
+
+groups = {}
+for line in sys.stdin:
+    req = json.loads(line)
+    try:
+        if req["op"] == "init":
+            url = f"tcp://{req['master_address']}:{req['master_port']}"
+            timeout = datetime.timedelta(seconds=30)
+            groups[req["group_name"]] = custom_group(req["backend"], url, req["rank_offset"], req["world_size"], req["group_name"], timeout)
+        else:
+            got = {}
+            for name, dtype, shape in zip(req["names"], req["dtypes"], req["shapes"]):
+                t = torch.empty(shape, dtype=getattr(torch, dtype))
+                dist.broadcast(t, src=0, group=groups[req["group_name"]])
+                got[name] = t
+            write_safetensors(req["out"], got)
+        reply = {"success": True, "message": "ok"}
+    except Exception as e:  # the server answers what SGLang would: success false and why
+        reply = {"success": False, "message": f"{type(e).__name__}: {e}"}
+    print(json.dumps(reply), flush=True)
