@@ -21,7 +21,7 @@ export interface Fake {
   load: { used: number; running: number; waiting: number };
   dead: boolean; // drop every connection, load endpoints included
   cached?: number; // cached prompt tokens to report (SGLang meta_info.cached_tokens, vLLM usage.prompt_tokens_details)
-  /** Weight-update group: a python rank (fake_engine_rank.py) joins and receives; each update lands in a file. */
+  /** Weight-update group: a python rank (python/tests/fake_engine_rank.py) joins and receives; each update lands in a file. */
   received: string[]; // safetensors files, one per update, in order
   failInit?: boolean; // answer init_weights_update_group with success: false (without joining)
   close(): Promise<void>;
@@ -33,7 +33,7 @@ class GroupRank {
   private readonly replies: ((line: string) => void)[] = [];
 
   constructor() {
-    this.child = spawn(findPython(), [join(import.meta.dirname, 'fake_engine_rank.py')], {
+    this.child = spawn(findPython(), [join(PYTHON_DIR, 'tests', 'fake_engine_rank.py')], {
       env: { ...process.env, PYTHONPATH: PYTHON_DIR },
       stdio: ['pipe', 'pipe', 'inherit'],
     });

@@ -1,4 +1,4 @@
-"""A stand-in for one rollout engine rank in a weight-update group (test/engines/fake-servers.ts runs it).
+"""A stand-in for one rollout engine rank in a weight-update group (test/engines/fake-servers.ts runs it; kept under python/ with the rest of the Python).
 
 JSON lines in, JSON lines out: {"op": "init", <SGLang's /init_weights_update_group fields>} joins the group
 as rank `rank_offset`, the way SGLang's engines do (init_custom_process_group: rendezvous at the master's
