@@ -138,14 +138,7 @@ export class SGLangEngine implements WeightSyncEngine {
     const r = await this.once.json<{ success?: boolean; message?: string }>(
       'POST',
       '/init_weights_update_group',
-      {
-        master_address: g.masterAddress,
-        master_port: g.masterPort,
-        rank_offset: rankOffset,
-        world_size: g.worldSize,
-        group_name: g.groupName,
-        backend: g.backend,
-      },
+      groupRequest(g, rankOffset),
     );
     if (r.success === false) throw new Error(`${this.name}: init_weights_update_group failed: ${r.message}`);
   }
@@ -172,6 +165,18 @@ export class SGLangEngine implements WeightSyncEngine {
   }
 
   async close(): Promise<void> {}
+}
+
+/** SGLang's /init_weights_update_group body; our vLLM worker extension takes the same fields. */
+export function groupRequest(g: WeightGroup, rankOffset: number) {
+  return {
+    master_address: g.masterAddress,
+    master_port: g.masterPort,
+    rank_offset: rankOffset,
+    world_size: g.worldSize,
+    group_name: g.groupName,
+    backend: g.backend,
+  };
 }
 
 export function parseSGLang(r: SGLangResponse): GenerateResult {

@@ -1,4 +1,5 @@
 import { failure, HttpClient, HttpError, type HttpOptions, promValue } from './http.js';
+import { groupRequest } from './sglang.js';
 import type {
   EngineLoad,
   FinishReason,
@@ -137,14 +138,7 @@ export class VllmEngine implements WeightSyncEngine {
   }
 
   async initWeightsUpdateGroup(g: WeightGroup, rankOffset: number): Promise<void> {
-    await this.rpc('init_weight_update_group', {
-      master_address: g.masterAddress,
-      master_port: g.masterPort,
-      rank_offset: rankOffset,
-      world_size: g.worldSize,
-      group_name: g.groupName,
-      backend: g.backend,
-    });
+    await this.rpc('init_weight_update_group', groupRequest(g, rankOffset));
   }
 
   async updateWeightsFromDistributed(meta: WeightMeta, groupName: string): Promise<void> {
