@@ -28,7 +28,7 @@ import {
 import { PolicyWorker } from '../worker/client.js';
 import type { LaunchOptions } from '../worker/launch.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
-import type { TrainOptions, TrainSequence, TrainStats } from '../worker/types.js';
+import type { TrainOptions, TrainSequence, TrainStats, WorkerStartOptions } from '../worker/types.js';
 import type { Recipe } from './config.js';
 import type { HeldoutScore, PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
 import { BroadcastSync, type WeightSyncOptions } from './weight-sync.js';
@@ -122,6 +122,18 @@ export async function recipeTokenizerFiles(recipe: Recipe): Promise<TokenizerFil
     : buildCharTokenizer({ template: tpl });
 }
 
+/** How the recipe's model section starts worker ranks: node 0's and every other node's ranks alike. */
+export function workerStartOptions(m: Recipe['model']): WorkerStartOptions {
+  return {
+    threads: m.threads,
+    precision: m.precision,
+    modelBackend: m.backend,
+    ranks: m.nprocPerNode,
+    sharding: m.sharding,
+    offloadOptimizer: m.offloadOptimizer,
+  };
+}
+
 interface RemoteSync {
   engines: WeightSyncEngine[];
   broadcast: BroadcastSync;
@@ -157,15 +169,7 @@ export class EmbeddedBackend implements PolicyBackend {
     const files = await recipeTokenizerFiles(recipe);
     const tokenizer = tokenizerFromFiles(files);
     const m = recipe.model;
-    const worker = await PolicyWorker.start({
-      threads: m.threads,
-      precision: m.precision,
-      modelBackend: m.backend,
-      ranks: m.nprocPerNode,
-      sharding: m.sharding,
-      offloadOptimizer: m.offloadOptimizer,
-      ...opts.launch,
-    });
+    const worker = await PolicyWorker.start({ ...workerStartOptions(m), ...opts.launch });
     try {
       if (dir) await worker.load(dir);
       else {

@@ -49,15 +49,8 @@ async function launchFlags(flags: TrainFlags): Promise<LaunchOptions> {
 // A node other than node 0 only runs its ranks; they take every request from rank 0.
 async function joinJob(recipe: Recipe, launch: LaunchOptions): Promise<void> {
   const { runNodeRanks } = await import('../worker/client.js');
-  const m = recipe.model;
-  const opts = {
-    threads: m.threads,
-    modelBackend: m.backend,
-    ranks: m.nprocPerNode,
-    sharding: m.sharding,
-    offloadOptimizer: m.offloadOptimizer,
-    ...launch,
-  };
+  const { workerStartOptions } = await import('./backend.js');
+  const opts = { ...workerStartOptions(recipe.model), ...launch };
   console.error(`node ${launch.nodeRank}: starting ${opts.ranks} rank(s); rank 0 is at ${launch.master}`);
   process.exitCode = await runNodeRanks(opts);
 }

@@ -112,3 +112,29 @@ test('rstar2 train names a bad layout before starting anything', () => {
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("every node starts its ranks with the recipe's model options (precision, sharding, backend, offload)", async () => {
+  const { parseRecipe } = await import('../../src/recipe/config.js');
+  const { workerStartOptions } = await import('../../src/recipe/backend.js');
+  const r = parseRecipe({
+    name: 'opts',
+    model: {
+      preset: 'tiny',
+      threads: 3,
+      precision: 'bf16-mixed',
+      backend: 'transformers',
+      nprocPerNode: 2,
+      sharding: 'fsdp',
+      offloadOptimizer: true,
+    },
+    stages: [{ type: 'sft', steps: 1, demos: 4, batchSize: 4 }],
+  });
+  assert.deepEqual(workerStartOptions(r.model), {
+    threads: 3,
+    precision: 'bf16-mixed',
+    modelBackend: 'transformers',
+    ranks: 2,
+    sharding: 'fsdp',
+    offloadOptimizer: true,
+  });
+});
