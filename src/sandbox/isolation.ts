@@ -5,6 +5,7 @@ import {
   existsSync,
   mkdtempSync,
   openSync,
+  readFileSync,
   readlinkSync,
   realpathSync,
   rmSync,
@@ -82,6 +83,17 @@ function isRoot(): boolean {
   return typeof process.getuid === 'function' && process.getuid() === 0;
 }
 
+/** Whether this process holds CAP_SYS_NICE (bit 23), which Docker's default set leaves out: bwrap cannot
+ * pass on a capability it does not have. */
+function holdsSysNice(): boolean {
+  try {
+    const m = /^CapEff:\s*([0-9a-f]+)$/m.exec(readFileSync('/proc/self/status', 'utf8'));
+    return m !== null && ((BigInt(`0x${m[1]}`) >> 23n) & 1n) === 1n;
+  } catch {
+    return false;
+  }
+}
+
 /** Bind the host's merged-/usr symlinks (/bin -> usr/bin, ...) as the same symlinks. */
 function rootLinks(): string[] {
   const out: string[] = [];
@@ -109,6 +121,10 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
   const uidBase = root ? (inp.uidBase ?? defaultUidBase()) : 0;
   if (!root)
     notes.push('not running as root: no per-slot uids, so leftover processes are swept by session only');
+  const renice = root && holdsSysNice();
+  if (root && !renice && inp.config.demoteAfterMs)
+    notes.push('no CAP_SYS_NICE: calls that run long keep their priority (demoteAfterMs off)');
+  const demote = renice ? {} : { demoteAfterMs: 0 };
   // The config goes in on stdin, ahead of the first frame, not in argv: /proc/PID/cmdline is readable by
   // every process in the sandbox, snippets included.
   const serverArgs = (script: string) => ['-I', '-S', script];
@@ -130,6 +146,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
       readPaths: [...READ_PATHS, scratch],
       shmDir: root ? '/dev/shm' : '',
       sysPath: DIST_PACKAGES,
+      ...demote,
     };
     return {
       command: inp.python,
@@ -208,7 +225,15 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
     // No user namespace as root: it would map only uid 0 and per-slot uids would be impossible. SYS_NICE lets
     // the broker lower the priority of a slot uid's processes; a child's setresuid drops it with the rest.
     args.push('--cap-drop', 'ALL');
-    for (const c of ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'KILL', 'SETGID', 'SETUID', 'SYS_NICE'])
+    for (const c of [
+      'CHOWN',
+      'DAC_OVERRIDE',
+      'FOWNER',
+      'KILL',
+      'SETGID',
+      'SETUID',
+      ...(renice ? ['SYS_NICE'] : []),
+    ])
       args.push('--cap-add', `CAP_${c}`);
   } else {
     args.push('--unshare-user');
@@ -225,6 +250,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
     readPaths: READ_PATHS,
     shmDir: '/dev/shm',
     sysPath: DIST_PACKAGES,
+    ...demote,
   };
   // bwrap stays in the sandbox as its pid 1, so its argv (host paths) would be readable there: it reads its
   // options from an unlinked file instead (--args FD). The command itself names only paths inside.

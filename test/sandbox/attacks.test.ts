@@ -1,7 +1,11 @@
 // Hostile snippets against the fully isolated pool: each must get a clear per-item result, and the pool
 // must keep serving (a normal call succeeds after every attack) without restarting the sandbox.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { findBwrap, SANDBOX_PY_DIR } from '../../src/sandbox/isolation.js';
 import { SandboxPool } from '../../src/sandbox/pool.js';
@@ -336,4 +340,31 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     assert.ok(!r.stdout.includes(SANDBOX_PY_DIR), r.stdout);
     assert.ok(!r.stdout.includes('"slots"'), r.stdout);
   });
+});
+
+const capsh = spawnSync('capsh', ['--help']).error ? 'capsh not installed' : false;
+const asRoot = process.getuid?.() === 0 ? false : 'needs root (per-slot uids)';
+test("without CAP_SYS_NICE (outside Docker's default set) the sandbox starts, and long calls keep their priority", {
+  skip: skip || capsh || asRoot,
+  timeout: 60_000,
+}, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-nice-'));
+  try {
+    const file = join(dir, 'n.py');
+    writeFileSync(file, 'import os, time\ntime.sleep(0.3)\nprint(os.nice(0))\n');
+    const bin = join(import.meta.dirname, '../../bin/rstar2.js');
+    const run = (pre: string[]) =>
+      spawnSync('capsh', [...pre, '--', '-c', `"${process.execPath}" "${bin}" sandbox run "${file}"`], {
+        encoding: 'utf8',
+      });
+    const held = run([]);
+    const dropped = run(['--drop=cap_sys_nice']);
+    assert.equal(held.status, 0, held.stderr);
+    assert.equal(dropped.status, 0, dropped.stderr);
+    assert.equal(held.stdout.split('\n')[0], '19');
+    assert.notEqual(dropped.stdout.split('\n')[0], '19', dropped.stdout);
+    assert.match(dropped.stderr, /no CAP_SYS_NICE: calls that run long keep their priority/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
