@@ -177,6 +177,14 @@ await pool(seeds, jobs, async (seed) => {
 });
 rows.sort((a, b) => a.seed - b.seed);
 
+// each health warning once, with how many steps raised it
+const counted = (codes: string[]) =>
+  [...new Set(codes)]
+    .map(
+      (c) =>
+        `${c}${codes.filter((x) => x === c).length > 1 ? ` ×${codes.filter((x) => x === c).length}` : ''}`,
+    )
+    .join(', ');
 const pct = (x: number | undefined) => (typeof x === 'number' ? `${Math.round(x * 100)}%` : '-');
 const f3 = (x: number | undefined) => (typeof x === 'number' && Number.isFinite(x) ? x.toFixed(3) : '-');
 console.log(
@@ -209,7 +217,7 @@ for (const r of rows) {
   }
   console.log(
     `| ${r.seed} | ${sft} | ${accs.map(pct).join(' → ')} | ${gain >= 0 ? '+' : ''}${Math.round(gain * 100)} | ` +
-      `${r.warnings.length ? r.warnings.join(', ') : 'ok'}${r.code ? ` (exit ${r.code})` : ''} | ${r.minutes.toFixed(1)} |${abl}`,
+      `${r.warnings.length ? counted(r.warnings) : 'ok'}${r.code ? ` (exit ${r.code})` : ''} | ${r.minutes.toFixed(1)} |${abl}`,
   );
 }
 const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
