@@ -10,7 +10,20 @@ interface Series {
 }
 
 // pairs of a dark and a light shade, so runs given as (arm A, arm B, arm A', arm B') read as two arms
-const COLORS = ['#d62728', '#1f77b4', '#ff9896', '#aec7e8', '#2ca02c', '#98df8a'];
+// tab10: a seed sweep with its ablation arms is 10 runs, each its own colour
+const COLORS = [
+  '#1f77b4',
+  '#ff7f0e',
+  '#2ca02c',
+  '#d62728',
+  '#9467bd',
+  '#8c564b',
+  '#e377c2',
+  '#7f7f7f',
+  '#bcbd22',
+  '#17becf',
+];
+const LEGEND_W = 180; // px per legend entry; entries wrap into rows
 
 function smooth(points: [number, number][], w: number): [number, number][] {
   return points.map(([x], i) => {
@@ -100,11 +113,14 @@ export function plotRuns(runDirs: string[], labels = runDirs.map((d) => basename
       H,
     ),
   ];
+  const perRow = Math.floor((3 * W - 20) / LEGEND_W);
   const legend = runs
-    .map(
-      (r, i) =>
-        `<rect x="${20 + i * 260}" y="${H + 8}" width="12" height="12" fill="${COLORS[i % COLORS.length]}"/><text x="${38 + i * 260}" y="${H + 19}" font-size="12">${r.label.replace(/[<&>]/g, '')}</text>`,
-    )
+    .map((r, i) => {
+      const x = 20 + (i % perRow) * LEGEND_W;
+      const y = H + 8 + Math.floor(i / perRow) * 20;
+      return `<rect x="${x}" y="${y}" width="12" height="12" fill="${COLORS[i % COLORS.length]}"/><text x="${x + 18}" y="${y + 11}" font-size="12">${r.label.replace(/[<&>]/g, '')}</text>`;
+    })
     .join('');
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="${3 * W}" height="${H + 30}" font-family="sans-serif"><rect width="100%" height="100%" fill="white"/>${panels.join('')}${legend}</svg>\n`;
+  const height = H + 10 + Math.ceil(runs.length / perRow) * 20;
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${3 * W}" height="${height}" font-family="sans-serif"><rect width="100%" height="100%" fill="white"/>${panels.join('')}${legend}</svg>\n`;
 }
