@@ -178,13 +178,11 @@ await pool(seeds, jobs, async (seed) => {
 rows.sort((a, b) => a.seed - b.seed);
 
 // each health warning once, with how many steps raised it
-const counted = (codes: string[]) =>
-  [...new Set(codes)]
-    .map(
-      (c) =>
-        `${c}${codes.filter((x) => x === c).length > 1 ? ` ×${codes.filter((x) => x === c).length}` : ''}`,
-    )
-    .join(', ');
+const counted = (codes: string[]) => {
+  const n = new Map<string, number>();
+  for (const c of codes) n.set(c, (n.get(c) ?? 0) + 1);
+  return [...n].map(([c, k]) => (k > 1 ? `${c} ×${k}` : c)).join(', ');
+};
 const pct = (x: number | undefined) => (typeof x === 'number' ? `${Math.round(x * 100)}%` : '-');
 const f3 = (x: number | undefined) => (typeof x === 'number' && Number.isFinite(x) ? x.toFixed(3) : '-');
 console.log(

@@ -1,6 +1,7 @@
 import { lookup } from 'node:dns/promises';
-import { BlockList, connect, createServer, isIP } from 'node:net';
+import { BlockList, connect, isIP } from 'node:net';
 import type { WeightGroup, WeightMeta, WeightSyncEngine } from '../engines/types.js';
+import { freePort } from '../util/net.js';
 
 // Weight sync by broadcast (docs/DECISIONS.md, weight sync): the trainer's rank 0 and every engine rank join
 // one process group once; after each update rank 0 broadcasts the weights while the engines receive them.
@@ -103,18 +104,6 @@ function localAddressTowards(url: string): Promise<string> {
   });
 }
 
-/** A port free on every interface of this host (the group's store listens on all of them). */
-function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const srv = createServer();
-    srv.once('error', rej);
-    srv.listen(0, () => {
-      const a = srv.address();
-      srv.close(() => res(typeof a === 'object' && a ? a.port : 0));
-    });
-  });
-}
-
 export class BroadcastSync {
   private off = false;
   private ranks: number[] | null = null; // each engine's rank count, once they said they can join
@@ -175,7 +164,7 @@ export class BroadcastSync {
     const [addr, port] = (this.opts.master ?? '').split(':');
     const g: WeightGroup = {
       masterAddress: addr || (await localAddressTowards(this.engines[0].url as string)),
-      masterPort: port ? Number(port) : await freePort(),
+      masterPort: port ? Number(port) : await freePort(), // the group's store listens on every interface
       worldSize: 1 + ranks.reduce((a, b) => a + b, 0),
       // a new name per join: a worker restarted after a crash joins afresh beside the old group
       groupName: `rstar2_weights_${++this.joins}`,

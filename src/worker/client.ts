@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import type { GenerateResult, SamplingParams, WeightGroup, WeightMeta } from '../engines/types.js';
+import { freePort } from '../util/net.js';
 import { findPython, PYTHON_DIR } from '../util/python.js';
 import { checkLaunch, type Master, rankEnvs } from './launch.js';
 import {
@@ -113,19 +113,6 @@ class Rank {
   }
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const srv = createServer();
-    srv.unref();
-    srv.on('error', rej);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => res(port));
-    });
-  });
-}
-
 const SHARDINGS = ['ddp', 'fsdp'] as const;
 
 function checkSharding(o: WorkerStartOptions): void {
@@ -138,7 +125,7 @@ function checkSharding(o: WorkerStartOptions): void {
 
 async function masterOf(o: WorkerStartOptions): Promise<Master> {
   const { master } = checkLaunch(o);
-  return master ?? { addr: '127.0.0.1', port: await freePort() };
+  return master ?? { addr: '127.0.0.1', port: await freePort('127.0.0.1') };
 }
 
 function processEnv(o: WorkerStartOptions, rank: Record<string, string>): NodeJS.ProcessEnv {
