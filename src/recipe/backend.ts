@@ -28,7 +28,13 @@ import {
 import { PolicyWorker } from '../worker/client.js';
 import type { LaunchOptions } from '../worker/launch.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
-import type { TrainOptions, TrainSequence, TrainStats, WorkerStartOptions } from '../worker/types.js';
+import type {
+  ModelConfig,
+  TrainOptions,
+  TrainSequence,
+  TrainStats,
+  WorkerStartOptions,
+} from '../worker/types.js';
 import type { Recipe } from './config.js';
 import type { HeldoutScore, PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
 import { BroadcastSync, type WeightSyncOptions } from './weight-sync.js';
@@ -142,6 +148,22 @@ interface RemoteSync {
   dirty: boolean;
 }
 
+/**
+ * Whether the assistant turns that answer a tool output are greedy-exact: the turns are the runs of trained tokens
+ * (tool turns are masked); the first turn of a multi-turn example is a free choice (answer or call, which call),
+ * every later one has one right continuation (the fix after an error, the stdout copied into the answer). A one-turn
+ * example is scored on its only turn.
+ */
+export function answersExact(mask: number[], argmax: boolean[]): boolean {
+  const turns: boolean[] = [];
+  for (const [t, m] of mask.entries()) {
+    if (m === 0) continue;
+    if (t === 0 || mask[t - 1] === 0) turns.push(true);
+    turns[turns.length - 1] &&= argmax[t];
+  }
+  return (turns.length > 1 ? turns.slice(1) : turns).every(Boolean);
+}
+
 export class EmbeddedBackend implements PolicyBackend {
   private rolloutStats?: RolloutStats;
   private constructor(
@@ -170,19 +192,17 @@ export class EmbeddedBackend implements PolicyBackend {
     const tokenizer = tokenizerFromFiles(files);
     const m = recipe.model;
     const worker = await PolicyWorker.start({ ...workerStartOptions(m), ...opts.launch });
+    let preset: ModelConfig | null = null;
     try {
       if (dir) await worker.load(dir);
       else {
-        const preset = MODEL_PRESETS[recipe.model.preset];
-        await worker.init(
-          {
-            ...preset,
-            vocab_size: tokenizer.vocabSize,
-            bos_token_id: tokenizer.pad,
-            eos_token_id: tokenizer.imEnd,
-          },
-          recipe.seed,
-        );
+        preset = {
+          ...MODEL_PRESETS[recipe.model.preset],
+          vocab_size: tokenizer.vocabSize,
+          bos_token_id: tokenizer.pad,
+          eos_token_id: tokenizer.imEnd,
+        };
+        await worker.init(preset, recipe.seed);
       }
       // Embedded: the worker both generates and trains, so weights are shared and "sync" is free. Remote: the
       // worker only trains and the engines load each update from syncDir.
@@ -205,10 +225,12 @@ export class EmbeddedBackend implements PolicyBackend {
           ? { engines, broadcast, dir: opts.syncDir as string, version: 0, dirty: true }
           : null;
       const { gradientCheckpointing, maxTokensPerMicroBatch } = recipe.model;
-      return new EmbeddedBackend(worker, files, stack, recipe.tokenizer.toolCallStyle, remote, {
+      const backend = new EmbeddedBackend(worker, files, stack, recipe.tokenizer.toolCallStyle, remote, {
         gradientCheckpointing,
         maxTokensPerMicroBatch: maxTokensPerMicroBatch ?? undefined,
       });
+      backend.preset = preset;
+      return backend;
     } catch (e) {
       await worker.close();
       throw e;
@@ -312,12 +334,7 @@ export class EmbeddedBackend implements PolicyBackend {
         sum -= logprobs[t];
         count++;
       }
-      // the final assistant turn is the last run of trained tokens (tool turns are masked)
-      let t = mask.length - 1;
-      let ok = true;
-      while (t >= 0 && mask[t] === 0) t--;
-      for (; t >= 0 && mask[t] === 1; t--) ok &&= argmax[t];
-      if (ok) exact++;
+      if (answersExact(mask, argmax)) exact++;
     }
     return { loss: sum / Math.max(1, count), exact: exact / Math.max(1, seqs.length) };
   }
@@ -348,6 +365,15 @@ export class EmbeddedBackend implements PolicyBackend {
 
   async resetOptimizer(): Promise<void> {
     await this.worker.resetOptimizer();
+  }
+
+  /** The config a preset model was initialised from (null when loaded from a directory). */
+  preset: ModelConfig | null = null;
+
+  async reinit(seed: number): Promise<void> {
+    if (!this.preset) throw new Error('only a model initialised from a preset can be re-initialised');
+    await this.worker.init(this.preset, seed); // new weights, no optimizer state, step 0
+    if (this.remote) this.remote.dirty = true;
   }
 
   async save(dir: string): Promise<void> {

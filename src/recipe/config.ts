@@ -110,15 +110,27 @@ const SftStage = z
           .nullable()
           .default(null)
           .describe(
-            "the stage may end once this fraction of held-out examples has its final assistant turn as the model's greedy choice under teacher forcing (for tool demos: the tool's result copied into the answer exactly)",
+            "the stage may end once this fraction of held-out examples has every assistant turn after the first (of a one-turn example, that turn) as the model's greedy choice under teacher forcing: for tool demos the tool's result copied into the answer exactly, for retries also the fixed call",
           ),
         every: z.number().int().min(1).default(25).describe('steps between held-out checks'),
         heldout: z.number().int().min(1).default(64).describe('demos held out of training for the check'),
         on: z
-          .enum(['all', 'tool'])
+          .enum(['all', 'tool', 'retry'])
           .default('all')
           .describe(
-            "'tool': the loss over held-out examples that call a tool (the skill an agent needs before RL)",
+            "'tool': held-out examples that call a tool (the skill an agent needs before RL); 'retry': those that call it more than once (a failed call, then its fix)",
+          ),
+        restart: z
+          .object({
+            loss: z.number().gt(0).describe('the held-out loss a start must reach'),
+            within: z.number().int().min(1).describe('steps it has to get there'),
+            max: z.number().int().min(1).default(2).describe('re-initialisations at most'),
+          })
+          .strict()
+          .nullable()
+          .default(null)
+          .describe(
+            'a first stage from a preset: if no held-out check within `within` steps of the (re)start reaches `loss`, re-initialise the model (new seed, fresh optimizer) and go on counting steps toward the cap',
           ),
         restoreBest: z
           .boolean()

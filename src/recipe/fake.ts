@@ -16,6 +16,8 @@ interface Params {
   err: number;
   copy: number;
   steps: number;
+  /** The seed of the last re-initialisation, if any. */
+  seed?: number;
 }
 
 const sig = (x: number) => 1 / (1 + Math.exp(-x));
@@ -145,6 +147,10 @@ export class FakeBackend implements PolicyBackend {
     this.p.err += scale * g.err;
     this.p.copy += scale * g.copy;
     return this.stats(opts.lr);
+  }
+
+  async reinit(seed: number): Promise<void> {
+    this.p = { tool: -1, err: 0, copy: 0, steps: this.p.steps, seed };
   }
 
   async save(dir: string): Promise<void> {

@@ -48,8 +48,9 @@ export interface ScoredItem {
 export interface HeldoutScore {
   /** Mean loss per trained token. */
   loss: number;
-  /** Fraction of examples whose final assistant turn is the model's greedy choice at every token, given the
-   * true prefix: for a tool demo, whether the model copies the tool's result into its answer exactly. */
+  /** Fraction of examples whose assistant turns after the first (a one-turn example: that turn) are the model's
+   * greedy choice at every token, given the true prefix: for a tool demo, whether the model copies the tool's
+   * result into its answer exactly; for a retry, whether it also writes the fixed call. */
   exact: number;
 }
 
@@ -68,6 +69,8 @@ export interface PolicyBackend {
   recomputeLogprobs?(trajectories: Trajectory[], temperature: number): Promise<number[][]>;
   /** A fresh optimizer and step count (a stage with optimizer: fresh). */
   resetOptimizer?(): Promise<void>;
+  /** New random weights from this seed and a fresh optimizer (an SFT gate's restart). */
+  reinit?(seed: number): Promise<void>;
   /** Prompt length in tokens (the maxPromptTokens filter); absent = question characters. */
   promptTokens?(question: string): number;
   /** Model, tokenizer and optimizer state (for exact resume). */
@@ -338,15 +341,25 @@ export class Trainer {
         `stage ${stage.name}: gate.heldout ${gate.heldout} leaves no examples of ${all.length} to train on`,
       );
     const held = gate ? all.slice(all.length - gate.heldout) : [];
-    const heldout =
-      gate?.on === 'tool' ? held.filter((ex) => ex.messages.some((m) => m.tool_calls?.length)) : held;
+    const calls = (ex: ChatExample) => ex.messages.filter((m) => m.tool_calls?.length).length;
+    const least = gate?.on === 'tool' ? 1 : gate?.on === 'retry' ? 2 : 0;
+    const heldout = held.filter((ex) => calls(ex) >= least);
     if (gate && heldout.length === 0)
       throw new Error(
-        `stage ${stage.name}: none of the ${gate.heldout} held-out examples calls a tool (gate.on: tool)`,
+        `stage ${stage.name}: none of the ${gate.heldout} held-out examples calls a tool ${least > 1 ? 'more than once ' : ''}(gate.on: ${gate.on})`,
       );
     const demos = gate ? all.slice(0, all.length - gate.heldout) : all;
-    let best: HeldoutScore = { loss: Number.POSITIVE_INFINITY, exact: 0 };
+    const restart = gate?.restart ?? null;
+    if (restart && (stageIndex !== 0 || this.recipe.model.path || !this.backend.reinit))
+      throw new Error(
+        `stage ${stage.name}: gate.restart re-initialises the model, so it is only for the first stage of a recipe that trains a preset from scratch`,
+      );
+    const fresh = (): HeldoutScore => ({ loss: Number.POSITIVE_INFINITY, exact: 0 });
+    // best and bestStep cover the checks since the last (re)start: a restart forgets the abandoned weights
+    let best = fresh();
     let bestStep = 0; // the step of the best check by the gate's own measure (exact if it has one)
+    let since = 0; // the step of the last restart
+    let restarts = 0;
     const better = (a: HeldoutScore, b: HeldoutScore) =>
       gate?.exact != null ? a.exact > b.exact : a.loss < b.loss;
     if (gate && start > 0) {
@@ -356,12 +369,14 @@ export class Trainer {
         step: number;
         heldout_loss?: number;
         heldout_exact?: number;
+        restart?: number;
       }>(join(this.runDir, 'metrics.jsonl'));
       for (const r of done)
         if (r.stage === stage.name && r.step <= start && r.heldout_loss !== undefined) {
           const score = { loss: r.heldout_loss, exact: r.heldout_exact ?? 0 };
           if (better(score, best)) bestStep = r.step;
           best = { loss: Math.min(best.loss, score.loss), exact: Math.max(best.exact, score.exact) };
+          if (r.restart !== undefined) [best, bestStep, since, restarts] = [fresh(), 0, r.step, r.restart];
         }
     }
     const bar = new Progress(
@@ -390,7 +405,7 @@ export class Trainer {
       };
       const warnings = sftLossWarning(stage.name, step, st.loss);
       let passed = false;
-      let bestCheckpoint = false;
+      let extraCheckpoint = false;
       if (gate && (step % gate.every === 0 || step === stage.steps)) {
         const score = await this.backend.sftHeldout(heldout);
         record.heldout_loss = round(score.loss);
@@ -402,14 +417,25 @@ export class Trainer {
         if (passed) record.gate = 'reached';
         else if (step === stage.steps) warnings.push(gateWarning(stage.name, step, best, gate));
         // the best weights must exist on disk if the stage is to go back to them at its cap
+        if (gate.restoreBest && improved && !passed && step < stage.steps) extraCheckpoint = true;
         if (
-          gate.restoreBest &&
-          improved &&
+          restart &&
           !passed &&
-          step % stage.checkpointEvery !== 0 &&
+          best.loss > restart.loss &&
+          step - since >= restart.within &&
+          restarts < restart.max &&
           step < stage.steps
-        )
-          bestCheckpoint = true;
+        ) {
+          restarts++;
+          const seed = seedFor(this.recipe.seed, stage.name, 'restart', restarts);
+          this.log(
+            `[gate] ${stage.name}: held-out loss ${round(best.loss)} after ${step - since} steps, not at or below ${restart.loss}; re-initialising the model (restart ${restarts} of ${restart.max}, seed ${seed})`,
+          );
+          await this.backend.reinit?.(seed);
+          record.restart = restarts;
+          [best, bestStep, since] = [fresh(), 0, step];
+          extraCheckpoint = true; // a resume must not go back to the abandoned weights
+        }
       }
       this.warn(warnings, record);
       appendJsonl(join(this.runDir, 'metrics.jsonl'), [record]);
@@ -423,7 +449,7 @@ export class Trainer {
         await this.checkpoint(stageIndex, stage, step, true);
         return;
       }
-      if (step % stage.checkpointEvery === 0 || step === stage.steps || bestCheckpoint)
+      if (step % stage.checkpointEvery === 0 || step === stage.steps || extraCheckpoint)
         await this.checkpoint(stageIndex, stage, step);
     }
     bar.finish();

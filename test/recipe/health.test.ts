@@ -5,6 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import type { Trajectory } from '../../src/agent/trajectory.js';
+import type { ChatExample } from '../../src/data/index.js';
+import { answersExact } from '../../src/recipe/backend.js';
 import { applySets, parseRecipe } from '../../src/recipe/config.js';
 import { FakeBackend } from '../../src/recipe/fake.js';
 import { HealthError } from '../../src/recipe/health.js';
@@ -16,7 +18,14 @@ process.env.RSTAR2_NO_PROGRESS = '1';
 const quiet = { log: () => {}, progress: false };
 
 interface Opts {
-  gate?: { loss?: number; exact?: number; every?: number; heldout?: number; restoreBest?: boolean } | null;
+  gate?: {
+    loss?: number;
+    exact?: number;
+    every?: number;
+    heldout?: number;
+    restoreBest?: boolean;
+    restart?: { loss: number; within: number; max?: number };
+  } | null;
   sftSteps?: number;
   rlSteps?: number;
   rlLr?: number;
@@ -217,6 +226,152 @@ test('restoreBest: a stage capped without its gate goes on from its best check, 
   const again = new Peaking();
   await new Trainer(recipe({ gate }), dir3, again, quiet).run(true);
   assert.equal(again.rlStartsAt, 15);
+});
+
+// Held-out loss sits at 0.5 (the plateau of a bad initialisation) until the first re-initialisation, or for good
+// with `never`; after one it falls as the fake's does (0.4875 five steps later, 0.475 after ten, 0.45 after twenty).
+class Stuck extends FakeBackend {
+  constructor(
+    private never = false,
+    private dieAt?: number,
+  ) {
+    super();
+  }
+  override async sftHeldout() {
+    return this.never || this.p.seed === undefined ? { loss: 0.5, exact: 0 } : super.sftHeldout();
+  }
+  override async sftStep(e: Parameters<FakeBackend['sftStep']>[0], o: { lr: number }) {
+    if (this.p.steps + 1 === this.dieAt) throw new Error('simulated kill');
+    return super.sftStep(e, o);
+  }
+}
+
+test('gate.restart re-initialises a start that plateaus, at most max times, and resumes across kills', async () => {
+  const gate = { loss: 0.46, every: 5, heldout: 16, restart: { loss: 0.48, within: 10, max: 2 } };
+  const restarts = (dir: string) =>
+    metrics(dir)
+      .filter((r) => r.restart !== undefined)
+      .map((r) => [r.step, r.restart]);
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-restart-'));
+  const b = new Stuck();
+  const lines: string[] = [];
+  await new Trainer(recipe({ gate }), dir, b, { ...quiet, log: (l) => lines.push(l) }).run();
+  // stuck at 0.5 through steps 5 and 10: restart at 10; the new start reaches 0.475 by step 20 and the gate at 30
+  assert.deepEqual(restarts(dir), [[10, 1]]);
+  const sft = metrics(dir).filter((r) => r.stage === 'sft');
+  assert.equal(sft.length, 30);
+  assert.equal(sft[29].gate, 'reached');
+  assert.ok(
+    lines.some((l) =>
+      /held-out loss 0.5 after 10 steps, not at or below 0.48; re-initialising the model \(restart 1 of 2, seed \d+\)/.test(
+        l,
+      ),
+    ),
+  );
+  assert.deepEqual(codes(dir), []);
+  // the restarted weights are on disk at once (step 10 is on the checkpoint grid; step 15 is not)
+  assert.ok(typeof b.p.seed === 'number');
+
+  // a start that never leaves the plateau: two restarts (steps 10 and 20), then the cap and its warning
+  const dir2 = mkdtempSync(join(tmpdir(), 'rstar2-restart-max-'));
+  await new Trainer(
+    recipe({ gate: { ...gate, every: 5 }, sftSteps: 40 }),
+    dir2,
+    new Stuck(true),
+    quiet,
+  ).run();
+  assert.deepEqual(restarts(dir2), [
+    [10, 1],
+    [20, 2],
+  ]);
+  assert.ok(codes(dir2).includes('sft_gate_not_reached'));
+
+  // killed at step 17 (last checkpoint: step 10, just after the restart): the resume knows the restart from
+  // metrics.jsonl, so it does not restart again at step 15, and the run ends as the uninterrupted one did
+  const dir3 = mkdtempSync(join(tmpdir(), 'rstar2-restart-kill-'));
+  await assert.rejects(
+    new Trainer(recipe({ gate }), dir3, new Stuck(false, 17), quiet).run(),
+    /simulated kill/,
+  );
+  assert.equal(readState(dir3)?.step, 10);
+  await new Trainer(recipe({ gate }), dir3, new Stuck(), quiet).run(true);
+  assert.deepEqual(restarts(dir3), [[10, 1]]);
+  assert.deepEqual(
+    metrics(dir3).map((r) => `${r.stage}:${r.step}:${r.heldout_loss}`),
+    metrics(dir).map((r) => `${r.stage}:${r.step}:${r.heldout_loss}`),
+  );
+
+  // only a first stage that starts from a preset can start over
+  const later = recipe({ gate });
+  const first = later.stages[0];
+  assert.equal(first.type, 'sft');
+  if (first.type === 'sft') later.stages.unshift({ ...first, name: 'warm', gate: null });
+  await assert.rejects(
+    new Trainer(later, mkdtempSync(join(tmpdir(), 'rstar2-restart-2nd-')), new Stuck(), quiet).run(),
+    /stage sft: gate.restart re-initialises the model, so it is only for the first stage/,
+  );
+  const loaded = recipe({ gate });
+  loaded.model.path = '/models/some-checkpoint';
+  await assert.rejects(
+    new Trainer(loaded, mkdtempSync(join(tmpdir(), 'rstar2-restart-path-')), new Stuck(), quiet).run(),
+    /only for the first stage of a recipe that trains a preset from scratch/,
+  );
+});
+
+// Records the examples every held-out check scores.
+class Scored extends FakeBackend {
+  calls: number[][] = [];
+  override async sftHeldout(examples: ChatExample[] = []) {
+    this.calls.push(examples.map((ex) => ex.messages.filter((m) => m.tool_calls?.length).length));
+    return super.sftHeldout();
+  }
+}
+
+test('gate.on picks the held-out examples it scores: all, those that call a tool, those that retry one', async () => {
+  const seen: Record<string, number[]> = {};
+  for (const on of ['all', 'tool', 'retry'] as const) {
+    const b = new Scored();
+    const r = recipe({ sftSteps: 5, rlSteps: 0, gate: { loss: 0.01, every: 5, heldout: 64 } });
+    Object.assign(r.stages[0], { demoMix: { direct: 0.4, tool: 0.4, recover: 0.2 } });
+    Object.assign((r.stages[0] as { gate: object }).gate, { on });
+    await new Trainer(r, mkdtempSync(join(tmpdir(), `rstar2-on-${on}-`)), b, quiet).run();
+    seen[on] = b.calls[0];
+  }
+  assert.equal(seen.all.length, 64);
+  assert.ok(seen.all.includes(0) && seen.all.includes(1) && seen.all.includes(2));
+  assert.deepEqual(
+    seen.tool,
+    seen.all.filter((n) => n >= 1),
+  );
+  assert.deepEqual(
+    seen.retry,
+    seen.all.filter((n) => n >= 2),
+  );
+  assert.ok(seen.retry.length > 0 && seen.retry.length < seen.tool.length);
+
+  // no retry demos held out: the stage refuses to start rather than gate on nothing
+  const r = recipe({ sftSteps: 5, rlSteps: 0, gate: { loss: 0.01, every: 5, heldout: 64 } });
+  Object.assign(r.stages[0], { demoMix: { direct: 0.5, tool: 0.5, recover: 0 } });
+  Object.assign((r.stages[0] as { gate: object }).gate, { on: 'retry' });
+  await assert.rejects(
+    new Trainer(r, mkdtempSync(join(tmpdir(), 'rstar2-on-none-')), new Scored(), quiet).run(),
+    /none of the 64 held-out examples calls a tool more than once \(gate.on: retry\)/,
+  );
+});
+
+test('exact scores the turns that answer a tool output: the fix after an error and the final copy', () => {
+  // prompt, failing call, error (masked), fixed call, stdout (masked), answer
+  const retry = [0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1];
+  const right = retry.map(() => true);
+  const wrongAt = (t: number) => right.map((ok, i) => ok && i !== t);
+  assert.equal(answersExact(retry, right), true);
+  assert.equal(answersExact(retry, wrongAt(2)), true, 'the first call is a free choice');
+  assert.equal(answersExact(retry, wrongAt(7)), false, 'a wrong fixed call');
+  assert.equal(answersExact(retry, wrongAt(11)), false, 'a wrong copy into the answer');
+  assert.equal(answersExact(retry, wrongAt(4)), true, 'masked tokens are not scored');
+  // a direct answer has one turn, scored on itself
+  assert.equal(answersExact([0, 0, 1, 1], [true, true, true, false]), false);
+  assert.equal(answersExact([0, 0, 1, 1], [false, false, true, true]), true);
 });
 
 // A policy that never calls the tool and never answers right: every group is all-wrong.
