@@ -53,12 +53,17 @@ function train(args: string[], log: string): Promise<{ code: number; seconds: nu
   });
 }
 
-/** The newest checkpoint of the last SFT stage before the first RL stage. */
+/** The checkpoint RL started from: the last SFT stage's best check if it went back to one at its cap, else its newest. */
 function lastSftCheckpoint(run: string): string {
   const cfg = JSON.parse(readFileSync(join(run, 'config.json'), 'utf8'));
   const firstRl = cfg.stages.findIndex((s: Rec) => s.type === 'rl');
   const sft = cfg.stages[firstRl - 1];
   if (sft?.type !== 'sft') throw new Error(`${run}: no SFT stage before the first RL stage`);
+  const restored = readJsonlTolerant<Rec>(join(run, 'metrics.jsonl')).findLast(
+    (r) => r.stage === sft.name && r.restored != null,
+  )?.restored;
+  if (restored != null)
+    return join(run, 'checkpoints', `${sft.name}-step-${String(restored).padStart(6, '0')}`);
   const ckpts = readdirSync(join(run, 'checkpoints'))
     .filter((n) => n.startsWith(`${sft.name}-step-`))
     .sort();

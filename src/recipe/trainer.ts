@@ -137,13 +137,22 @@ export function forkRun(srcDir: string, checkpoint: string, dstDir: string, reci
     cpSync(join(srcDir, 'trajectories', f), join(dstDir, 'trajectories', f));
   }
   writeFileSync(join(dstDir, 'config.json'), JSON.stringify(recipe, null, 2) + '\n');
+  const step = Number(m[2]);
   const state: RunState = {
     stageIndex,
     stage: m[1],
-    step: Number(m[2]),
+    step,
     checkpoint: join('checkpoints', checkpoint),
     time: new Date().toISOString(),
   };
+  // a fork goes on from exactly these weights: from a capped stage's last checkpoint it does not go back to a best
+  // check, and from the best check the source went on from it does not train the rest of the stage again
+  const restored = existsSync(join(srcDir, 'metrics.jsonl'))
+    ? readJsonlTolerant<{ stage: string; restored?: number }>(join(srcDir, 'metrics.jsonl')).some(
+        (r) => r.stage === m[1] && r.restored === step,
+      )
+    : false;
+  if (step >= recipe.stages[stageIndex].steps || restored) state.stageDone = true;
   writeAtomic(join(dstDir, 'state.json'), JSON.stringify(state, null, 2) + '\n');
   return state;
 }
@@ -415,7 +424,11 @@ export class Trainer {
         best = { loss: Math.min(best.loss, score.loss), exact: Math.max(best.exact, score.exact) };
         passed = gatePassed(gate, score);
         if (passed) record.gate = 'reached';
-        else if (step === stage.steps) warnings.push(gateWarning(stage.name, step, best, gate));
+        else if (step === stage.steps) {
+          warnings.push(gateWarning(stage.name, step, best, gate));
+          // the weights the run goes on from, for whoever forks or reads it later
+          if (gate.restoreBest && bestStep > 0 && bestStep < stage.steps) record.restored = bestStep;
+        }
         // the best weights must exist on disk if the stage is to go back to them at its cap
         if (gate.restoreBest && improved && !passed && step < stage.steps) extraCheckpoint = true;
         if (

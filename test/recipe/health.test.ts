@@ -11,7 +11,7 @@ import { applySets, parseRecipe } from '../../src/recipe/config.js';
 import { FakeBackend } from '../../src/recipe/fake.js';
 import { HealthError } from '../../src/recipe/health.js';
 import type { RolloutRequest } from '../../src/recipe/trainer.js';
-import { readState, Trainer } from '../../src/recipe/trainer.js';
+import { forkRun, readState, Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
 process.env.RSTAR2_NO_PROGRESS = '1';
@@ -199,6 +199,19 @@ test('restoreBest: a stage capped without its gate goes on from its best check, 
     quiet,
   ).run();
   assert.equal(plain.rlStartsAt, 40);
+  // the cap's record names the check the run went on from, and a fork goes on from exactly the weights it names
+  assert.equal(metrics(dir).find((r) => r.stage === 'sft' && r.step === 40)?.restored, 15);
+  for (const [ckpt, from] of [
+    ['sft-step-000015', 15],
+    ['sft-step-000040', 40],
+  ] as const) {
+    const fork = mkdtempSync(join(tmpdir(), 'rstar2-best-fork-'));
+    forkRun(dir, ckpt, fork, recipe({ gate }));
+    const forked = new Peaking();
+    await new Trainer(recipe({ gate }), fork, forked, quiet).run(true);
+    assert.equal(forked.rlStartsAt, from);
+    assert.equal(metrics(fork).filter((r) => r.stage === 'sft' && r.step > from).length, 0);
+  }
 
   // killed at the first RL step: the resume loads the best weights, not the cap's
   const dir2 = mkdtempSync(join(tmpdir(), 'rstar2-best-rl-'));
