@@ -145,14 +145,15 @@ export function forkRun(srcDir: string, checkpoint: string, dstDir: string, reci
     checkpoint: join('checkpoints', checkpoint),
     time: new Date().toISOString(),
   };
-  // a fork goes on from exactly these weights: from a capped stage's last checkpoint it does not go back to a best
-  // check, and from the best check the source went on from it does not train the rest of the stage again
-  const restored = existsSync(join(srcDir, 'metrics.jsonl'))
-    ? readJsonlTolerant<{ stage: string; restored?: number }>(join(srcDir, 'metrics.jsonl')).some(
-        (r) => r.stage === m[1] && r.restored === step,
-      )
+  // a fork goes on from exactly these weights, as the source did from them: a stage that ended at this checkpoint
+  // (its gate reached, or the best check a capped stage went back to) is not trained further, and from a capped
+  // stage's last checkpoint it does not go back to a best check
+  const ended = existsSync(join(srcDir, 'metrics.jsonl'))
+    ? readJsonlTolerant<{ stage: string; step: number; gate?: string; restored?: number }>(
+        join(srcDir, 'metrics.jsonl'),
+      ).some((r) => r.stage === m[1] && ((r.step === step && r.gate === 'reached') || r.restored === step))
     : false;
-  if (step >= recipe.stages[stageIndex].steps || restored) state.stageDone = true;
+  if (step >= recipe.stages[stageIndex].steps || ended) state.stageDone = true;
   writeAtomic(join(dstDir, 'state.json'), JSON.stringify(state, null, 2) + '\n');
   return state;
 }

@@ -87,6 +87,23 @@ test('an SFT gate ends its stage once held-out loss reaches it, and resume skips
   assert.deepEqual(codes(dir), []);
   assert.equal(readJsonl<Rec>(join(dir, 'metrics.jsonl')).filter((r) => r.stage === 'rl').length, 4);
 
+  // a fork from the gate's checkpoint (the seed sweep's RoC-off arm) goes to RL as the source did, not on with SFT
+  const fork = mkdtempSync(join(tmpdir(), 'rstar2-gate-fork-'));
+  assert.equal(
+    forkRun(dir, 'sft-step-000020', fork, recipe({ gate: { loss: 0.46, every: 5 } })).stageDone,
+    true,
+  );
+  await new Trainer(
+    recipe({ gate: { loss: 0.46, every: 5, heldout: 16 } }),
+    fork,
+    new FakeBackend(),
+    quiet,
+  ).run(true);
+  assert.deepEqual(
+    metrics(fork).map((r) => `${r.stage}:${r.step}`),
+    metrics(dir).map((r) => `${r.stage}:${r.step}`),
+  );
+
   // killed right after the gate's checkpoint: resume goes straight to RL instead of finishing SFT's steps
   const dir2 = mkdtempSync(join(tmpdir(), 'rstar2-gate-resume-'));
   const crashing = new FakeBackend();
