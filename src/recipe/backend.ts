@@ -173,6 +173,8 @@ export class EmbeddedBackend implements PolicyBackend {
     private readonly toolCallStyle: ToolCallStyle,
     private readonly remote: RemoteSync | null,
     private readonly memory: Pick<TrainOptions, 'gradientCheckpointing' | 'maxTokensPerMicroBatch'>,
+    /** The config a preset model was initialised from (null when loaded from a directory). */
+    private readonly preset: ModelConfig | null,
   ) {}
 
   /** The recipe's model directory (with its tokenizer) or a fresh preset, on the one rollout stack. */
@@ -225,12 +227,15 @@ export class EmbeddedBackend implements PolicyBackend {
           ? { engines, broadcast, dir: opts.syncDir as string, version: 0, dirty: true }
           : null;
       const { gradientCheckpointing, maxTokensPerMicroBatch } = recipe.model;
-      const backend = new EmbeddedBackend(worker, files, stack, recipe.tokenizer.toolCallStyle, remote, {
-        gradientCheckpointing,
-        maxTokensPerMicroBatch: maxTokensPerMicroBatch ?? undefined,
-      });
-      backend.preset = preset;
-      return backend;
+      return new EmbeddedBackend(
+        worker,
+        files,
+        stack,
+        recipe.tokenizer.toolCallStyle,
+        remote,
+        { gradientCheckpointing, maxTokensPerMicroBatch: maxTokensPerMicroBatch ?? undefined },
+        preset,
+      );
     } catch (e) {
       await worker.close();
       throw e;
@@ -366,9 +371,6 @@ export class EmbeddedBackend implements PolicyBackend {
   async resetOptimizer(): Promise<void> {
     await this.worker.resetOptimizer();
   }
-
-  /** The config a preset model was initialised from (null when loaded from a directory). */
-  preset: ModelConfig | null = null;
 
   async reinit(seed: number): Promise<void> {
     if (!this.preset) throw new Error('only a model initialised from a preset can be re-initialised');

@@ -207,9 +207,14 @@ export function echoOf(question: string): string {
   return question.replace(/^What is /, '').replace(/\?$/, '');
 }
 
+/** How many assistant messages of an example call a tool. */
+export function toolCalls(ex: ChatExample): number {
+  return ex.messages.filter((m) => m.tool_calls?.length).length;
+}
+
 /** The style of a demo, read back from its messages (the fake backend and the tests need it). */
 export function demoStyle(ex: ChatExample): DemoStyle {
-  const calls = ex.messages.filter((m) => m.tool_calls?.length).length;
+  const calls = toolCalls(ex);
   return calls === 0 ? 'direct' : calls === 1 ? 'tool' : 'recover';
 }
 

@@ -23,7 +23,7 @@ import {
   sftLossWarning,
 } from './health.js';
 import { openRunLog, type RunLog } from './loggers.js';
-import { generateProblems, type ProblemSpec, sftExamples } from './tasks.js';
+import { generateProblems, type ProblemSpec, sftExamples, toolCalls } from './tasks.js';
 
 // The training loop over a recipe's stages, writing the run directory of docs/RUN_DIR.md. The policy, its
 // engines and the sandbox sit behind PolicyBackend, so the loop is the same for the embedded torch worker,
@@ -148,11 +148,9 @@ export function forkRun(srcDir: string, checkpoint: string, dstDir: string, reci
   // a fork goes on from exactly these weights, as the source did from them: a stage that ended at this checkpoint
   // (its gate reached, or the best check a capped stage went back to) is not trained further, and from a capped
   // stage's last checkpoint it does not go back to a best check
-  const ended = existsSync(join(srcDir, 'metrics.jsonl'))
-    ? readJsonlTolerant<{ stage: string; step: number; gate?: string; restored?: number }>(
-        join(srcDir, 'metrics.jsonl'),
-      ).some((r) => r.stage === m[1] && ((r.step === step && r.gate === 'reached') || r.restored === step))
-    : false;
+  const ended = readJsonlTolerant<{ stage: string; step: number; gate?: string; restored?: number }>(
+    join(srcDir, 'metrics.jsonl'),
+  ).some((r) => r.stage === m[1] && ((r.step === step && r.gate === 'reached') || r.restored === step));
   if (step >= recipe.stages[stageIndex].steps || ended) state.stageDone = true;
   writeAtomic(join(dstDir, 'state.json'), JSON.stringify(state, null, 2) + '\n');
   return state;
@@ -351,9 +349,8 @@ export class Trainer {
         `stage ${stage.name}: gate.heldout ${gate.heldout} leaves no examples of ${all.length} to train on`,
       );
     const held = gate ? all.slice(all.length - gate.heldout) : [];
-    const calls = (ex: ChatExample) => ex.messages.filter((m) => m.tool_calls?.length).length;
     const least = gate?.on === 'tool' ? 1 : gate?.on === 'retry' ? 2 : 0;
-    const heldout = held.filter((ex) => calls(ex) >= least);
+    const heldout = held.filter((ex) => toolCalls(ex) >= least);
     if (gate && heldout.length === 0)
       throw new Error(
         `stage ${stage.name}: none of the ${gate.heldout} held-out examples calls a tool ${least > 1 ? 'more than once ' : ''}(gate.on: ${gate.on})`,
@@ -445,7 +442,7 @@ export class Trainer {
           this.log(
             `[gate] ${stage.name}: held-out loss ${round(best.loss)} after ${step - since} steps, not at or below ${restart.loss}; re-initialising the model (restart ${restarts} of ${restart.max}, seed ${seed})`,
           );
-          await this.backend.reinit?.(seed);
+          await this.backend.reinit?.(seed); // present: checked before the stage started
           record.restart = restarts;
           [best, bestStep, since] = [fresh(), 0, step];
           extraCheckpoint = true; // a resume must not go back to the abandoned weights
