@@ -5,7 +5,7 @@
 // second half of RL and over all of it is compared (RoC should be lower).
 //
 //   npx tsx bench/quickstart-seeds.ts --seeds 1,2,3,4,5 [--ablation] [--out runs/seeds] [--recipe quickstart]
-//                                     [--jobs 1] [--set path=value ...] [--report]
+//                                     [--jobs 1] [--set path=value ...] [--report] [--ablation-only]
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
@@ -20,6 +20,9 @@ const { values } = parseArgs({
     out: { type: 'string', default: 'runs/seeds' },
     jobs: { type: 'string', default: '1' },
     ablation: { type: 'boolean', default: false },
+    // run only the RoC-off arms, forked from the finished runs already in --out (time each seed's run alone
+    // first, then its ablation arms, several at a time with --jobs)
+    'ablation-only': { type: 'boolean', default: false },
     // re-print the table of runs already in --out, without training (minutes then span the metrics' timestamps)
     report: { type: 'boolean', default: false },
     set: { type: 'string', multiple: true, default: [] },
@@ -29,6 +32,7 @@ const seeds = values.seeds.split(',').map((s) => {
   if (!/^-?\d+$/.test(s.trim())) throw new Error(`--seeds: '${s}' is not an integer`);
   return Number(s);
 });
+const ablation = values.ablation || values['ablation-only'];
 const jobs = Number(values.jobs);
 if (!(Number.isInteger(jobs) && jobs >= 1)) throw new Error(`--jobs must be an integer >= 1`);
 const bin = join(import.meta.dirname, '..', 'bin', 'rstar2.js');
@@ -129,7 +133,7 @@ async function pool<T>(items: T[], n: number, f: (x: T) => Promise<void>): Promi
 const sets = values.set.flatMap((s) => ['--set', s]);
 console.log(
   `# seed sweep: recipe ${values.recipe}, seeds ${seeds.join(',')}, ${jobs} at a time, ` +
-    `host CPU ${cpus()[0]?.model ?? '?'} × ${cpus().length}${values.ablation ? ', with RoC-off ablation' : ''}`,
+    `host CPU ${cpus()[0]?.model ?? '?'} × ${cpus().length}${ablation ? ', with RoC-off ablation' : ''}`,
 );
 const rows: Rec[] = [];
 // a fork's metrics.jsonl starts with its parent's records: only its own (RL) stage counts for its time
@@ -146,18 +150,23 @@ await pool(seeds, jobs, async (seed) => {
   if (values.report) {
     const row: Rec = { seed, code: 0, minutes: spanMinutes(run), ...summarise(run) };
     const off = `${run}-grpo`;
-    if (values.ablation && existsSync(join(off, 'metrics.jsonl')))
+    if (ablation && existsSync(join(off, 'metrics.jsonl')))
       row.grpo = { code: 0, minutes: spanMinutes(off, true), ...summarise(off) };
     rows.push(row);
     return;
   }
-  if (existsSync(join(run, 'state.json'))) throw new Error(`${run} holds a run already: pick another --out`);
-  const r = await train(
-    ['--recipe', values.recipe, '--seed', String(seed), '--out', run, ...sets],
-    `${run}.log`,
-  );
+  let r: { code: number; seconds: number };
+  if (values['ablation-only']) {
+    if (!existsSync(join(run, 'metrics.jsonl')))
+      throw new Error(`--ablation-only: no finished run in ${run}`);
+    r = { code: 0, seconds: spanMinutes(run) * 60 };
+  } else {
+    if (existsSync(join(run, 'state.json')))
+      throw new Error(`${run} holds a run already: pick another --out`);
+    r = await train(['--recipe', values.recipe, '--seed', String(seed), '--out', run, ...sets], `${run}.log`);
+  }
   const row: Rec = { seed, code: r.code, minutes: r.seconds / 60, ...summarise(run) };
-  if (values.ablation && r.code === 0) {
+  if (ablation && r.code === 0) {
     const off = `${run}-grpo`;
     const a = await train(
       [
@@ -192,9 +201,9 @@ const pct = (x: number | undefined) => (typeof x === 'number' ? `${Math.round(x 
 const f3 = (x: number | undefined) => (typeof x === 'number' && Number.isFinite(x) ? x.toFixed(3) : '-');
 console.log(
   '\n| seed | SFT stages: end loss (gate) | held-out after SFT → RL evals | gain | health | min |' +
-    (values.ablation ? ' tool-err pos, RL 2nd half: RoC / GRPO | all RL steps: RoC / GRPO |' : ''),
+    (ablation ? ' tool-err pos, RL 2nd half: RoC / GRPO | all RL steps: RoC / GRPO |' : ''),
 );
-console.log(`|---|---|---|---|---|---|${values.ablation ? '---|---|' : ''}`);
+console.log(`|---|---|---|---|---|---|${ablation ? '---|---|' : ''}`);
 const gains: number[] = [];
 const minutes: number[] = [];
 let rocWins = 0;
@@ -211,7 +220,7 @@ for (const r of rows) {
     )
     .join(', ');
   let abl = '';
-  if (values.ablation) {
+  if (ablation) {
     const on = r.toolErrPosLateHalf;
     const off = r.grpo?.toolErrPosLateHalf;
     if (on < off) rocWins++;
@@ -228,7 +237,7 @@ const range = (xs: number[], f: (x: number) => string) => `${f(Math.min(...xs))}
 console.log(
   `\nheld-out gain: median +${Math.round(med(gains) * 100)} points (range ${range(gains, (x) => `${Math.round(x * 100)}`)}); ` +
     `wall time median ${med(minutes).toFixed(1)} min (range ${range(minutes, (x) => x.toFixed(1))})` +
-    (values.ablation
+    (ablation
       ? `; RoC below GRPO on ${rocWins}/${rows.length} seeds (RL 2nd half), ${rocWinsAll}/${rows.length} (all RL steps)`
       : ''),
 );

@@ -70,6 +70,18 @@ const DataSchema = z
   })
   .strict();
 
+// Both stage types: verl's warmup_style constant | cosine, counted in the stage's own steps so a resume goes on
+// along the same curve.
+const lrSchedule = {
+  lrSchedule: z
+    .enum(['constant', 'cosine'])
+    .default('constant')
+    .describe(
+      "'cosine': lr falls on a half cosine from lr at the stage's first step to minLr at its last (a gated stage's cap); warmup still scales the first steps",
+    ),
+  minLr: z.number().min(0).default(0).describe('where a cosine schedule ends'),
+};
+
 const SftStage = z
   .object({
     type: z.literal('sft'),
@@ -77,6 +89,7 @@ const SftStage = z
     steps: z.number().int().min(0).default(300),
     batchSize: z.number().int().min(1).default(32),
     lr: z.number().positive().default(1e-3),
+    ...lrSchedule,
     warmupSteps: z.number().int().min(0).default(20),
     demos: z.number().int().min(1).default(4000),
     demoMix: z
@@ -161,6 +174,7 @@ const RlStage = z
     maxTurns: z.number().int().min(1).default(3),
     temperature: z.number().min(0).default(1),
     lr: z.number().positive().default(3e-4),
+    ...lrSchedule,
     warmupSteps: z.number().int().min(0).default(0),
     clipLow: z.number().default(0.2),
     clipHigh: z.number().default(0.28),

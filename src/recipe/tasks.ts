@@ -197,7 +197,8 @@ export interface DemoOptions {
   /**
    * Open every response by restating the question's expression (`<reason>48213*7719</reason>`): a short-range
    * copy on every demo, so a from-scratch model learns to copy digits early, and then copies them again
-   * into print(...). Default off (empty reasoning).
+   * into print(...). A recovery demo's fixing turn restates it too, so the fixed call is the same fixed-offset
+   * copy as a first call, whatever the broken call lacked. Default off (empty reasoning).
    */
   echo?: boolean;
 }
@@ -256,7 +257,7 @@ export function sftExamples(
       }
       messages.push({
         role: 'assistant',
-        content: `${style === 'recover' ? '' : thought}</reason>`,
+        content: `${thought}</reason>`,
         tool_calls: [call(p.code)],
       });
       messages.push({

@@ -110,6 +110,12 @@ function seedFor(...parts: (number | string)[]): number {
   return h;
 }
 
+/** The stage's learning rate at a step (1-based); the worker applies warmup on top. */
+export function stageLr(stage: Stage, step: number): number {
+  if (stage.lrSchedule !== 'cosine') return stage.lr;
+  return stage.minLr + (stage.lr - stage.minLr) * 0.5 * (1 + Math.cos((Math.PI * (step - 1)) / stage.steps));
+}
+
 export function readState(runDir: string): RunState | null {
   const p = join(runDir, 'state.json');
   return existsSync(p) ? (JSON.parse(readFileSync(p, 'utf8')) as RunState) : null;
@@ -367,8 +373,9 @@ export class Trainer {
     let bestStep = 0; // the step of the best check by the gate's own measure (exact if it has one)
     let since = 0; // the step of the last restart
     let restarts = 0;
+    // with an exact gate, equal exact (e.g. 0 at every check) falls back to the loss, not to the earliest check
     const better = (a: HeldoutScore, b: HeldoutScore) =>
-      gate?.exact != null ? a.exact > b.exact : a.loss < b.loss;
+      gate?.exact != null ? a.exact > b.exact || (a.exact === b.exact && a.loss < b.loss) : a.loss < b.loss;
     if (gate && start > 0) {
       // a resumed stage picks up the checks it made before (metrics.jsonl is cut back to the checkpoint)
       const done = readJsonlTolerant<{
@@ -397,7 +404,7 @@ export class Trainer {
       const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'batch'));
       const batch = Array.from({ length: stage.batchSize }, () => demos[rng.int(0, demos.length - 1)]);
       const st = await this.backend.sftStep(batch, {
-        lr: stage.lr,
+        lr: stageLr(stage, step),
         warmupSteps: stage.warmupSteps,
       });
       const record: Record<string, unknown> = {
@@ -682,7 +689,7 @@ export class Trainer {
       for (let j = 0; j < items.length; j += mb) {
         stats.push(
           await this.backend.grpoStep(items.slice(j, j + mb), {
-            lr: stage.lr,
+            lr: stageLr(stage, step),
             warmupSteps: stage.warmupSteps,
             clipLow: stage.clipLow,
             clipHigh: stage.clipHigh,

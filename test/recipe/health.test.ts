@@ -201,6 +201,21 @@ class Peaking extends FakeBackend {
   }
 }
 
+// exact stays 0 at every check; the held-out loss is lowest at step 25
+class FlatExact extends Peaking {
+  override async sftHeldout() {
+    return { loss: 0.1 + Math.abs(this.p.steps - 25) * 0.01, exact: 0 };
+  }
+}
+
+test('restoreBest: with exact tied at every check, the best check is the one with the lowest loss', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-best-tie-'));
+  const b = new FlatExact();
+  await new Trainer(recipe({ gate: { exact: 0.9, every: 5, restoreBest: true } }), dir, b, quiet).run();
+  assert.equal(b.rlStartsAt, 25); // not 5, the first check
+  assert.equal(metrics(dir).find((r) => r.stage === 'sft' && r.step === 40)?.restored, 25);
+});
+
 test('restoreBest: a stage capped without its gate goes on from its best check, also across kills', async () => {
   const gate = { exact: 0.9, every: 5, restoreBest: true };
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-best-'));

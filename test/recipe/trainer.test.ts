@@ -183,3 +183,49 @@ test('forkRun branches a new run from a checkpoint (ablation after SFT) with rec
     false,
   );
 });
+
+test('lrSchedule cosine: each step gets lr on a half cosine to minLr over the stage, also after a resume', async () => {
+  const r = parseRecipe(
+    {
+      name: 't',
+      seed: 3,
+      eval: { n: 40 },
+      stages: [
+        {
+          type: 'sft',
+          steps: 5,
+          demos: 50,
+          checkpointEvery: 2,
+          lr: 0.01,
+          warmupSteps: 0,
+          lrSchedule: 'cosine',
+          minLr: 0.002,
+        },
+        { type: 'rl', steps: 2, promptsPerStep: 4, groupSize: 4, lr: 0.3, lrSchedule: 'cosine' },
+      ],
+    },
+    't',
+  );
+  const lrs = (dir: string) => readJsonl<Record<string, any>>(join(dir, 'metrics.jsonl')).map((m) => m.lr);
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-cos-'));
+  await new Trainer(r, dir, new FakeBackend(), quiet).run();
+  const want = [0.01, 0.009236, 0.007236, 0.004764, 0.002764, 0.3, 0.15];
+  assert.deepEqual(
+    lrs(dir).map((x) => Number(x.toFixed(6))),
+    want,
+  );
+  // killed after step 3: the resumed steps 4-5 continue the same curve, not a new one
+  const cut = mkdtempSync(join(tmpdir(), 'rstar2-cos-cut-'));
+  class Dies extends FakeBackend {
+    override async sftStep(e: Parameters<FakeBackend['sftStep']>[0], o: { lr: number }) {
+      if (this.p.steps === 3) throw new Error('simulated kill');
+      return super.sftStep(e, o);
+    }
+  }
+  await assert.rejects(new Trainer(r, cut, new Dies(), quiet).run(), /simulated kill/);
+  await new Trainer(r, cut, new FakeBackend(), quiet).run(true);
+  assert.deepEqual(
+    lrs(cut).map((x) => Number(x.toFixed(6))),
+    want,
+  );
+});
