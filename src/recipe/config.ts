@@ -457,6 +457,8 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
     if (!s.data.files && !s.data.generate) throw noData(`stage ${s.name}`, `stages.${s.name}.data`);
     if (names.has(s.name)) throw new Error(`invalid recipe ${source}: duplicate stage name "${s.name}"`);
     names.add(s.name);
+    if (s.lrSchedule === 'cosine' && s.minLr > s.lr)
+      throw new Error(`invalid recipe ${source}: stage ${s.name}: minLr ${s.minLr} is above lr ${s.lr}`);
     if (s.type === 'sft' && s.gate && s.gate.heldout >= s.demos)
       throw new Error(`invalid recipe ${source}: stage ${s.name}: gate.heldout must be < demos`);
     if (s.type === 'rl' && s.roc.minZeroRewardTraceNum + s.roc.minNonZeroRewardTraceNum > s.groupSize) {

@@ -87,22 +87,25 @@ test('an SFT gate ends its stage once held-out loss reaches it, and resume skips
   assert.deepEqual(codes(dir), []);
   assert.equal(readJsonl<Rec>(join(dir, 'metrics.jsonl')).filter((r) => r.stage === 'rl').length, 4);
 
+  // a resumed (or forked) run dir ends with the same step records as this uninterrupted run
+  const resumesLikeDir = async (d: string) => {
+    await new Trainer(
+      recipe({ gate: { loss: 0.46, every: 5, heldout: 16 } }),
+      d,
+      new FakeBackend(),
+      quiet,
+    ).run(true);
+    const steps = (x: string) => metrics(x).map((r) => `${r.stage}:${r.step}`);
+    assert.deepEqual(steps(d), steps(dir));
+  };
+
   // a fork from the gate's checkpoint (the seed sweep's RoC-off arm) goes to RL as the source did, not on with SFT
   const fork = mkdtempSync(join(tmpdir(), 'rstar2-gate-fork-'));
   assert.equal(
     forkRun(dir, 'sft-step-000020', fork, recipe({ gate: { loss: 0.46, every: 5 } })).stageDone,
     true,
   );
-  await new Trainer(
-    recipe({ gate: { loss: 0.46, every: 5, heldout: 16 } }),
-    fork,
-    new FakeBackend(),
-    quiet,
-  ).run(true);
-  assert.deepEqual(
-    metrics(fork).map((r) => `${r.stage}:${r.step}`),
-    metrics(dir).map((r) => `${r.stage}:${r.step}`),
-  );
+  await resumesLikeDir(fork);
 
   // killed right after the gate's checkpoint: resume goes straight to RL instead of finishing SFT's steps
   const dir2 = mkdtempSync(join(tmpdir(), 'rstar2-gate-resume-'));
@@ -115,16 +118,7 @@ test('an SFT gate ends its stage once held-out loss reaches it, and resume skips
     /simulated kill/,
   );
   assert.deepEqual(readState(dir2), { ...readState(dir2), stage: 'sft', step: 20, stageDone: true });
-  await new Trainer(
-    recipe({ gate: { loss: 0.46, every: 5, heldout: 16 } }),
-    dir2,
-    new FakeBackend(),
-    quiet,
-  ).run(true);
-  assert.deepEqual(
-    metrics(dir2).map((r) => `${r.stage}:${r.step}`),
-    metrics(dir).map((r) => `${r.stage}:${r.step}`),
-  );
+  await resumesLikeDir(dir2);
 });
 
 // The fake's exact-copy rate is sigmoid(copy)^5 (five digits right): 0.050 after 20 steps, 0.06 first after 29.

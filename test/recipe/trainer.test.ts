@@ -228,4 +228,9 @@ test('lrSchedule cosine: each step gets lr on a half cosine to minLr over the st
     lrs(cut).map((x) => Number(x.toFixed(6))),
     want,
   );
+  const bad = {
+    name: 't',
+    stages: [{ type: 'sft', name: 'a', lr: 0.001, lrSchedule: 'cosine', minLr: 0.01 }],
+  };
+  assert.throws(() => parseRecipe(bad, 't'), /stage a: minLr 0.01 is above lr 0.001/);
 });
