@@ -43,6 +43,9 @@ const ATTACKS: Record<string, RunRequest> = {
   'fork bomb': {
     code: 'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass',
   },
+  'session bomb': {
+    code: 'import os\nwhile True:\n    try:\n        if os.fork() == 0:\n            os.setsid()\n    except OSError:\n        pass',
+  },
   'output flood': { code: 'while True:\n    print("x" * 10000)' },
   'busy loop': { code: 'while True:\n    pass', timeoutMs: 1000 },
   'kill -1': { code: 'import os, signal\nos.kill(-1, signal.SIGKILL)' },
@@ -70,6 +73,7 @@ try {
   const outcomes: Record<string, Record<string, number>> = {};
   const sample: Record<string, string> = {}; // the first error text per attack
   const lat: number[] = [];
+  const inSlot: number[] = []; // the pool's wallMs: from the call's start in a slot to its answer
   let ok = 0;
   let failed = 0;
   const names = values.attacks ? values.attacks.split(',') : Object.keys(ATTACKS);
@@ -90,6 +94,7 @@ try {
         const t0 = performance.now();
         const r = await pool.run(INNOCENT);
         lat.push(performance.now() - t0);
+        inSlot.push(r.wallMs);
         if (r.status === 'ok' && r.stdout === '42\n') ok++;
         else failed++;
       }
@@ -104,7 +109,8 @@ try {
   console.log(`idle trivial call: p50 ${pct(idle, 0.5).toFixed(1)} ms, p99 ${idleP99.toFixed(1)} ms`);
   console.log(
     `innocent calls: ${ok} ok, ${failed} failed (${((100 * ok) / Math.max(1, ok + failed)).toFixed(2)} %), ` +
-      `p50 ${pct(lat, 0.5).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (${(p99 / idleP99).toFixed(1)}x idle p99)`,
+      `p50 ${pct(lat, 0.5).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (${(p99 / idleP99).toFixed(1)}x idle p99); ` +
+      `in a slot p50 ${pct(inSlot, 0.5).toFixed(1)} ms, p99 ${pct(inSlot, 0.99).toFixed(1)} ms`,
   );
   console.log(`sandbox restarts: ${pool.stats().restarts}`);
   console.log('\n| attack | outcomes | first message |\n|---|---|---|');

@@ -6,6 +6,7 @@
 // calls without pre-forked spares (--only no-prefork).
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { availableParallelism, release } from 'node:os';
 import { parseArgs } from 'node:util';
 import { SandboxPool, type SandboxPoolOptions } from '../src/sandbox/pool.js';
 import type { RunRequest } from '../src/sandbox/types.js';
@@ -27,8 +28,11 @@ const TICK_MS = 10; // USER_HZ is 100 on Linux
 interface ProcCpu {
   pid: number;
   comm: string;
+  cmdline: string;
   self: number; // ms of its own CPU
   reaped: number; // ms of CPU of the children it waited for
+  faults: number; // its own minor page faults
+  reapedFaults: number; // minor page faults of the children it waited for
 }
 
 // The sandbox's process tree in depth-first order (bwrap, its pid-namespace init, broker, zygote, live
@@ -42,8 +46,16 @@ function treeCpu(root: number): ProcCpu[] {
       const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
       const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
       const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-      const self = (Number(f[11]) + Number(f[12])) * TICK_MS; // utime stime
-      out.push({ pid, comm, self, reaped: (Number(f[13]) + Number(f[14])) * TICK_MS }); // cutime cstime
+      const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      out.push({
+        pid,
+        comm,
+        cmdline,
+        self: (Number(f[11]) + Number(f[12])) * TICK_MS, // utime stime
+        reaped: (Number(f[13]) + Number(f[14])) * TICK_MS, // cutime cstime
+        faults: Number(f[7]), // minflt
+        reapedFaults: Number(f[8]), // cminflt
+      });
       for (const c of readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').reverse())
         if (c) stack.push(Number(c));
     } catch {
@@ -57,11 +69,20 @@ function treeCpuMs(root: number): number {
   return treeCpu(root).reduce((a, p) => a + p.self + p.reaped, 0);
 }
 
-// Broker and zygote are the first two python processes of the tree; the per-call children are reaped by
-// the zygote, so their CPU is the zygote's reaped time.
-function sandboxSplit(root: number): { broker: number; zygote: number; children: number } {
+type Split = Record<'broker' | 'zygote' | 'children', { ms: number; faults: number }>;
+
+// The broker is the first python process of the tree; the zygote is the one started as a fresh interpreter
+// (`-c`; the wiper is a fork of the broker and shares its command line). The per-call children are reaped by
+// the zygote, so their CPU and page faults are the zygote's reaped ones.
+function sandboxSplit(root: number): Split {
   const py = treeCpu(root).filter((p) => p.comm.startsWith('python'));
-  return { broker: py[0]?.self ?? 0, zygote: py[1]?.self ?? 0, children: py[1]?.reaped ?? 0 };
+  const b = py[0];
+  const z = py.find((p) => p !== b && p.cmdline !== b?.cmdline);
+  return {
+    broker: { ms: b?.self ?? 0, faults: b?.faults ?? 0 },
+    zygote: { ms: z?.self ?? 0, faults: z?.faults ?? 0 },
+    children: { ms: z?.reaped ?? 0, faults: z?.reapedFaults ?? 0 },
+  };
 }
 
 function otherLoadCores(a: number[], b: number[]): number {
@@ -98,7 +119,8 @@ async function measure(pool: SandboxPool, name: string, req: RunRequest, n: numb
   const nodeCpu = process.cpuUsage(node0);
   const sandboxCpu = treeCpuMs(pid) - cpu0;
   const split1 = sandboxSplit(pid);
-  const per = (k: 'broker' | 'zygote' | 'children') => ((split1[k] - split0[k]) / n).toFixed(2);
+  const per = (k: keyof Split) => ((split1[k].ms - split0[k].ms) / n).toFixed(2);
+  const faults = (k: keyof Split) => ((split1[k].faults - split0[k].faults) / n).toFixed(0);
   const cores = otherLoadCores(st0, procStat());
   lat.sort((a, b) => a - b);
   const q = (p: number) => lat[Math.min(lat.length - 1, Math.floor(p * lat.length))].toFixed(2);
@@ -106,9 +128,9 @@ async function measure(pool: SandboxPool, name: string, req: RunRequest, n: numb
   console.log(
     `${name.padEnd(28)} n=${n} c=${conc} calls/s=${((n / wall) * 1000).toFixed(0)} p50=${q(0.5)}ms ` +
       `p99=${q(0.99)}ms cpu/call=${((nodeMs + sandboxCpu) / n).toFixed(2)}ms ` +
-      `(node ${(nodeMs / n).toFixed(2)}, sandbox ${(sandboxCpu / n).toFixed(2)}: broker ${per('broker')} ` +
-      `zygote ${per('zygote')} children ${per('children')}) failed=${failed} ` +
-      `machine-busy=${cores.toFixed(2)} cores`,
+      `= ${((nodeMs + sandboxCpu) / n / floorMs).toFixed(1)}x fork floor (node ${(nodeMs / n).toFixed(2)}, sandbox ${(sandboxCpu / n).toFixed(2)}: broker ${per('broker')} ` +
+      `zygote ${per('zygote')} children ${per('children')}) page faults/call: broker ${faults('broker')} ` +
+      `zygote ${faults('zygote')} child ${faults('children')} failed=${failed} machine-busy=${cores.toFixed(2)} cores`,
   );
 }
 
@@ -161,9 +183,48 @@ async function withPool(opts: SandboxPoolOptions, fn: (p: SandboxPool) => Promis
 
 const trivial = { code: 'print(1+1)' };
 const want = (k: string) => !values.only || values.only.split(',').includes(k);
+const cpuModel = /model name\s*:\s*(.*)/.exec(readFileSync('/proc/cpuinfo', 'utf8'))?.[1] ?? 'unknown CPU';
 console.log(
-  `sandbox pool bench: isolation=${values.isolation} cores=${(await import('node:os')).availableParallelism()}`,
+  `sandbox pool bench: isolation=${values.isolation} cores=${availableParallelism()} cpu="${cpuModel}" ` +
+    `kernel=${release()}`,
 );
+// Every number is reported next to this host's fork floor (os.fork + _exit of a Python process with the
+// zygote's imports, parent + child CPU): per-call cost only compares across hosts as a multiple of it.
+let floorMs = Number.NaN;
+{
+  // What any fork-per-call executor pays on this machine before doing anything: a Python process with the
+  // zygote's imports forks children that exit at once (or run print(1+1) to /dev/null), with os.fork and
+  // with glibc's fork as the zygote calls it (no CPython after-fork work). CPU of parent and children per
+  // fork bounds calls/s at cores / that.
+  const script = `
+import _socket, ctypes, gc, json, os, resource, select, signal, struct, sys, types
+code = compile("print(1+1)", "<s>", "exec")
+null = os.open("/dev/null", os.O_WRONLY)
+gc.collect(); gc.freeze(); gc.disable()
+def cpu(who): r = resource.getrusage(who); return r.ru_utime + r.ru_stime
+def flt(who): return resource.getrusage(who).ru_minflt
+for fork_name, fork in (("os.fork", os.fork), ("glibc fork", ctypes.CDLL(None).fork)):
+  for name, run in (("+_exit", False), ("+print(1+1)+_exit", True)):
+    n = ${values.only === 'floor' ? Math.min(N, 2000) : 1000}
+    s0, c0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    f0, g0 = flt(resource.RUSAGE_SELF), flt(resource.RUSAGE_CHILDREN)
+    for _ in range(n):
+        pid = fork()
+        if pid == 0:
+            if run:
+                os.dup2(null, 1)
+                exec(code, types.ModuleType("__main__").__dict__)
+                sys.stdout.flush()
+            os._exit(0)
+        os.waitpid(pid, 0)
+    ms = ((cpu(resource.RUSAGE_SELF) - s0) + (cpu(resource.RUSAGE_CHILDREN) - c0)) / n * 1e3
+    pf = (flt(resource.RUSAGE_SELF) - f0) / n, (flt(resource.RUSAGE_CHILDREN) - g0) / n
+    print(f"{fork_name + name:28s} cpu/call={ms:.2f}ms (parent + child) -> at most {os.cpu_count() * 1000 / ms:.0f} calls/s on {os.cpu_count()} cores; page faults/call parent {pf[0]:.0f} child {pf[1]:.0f}")
+`;
+  const out = execFileSync(findPython(), ['-I', '-S', '-c', script], { encoding: 'utf8' });
+  floorMs = Number(/os\.fork\+_exit\s+cpu\/call=([\d.]+)ms/.exec(out)?.[1]);
+  console.log(`fork floor (no sandbox, no pipes, no isolation steps):\n${out.trimEnd()}`);
+}
 if (want('trivial')) {
   await withPool({}, async (pool) => {
     console.log(`slots=${pool.options.slots} landlock=${pool.info.landlock} uidBase=${pool.info.uidBase}`);
@@ -205,34 +266,4 @@ if (want('busy')) {
     };
     await measure(pool, '0.5 s busy loop', busy, 40, C);
   });
-}
-if (want('floor')) {
-  // What any fork-per-call executor pays on this machine before doing anything: a Python process with the
-  // zygote's imports forks children that exit at once (or run print(1+1) to /dev/null), with os.fork and
-  // with glibc's fork as the zygote calls it (no CPython after-fork work). CPU of parent and children per
-  // fork bounds calls/s at cores / that.
-  const script = `
-import _socket, ctypes, gc, json, os, resource, select, signal, struct, sys, types
-code = compile("print(1+1)", "<s>", "exec")
-null = os.open("/dev/null", os.O_WRONLY)
-gc.collect(); gc.freeze(); gc.disable()
-def cpu(who): r = resource.getrusage(who); return r.ru_utime + r.ru_stime
-for fork_name, fork in (("os.fork", os.fork), ("glibc fork", ctypes.CDLL(None).fork)):
-  for name, run in (("+_exit", False), ("+print(1+1)+_exit", True)):
-    n = ${Math.min(N, 2000)}
-    s0, c0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
-    for _ in range(n):
-        pid = fork()
-        if pid == 0:
-            if run:
-                os.dup2(null, 1)
-                exec(code, types.ModuleType("__main__").__dict__)
-                sys.stdout.flush()
-            os._exit(0)
-        os.waitpid(pid, 0)
-    ms = ((cpu(resource.RUSAGE_SELF) - s0) + (cpu(resource.RUSAGE_CHILDREN) - c0)) / n * 1e3
-    print(f"{fork_name + name:28s} cpu/call={ms:.2f}ms (parent + child) -> at most {os.cpu_count() * 1000 / ms:.0f} calls/s on {os.cpu_count()} cores")
-`;
-  console.log('fork floor (no sandbox, no pipes, no isolation steps):');
-  process.stdout.write(execFileSync(findPython(), ['-I', '-S', '-c', script], { encoding: 'utf8' }));
 }

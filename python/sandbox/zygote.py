@@ -154,6 +154,43 @@ def landlock_prepare():
     LL_STATE.update(abi=abi, reason="")
 
 
+# ------------------------------------------------------------------------------------ no setsid --
+# Each call runs in a session of its own, and with autogroups (CONFIG_SCHED_AUTOGROUP, on by default in Debian's
+# and Ubuntu's kernels) the scheduler shares the CPU between sessions first, so a busy call takes one share
+# however many processes it forks. A snippet whose forks each call setsid() took one share per fork: next to
+# such a "session bomb" innocent calls answered in 10 ms at the median and 720 ms at p99 (4 slots, 2 cores).
+# So after its own setsid a child stacks a filter that answers setsid with EPERM, inherited by its forks.
+# Hand-assembled classic BPF: the arch check, then setsid (and its x32 number); anything else is allowed.
+SETSID_NR = {"x86_64": (0xC000003E, 112), "aarch64": (0xC00000B7, 157)}.get(os.uname().machine)
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+NO_SETSID = None  # (struct sock_fprog, its instructions), built once in the zygote
+
+
+def no_setsid_prepare():
+    global NO_SETSID
+    if SETSID_NR is None:
+        log(f"no setsid filter for {os.uname().machine}: a snippet's forks may start sessions of their own")
+        return
+    arch, nr = SETSID_NR
+    ld, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
+    prog = [(ld, 0, 0, 4), (jeq, 0, 3, arch), (ld, 0, 0, 0), (jeq, 2, 0, nr), (jeq, 1, 0, nr | 0x40000000),
+            (ret, 0, 0, 0x7FFF0000), (ret, 0, 0, 0x00050000 | 1)]  # ALLOW; ERRNO | EPERM
+    insns = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *i) for i in prog))
+    fprog = ctypes.create_string_buffer(struct.pack("@HP", len(prog), ctypes.addressof(insns)))
+    pid = os.fork()  # tried once in a throwaway child: a kernel without seccomp filters must not fail every call
+    if pid == 0:
+        os._exit(0 if _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) == 0 else 1)
+    if os.waitpid(pid, 0)[1] != 0:
+        log("the kernel refused the setsid filter: a snippet's forks may start sessions of their own")
+        return
+    NO_SETSID = (ctypes.addressof(fprog), fprog, insns)
+
+
+def deny_setsid():
+    if NO_SETSID and _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, NO_SETSID[0], 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp filter for setsid")
+
+
 # ---------------------------------------------------------------------------------------- child --
 STDIO = None
 MAIN = None  # the snippets' __main__, made in the zygote: every child starts with its own pristine copy
@@ -177,15 +214,25 @@ def read_exact(fd, n):
 
 
 HOME_BYTES = {}
+SLOT_ENV = {}  # slot -> (address of its C environment block, os.environ's mapping for it, the block)
+ENVIRON = ctypes.c_void_p.in_dll(libc, "environ")
+
+
+def slot_environments():
+    """One environment per slot with HOME and TMPDIR at its scratch dir, built in the zygote. A child only
+    points libc's `environ` and os.environ's mapping at its slot's: putenv in every child cost ~15
+    copy-on-write faults (glibc's setenv searches and extends its tree of known strings under a lock).
+    A snippet's own putenv copies the block first, as glibc does with any environment it did not make."""
+    for slot, home in HOME_BYTES.items():
+        data = {**os.environ._data, b"HOME": home, b"TMPDIR": home}
+        block = (ctypes.c_char_p * (len(data) + 1))(*(k + b"=" + v for k, v in data.items()), None)
+        SLOT_ENV[slot] = (ctypes.addressof(block), data, block)
 
 
 def set_home(slot):
-    """HOME and TMPDIR point at the slot's scratch dir. Written below os.environ's mapping with bytes
-    encoded in the zygote: os.environ.__setitem__ cost ~30 copy-on-write faults per call."""
-    home = HOME_BYTES[slot]
-    for key in (b"HOME", b"TMPDIR"):
-        os.putenv(key, home)
-        os.environ._data[key] = home
+    addr, data, _ = SLOT_ENV[slot]
+    ENVIRON.value = addr
+    os.environ._data = data
 
 
 def child_main(slot, fds):
@@ -203,6 +250,7 @@ def child_main(slot, fds):
             os.dup2(fds[3], 3)  # result pipe for fetched files
         os.closerange(len(fds) if len(fds) > 3 else 3, 1 << 20)  # broker socket, rulesets, other calls' pipes
         os.setsid()
+        deny_setsid()
         if not PID_NS:  # inside a PID namespace the whole tree dies with its init anyway
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         R = resource
@@ -319,6 +367,7 @@ def session_main(slot, mem_mb, fds):
         os.dup2(fds[0], 3)  # control socket to the broker
         os.closerange(4, 1 << 20)
         os.setsid()
+        deny_setsid()
         if not PID_NS:
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         # RLIMIT_CPU: the soft limit is moved before each cell to (cpu used so far + that cell's budget)
@@ -631,6 +680,7 @@ def preload():
     os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", OPENBLAS_NUM_THREADS="1",
                       OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HOME="/", TMPDIR="/")
     HOME_BYTES.update((slot, os.fsencode(slot_dir(slot))) for slot in range(SLOTS))
+    slot_environments()
     # Fresh wrappers for fds 0-2, installed here and never written by the zygote, so a child finds them
     # in place after dup2(). Swapping them in each child cost ~60 copy-on-write faults (~0.2 ms): the
     # interpreter's original stream objects were torn down there, once per call.
@@ -666,6 +716,7 @@ def preload():
     MAIN.__builtins__ = builtins
     sys.modules["__main__"] = MAIN
     landlock_prepare()
+    no_setsid_prepare()
     gc.collect()
     gc.freeze()  # the collector would otherwise touch, and so copy, every inherited object
     gc.disable()  # children re-enable it; the zygote allocates almost nothing

@@ -277,6 +277,21 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     );
   });
 
+  test('a snippet cannot start sessions of its own (each would be a scheduling group): setsid is denied to it and its forks', async () => {
+    const code = [
+      'import os, subprocess',
+      'print(os.getsid(0) == os.getpid())',
+      'try:\n    os.setsid()\nexcept PermissionError:\n    print("denied")',
+      'if os.fork() == 0:\n    try:\n        os.setsid()\n        os._exit(0)\n    except PermissionError:\n        os._exit(7)',
+      'print(os.wait()[1] >> 8)',
+      'print(subprocess.run(["sh", "-c", "echo sh ran"], capture_output=True, text=True).stdout.strip())',
+    ].join('\n');
+    for (const session of [undefined, 'no-setsid']) {
+      const r = await attack(code, { session });
+      assert.equal(r.stdout, 'True\ndenied\n7\nsh ran\n', JSON.stringify(r));
+    }
+  });
+
   test('files in scratch are bounded per call: the call is killed, the slot wiped, a modest call left alone', async () => {
     const small = await SandboxPool.start({ slots: 1, scratchFiles: 3000, log: (l) => logs.push(l) });
     try {

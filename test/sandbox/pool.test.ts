@@ -56,6 +56,34 @@ describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
     for (const r of rs) assert.equal(r.stdout, 'False False []\n');
   });
 
+  test('HOME and TMPDIR are the slot scratch dir in os.environ, C getenv and subprocesses; edits work', async () => {
+    const code = [
+      'import ctypes, os, subprocess, tempfile',
+      'g = ctypes.CDLL(None).getenv; g.restype = ctypes.c_char_p',
+      'print(os.getcwd() == os.environ["HOME"] == os.environ["TMPDIR"] == tempfile.gettempdir())',
+      'print(g(b"HOME").decode() == os.getcwd(), g(b"PATH"))',
+      'os.environ["FOO"] = "bar"; del os.environ["TMPDIR"]',
+      'print(g(b"FOO"), g(b"TMPDIR"), g(b"HOME").decode() == os.getcwd())',
+      'env = subprocess.run(["/usr/bin/env"], capture_output=True, text=True).stdout.split()',
+      'print(sorted(e.split("=")[0] for e in env), f"HOME={os.getcwd()}" in env)',
+    ].join('\n');
+    const rs = await pool.runBatch(Array.from({ length: 6 }, () => ({ code })));
+    const homes = new Set<string>();
+    for (const r of rs) {
+      assert.equal(r.status, 'ok', r.stderr);
+      assert.equal(
+        r.stdout,
+        "True\nTrue b'/usr/local/bin:/usr/bin:/bin'\nb'bar' None True\n" +
+          "['FOO', 'HOME', 'LANG', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'PATH'] True\n",
+      );
+    }
+    const where = await pool.runBatch(
+      Array.from({ length: 6 }, () => ({ code: 'import os\nprint(os.getcwd())' })),
+    );
+    for (const r of where) homes.add(r.stdout);
+    assert.ok(homes.size > 1, 'calls ran in more than one slot');
+  });
+
   test('results come back in request order', async () => {
     const rs = await pool.runBatch(
       Array.from({ length: 20 }, (_, i) => ({
