@@ -3,7 +3,7 @@
 // the innocent calls' success rate and p50/p99 latency, and each attack's outcomes. Targets (issue 17): 100 %
 // innocent success, innocent p99 within 3x the idle p99, no sandbox restart.
 //
-//   npx tsx bench/sandbox-abuse.ts [--seconds 30] [--slots 4] [--hostile 2] [--innocent 2] [--demote-after-ms 50]
+//   npx tsx bench/sandbox-abuse.ts [--seconds 30] [--slots N (default: the pool's)] [--hostile 2] [--innocent 2] [--demote-after-ms 50]
 //                                [--attacks 'busy loop,fork bomb']
 // (--demote-after-ms 0: long calls keep their priority, as before the pool demoted them)
 import { cpus } from 'node:os';
@@ -14,7 +14,7 @@ import type { RunRequest } from '../src/sandbox/types.js';
 const { values } = parseArgs({
   options: {
     seconds: { type: 'string', default: '30' },
-    slots: { type: 'string', default: '4' },
+    slots: { type: 'string' },
     hostile: { type: 'string', default: '2' },
     innocent: { type: 'string', default: '2' },
     'demote-after-ms': { type: 'string', default: '50' },
@@ -22,8 +22,9 @@ const { values } = parseArgs({
   },
 });
 const seconds = Number(values.seconds);
-const [slots, hostileN, innocentN] = [values.slots, values.hostile, values.innocent].map(Number);
-for (const [k, v] of Object.entries({ seconds, slots, hostile: hostileN, innocent: innocentN }))
+const [hostileN, innocentN] = [values.hostile, values.innocent].map(Number);
+const slots = values.slots === undefined ? undefined : Number(values.slots);
+for (const [k, v] of Object.entries({ seconds, slots: slots ?? 1, hostile: hostileN, innocent: innocentN }))
   if (!(Number.isFinite(v) && v > 0)) throw new Error(`--${k} must be a positive number`);
 
 const ATTACKS: Record<string, RunRequest> = {
@@ -103,7 +104,7 @@ try {
   const idleP99 = pct(idle, 0.99);
   const p99 = pct(lat, 0.99);
   console.log(
-    `# sandbox abuse: ${seconds} s, ${slots} slots, ${hostileN} hostile + ${innocentN} innocent workers, demote after ${demoteAfterMs} ms, ` +
+    `# sandbox abuse: ${seconds} s, ${pool.options.slots} slots, ${hostileN} hostile + ${innocentN} innocent workers, demote after ${demoteAfterMs} ms, ` +
       `host CPU ${cpus()[0]?.model ?? '?'} x ${cpus().length}`,
   );
   console.log(`idle trivial call: p50 ${pct(idle, 0.5).toFixed(1)} ms, p99 ${idleP99.toFixed(1)} ms`);

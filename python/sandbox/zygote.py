@@ -680,7 +680,6 @@ def preload():
     os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", OPENBLAS_NUM_THREADS="1",
                       OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HOME="/", TMPDIR="/")
     HOME_BYTES.update((slot, os.fsencode(slot_dir(slot))) for slot in range(SLOTS))
-    slot_environments()
     # Fresh wrappers for fds 0-2, installed here and never written by the zygote, so a child finds them
     # in place after dup2(). Swapping them in each child cost ~60 copy-on-write faults (~0.2 ms): the
     # interpreter's original stream objects were torn down there, once per call.
@@ -715,6 +714,7 @@ def preload():
     MAIN = types.ModuleType("__main__")
     MAIN.__builtins__ = builtins
     sys.modules["__main__"] = MAIN
+    slot_environments()  # after the preloads: what they put in the environment is kept
     landlock_prepare()
     no_setsid_prepare()
     gc.collect()

@@ -1,5 +1,4 @@
 import { readFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
 import type { Command } from 'commander';
 import { commaList, port, positiveInt } from '../cli/options.js';
 import { checkBind, resolveToken, TOKEN_ENV } from '../util/http-guard.js';
@@ -14,7 +13,7 @@ interface PoolFlags {
   memoryMb?: number;
 }
 
-async function startPool(f: PoolFlags, slotsDefault: number): Promise<SandboxPool> {
+async function startPool(f: PoolFlags, slotsDefault?: number): Promise<SandboxPool> {
   const { SandboxPool } = await import('./pool.js');
   return SandboxPool.start({
     slots: f.workers ?? slotsDefault,
@@ -27,7 +26,7 @@ async function startPool(f: PoolFlags, slotsDefault: number): Promise<SandboxPoo
 
 function poolOptions(cmd: Command): Command {
   return cmd
-    .option('--workers <n>', 'executor slots of the local isolated pool (default 2 x cores)', positiveInt())
+    .option('--workers <n>', 'executor slots of the local isolated pool (default 4 x cores)', positiveInt())
     .option(
       '--insecure-no-sandbox',
       'run Python without bubblewrap isolation (development only; loudly warned)',
@@ -153,7 +152,7 @@ export function registerSandboxCommands(program: Command): void {
       }
       closers.push(() => front.close());
     } else {
-      const pool = await startPool(o, Math.max(2, availableParallelism() * 2));
+      const pool = await startPool(o);
       runner = pool;
       concurrency = pool.options.slots;
       closers.push(() => pool.close());
@@ -192,7 +191,7 @@ export function registerSandboxCommands(program: Command): void {
       ),
   ).action(async (o: PoolFlags & { redis: string }) => {
     const { RedisWorker } = await import('./redis.js');
-    const pool = await startPool(o, Math.max(2, availableParallelism() * 2));
+    const pool = await startPool(o);
     const worker = await RedisWorker.start(o.redis, pool, { concurrency: pool.options.slots });
     onSignal(async () => {
       await worker.stop();

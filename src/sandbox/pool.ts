@@ -15,7 +15,7 @@ import {
 } from './types.js';
 
 export interface SandboxPoolOptions {
-  /** concurrent calls (one scratch dir and uid each); default 2 x cores */
+  /** concurrent calls (one scratch dir and uid each); default 4 x cores, at most 512 */
   slots?: number;
   /** default wall-clock limit per call */
   timeoutMs?: number;
@@ -140,7 +140,7 @@ export { emptyResult };
 function resolveOptions(o: SandboxPoolOptions): Resolved {
   const cores = availableParallelism();
   const r: Resolved = {
-    slots: o.slots ?? Math.max(2, cores * 2),
+    slots: o.slots ?? Math.min(512, cores * 4),
     timeoutMs: o.timeoutMs ?? 4000,
     maxTimeoutMs: o.maxTimeoutMs ?? 600_000,
     memoryMb: o.memoryMb ?? 1024,
