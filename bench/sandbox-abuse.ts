@@ -65,7 +65,7 @@ const pool = await SandboxPool.start({ slots, timeoutMs: 2000, demoteAfterMs, lo
 try {
   for (let i = 0; i < 20; i++) await pool.run(INNOCENT); // warm up
   const idle: number[] = [];
-  for (let i = 0; i < 300; i++) {
+  for (let i = 0; i < 2000; i++) {
     const t0 = performance.now();
     await pool.run(INNOCENT);
     idle.push(performance.now() - t0);
