@@ -220,8 +220,8 @@ ENVIRON = ctypes.c_void_p.in_dll(libc, "environ")
 
 def slot_environments():
     """One environment per slot with HOME and TMPDIR at its scratch dir, built in the zygote. A child only
-    points libc's `environ` and os.environ's mapping at its slot's: putenv in every child cost ~15
-    copy-on-write faults (glibc's setenv searches and extends its tree of known strings under a lock).
+    points libc's `environ` and os.environ's mapping at its slot's: two putenv calls in every child cost ~10
+    copy-on-write faults (glibc's setenv searches and extends its tree of known strings under a lock), this ~4.
     A snippet's own putenv copies the block first, as glibc does with any environment it did not make."""
     for slot, home in HOME_BYTES.items():
         data = {**os.environ._data, b"HOME": home, b"TMPDIR": home}
