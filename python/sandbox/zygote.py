@@ -669,6 +669,12 @@ class Zygote:
                 self.reap()  # also orphans re-parented to us, which have no pidfd of ours
 
 
+# What model-written math snippets import most, imported once here: `from fractions import Fraction` cost a
+# child 4.3 ms of CPU, `import itertools, math, functools, collections` 1.2 ms; preloaded 0.9 ms each, while
+# `print(1+1)` stays at 0.8 ms (the zygote grows by ~1 MiB).
+STDLIB_PRELOAD = ("math", "fractions", "itertools", "functools", "collections", "re")
+
+
 def preload():
     """Import configured modules and pay one-time lazy initialisations (compile() builds the AST
     types on first use, about 1.5 ms) once, so forked children inherit them copy-on-write."""
@@ -694,7 +700,7 @@ def preload():
     register_at_fork = os.register_at_fork
     os.register_at_fork = lambda **kw: (hooks.append(kw), register_at_fork(**kw))[1]
     try:
-        for m in CFG.get("preload", []):
+        for m in STDLIB_PRELOAD + tuple(CFG.get("preload", [])):
             try:
                 __import__(m)
             except Exception as e:  # noqa: BLE001

@@ -16,7 +16,7 @@ describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
     await pool?.close();
   });
 
-  test('the zygote is small: a fresh interpreter with the sandbox modules only', async () => {
+  test('the zygote is small: a fresh interpreter with the sandbox modules and a few stdlib ones', async () => {
     bareZygoteMb = pool.info.zygoteMb;
     assert.ok(bareZygoteMb >= 2 && bareZygoteMb <= 6, `${bareZygoteMb} MiB`);
   });
@@ -82,6 +82,18 @@ describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
     );
     for (const r of where) homes.add(r.stdout);
     assert.ok(homes.size > 1, 'calls ran in more than one slot');
+  });
+
+  test('the stdlib modules math snippets import most are loaded before the snippet runs', async () => {
+    const r = await pool.run({
+      code: [
+        'import sys',
+        'print([m in sys.modules for m in ("math", "fractions", "itertools", "functools", "collections", "re")])',
+        'from fractions import Fraction',
+        'print(Fraction(1, 3) + Fraction(1, 6))',
+      ].join('\n'),
+    });
+    assert.equal(r.stdout, '[True, True, True, True, True, True]\n1/2\n', r.stderr);
   });
 
   test('results come back in request order', async () => {
