@@ -1,9 +1,9 @@
 // Throughput and latency of the embedded SandboxPool (full isolation unless --isolation none).
 // Usage: flock /tmp/bench.lock npx tsx bench/sandbox-pool.ts [--n 3000] [--concurrency 64] [--slots N]
 // Prints calls/s, p50/p99 latency and CPU ms per call (Node + every process in the sandbox tree) for:
-// idle sequential calls, trivial calls at concurrency C, stateful-session calls (--only session),
-// the same with numpy preloaded, 0.5 s busy loops, the fork floor of this machine (--only floor), and
-// calls without pre-forked spares (--only no-prefork).
+// idle sequential calls, trivial calls at concurrency C, stateful-session calls (--only session), a stdlib
+// math snippet (--only math), numpy preloaded, 0.5 s busy loops, the fork floor of this machine (--only floor),
+// and calls without pre-forked spares (--only no-prefork).
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { availableParallelism, release } from 'node:os';
@@ -245,6 +245,18 @@ if (want('session')) {
     await measure(pool, 'session, idle sequential', { code: 'print(1+1)', session: 'bench-idle' }, 300, 1);
     pool.closeSession('bench-idle');
     await measureSessions(pool, 'session print(1+1)', N, Math.min(C, 16));
+  });
+}
+if (want('math')) {
+  // what a model's tool call looks like more often than print(1+1): stdlib imports the zygote holds already
+  const math = {
+    code:
+      'from fractions import Fraction\nfrom itertools import combinations\nimport math\n' +
+      'print(sum(1 for _ in combinations(range(12), 4)), Fraction(1, 3) + Fraction(1, 6), math.comb(30, 7))',
+  };
+  await withPool({}, async (pool) => {
+    await measure(pool, 'math snippet, idle', math, Math.min(N, 300), 1);
+    await measure(pool, 'math snippet', math, N, C);
   });
 }
 if (want('numpy')) {
