@@ -216,6 +216,7 @@ export class EmbeddedBackend implements PolicyBackend {
         sandboxOptions: {
           slots: recipe.sandbox.workers,
           timeoutMs: recipe.sandbox.timeoutMs,
+          preload: recipe.sandbox.preload,
           isolation: opts.insecureSandbox ? 'none' : 'bwrap',
           log: opts.log,
         },

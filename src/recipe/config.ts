@@ -388,9 +388,13 @@ export const RecipeSchema = z
       .object({
         workers: z.number().int().min(1).default(2),
         timeoutMs: z.number().int().min(100).default(4000),
+        preload: z
+          .array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_.]*$/, 'a module name'))
+          .default([])
+          .describe('modules the sandbox imports once, for every tool call (e.g. sympy, numpy)'),
       })
       .strict()
-      .default({ workers: 2, timeoutMs: 4000 }),
+      .default({ workers: 2, timeoutMs: 4000, preload: [] }),
     stages: z.array(z.discriminatedUnion('type', [SftStage, RlStage])).min(1),
   })
   .strict();

@@ -150,12 +150,22 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
         : `weight sync: disk (${plan.why})`,
     );
   }
-  const pool = await SandboxPool.start({ slots: 1, isolation: opts.insecureSandbox ? 'none' : 'bwrap' });
+  const { preload } = recipe.sandbox;
+  const pool = await SandboxPool.start({
+    slots: 1,
+    isolation: opts.insecureSandbox ? 'none' : 'bwrap',
+    preload,
+  });
   try {
     const r = await pool.run({ code: 'print(6*7)', timeoutMs: recipe.sandbox.timeoutMs });
     if (r.status !== 'ok' || r.stdout.trim() !== '42')
       throw new Error(`the sandbox does not run code: ${r.status} ${r.stderr.slice(0, 300)}`);
-    log(`sandbox: ok (${opts.insecureSandbox ? 'NOT isolated' : 'bubblewrap'})`);
+    const failed = pool.info.notes.find((n) => n.startsWith('preload failed'));
+    if (failed) throw new Error(`sandbox.preload: ${failed}`);
+    const loaded = preload.length
+      ? `; preloaded ${preload.join(', ')}, zygote ${pool.info.zygoteMb} MiB`
+      : '';
+    log(`sandbox: ok (${opts.insecureSandbox ? 'NOT isolated' : 'bubblewrap'}${loaded})`);
   } finally {
     await pool.close();
   }

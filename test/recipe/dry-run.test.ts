@@ -31,6 +31,19 @@ test('dry run of tiny-files: tokenizer, data counts after each filter, first pro
   assert.equal(out.at(-1), 'dry run ok: nothing was trained');
 });
 
+test('sandbox.preload: the dry run preloads what the recipe names and refuses what does not import', async () => {
+  const ok = await lines(loadRecipe('tiny-files', { set: ['sandbox.preload=[json, decimal]'] }));
+  assert.match(ok.join('\n'), /sandbox: ok \(bubblewrap; preloaded json, decimal, zygote \d+ MiB\)/);
+  await assert.rejects(
+    lines(loadRecipe('tiny-files', { set: ['sandbox.preload=[no_such_module_xyz]'] })),
+    /sandbox\.preload: preload failed: no_such_module_xyz: ModuleNotFoundError/,
+  );
+  assert.throws(
+    () => loadRecipe('tiny-files', { set: ['sandbox.preload=["os; rm"]'] }),
+    /sandbox\.preload.*a module name/s,
+  );
+});
+
 test('the memory plan counts parameters as the worker builds them', () => {
   // counted from the worker's own torch modules (python/rstar2_worker/model.py) for the same configs
   const tiny = { ...MODEL_PRESETS.tiny };
