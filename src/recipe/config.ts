@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import YAML from 'yaml';
 import { z } from 'zod';
+import { MODULE_NAME } from '../sandbox/types.js';
 import { MODEL_BACKENDS, PRECISIONS } from '../worker/types.js';
 import { TASK_KINDS } from './tasks.js';
 
@@ -389,7 +390,7 @@ export const RecipeSchema = z
         workers: z.number().int().min(1).default(2),
         timeoutMs: z.number().int().min(100).default(4000),
         preload: z
-          .array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_.]*$/, 'a module name'))
+          .array(z.string().regex(MODULE_NAME, 'a module name'))
           .default([])
           .describe('modules the sandbox imports once, for every tool call (e.g. sympy, numpy)'),
       })

@@ -160,8 +160,8 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
     const r = await pool.run({ code: 'print(6*7)', timeoutMs: recipe.sandbox.timeoutMs });
     if (r.status !== 'ok' || r.stdout.trim() !== '42')
       throw new Error(`the sandbox does not run code: ${r.status} ${r.stderr.slice(0, 300)}`);
-    const failed = pool.info.notes.find((n) => n.startsWith('preload failed'));
-    if (failed) throw new Error(`sandbox.preload: ${failed}`);
+    const failed = pool.info.preloadFailed;
+    if (failed.length) throw new Error(`sandbox.preload: preload failed: ${failed.join('; ')}`);
     const loaded = preload.length
       ? `; preloaded ${preload.join(', ')}, zygote ${pool.info.zygoteMb} MiB`
       : '';

@@ -9,6 +9,7 @@ import { findBwrap, type IsolationMode, planLaunch } from './isolation.js';
 import {
   type CodeRunner,
   failedResult as emptyResult,
+  MODULE_NAME,
   type RunRequest,
   type RunResult,
   type RunStatus,
@@ -97,6 +98,8 @@ export interface PoolInfo {
   uidBase: number;
   /** resident anonymous memory of the zygote after preloading; every call pays for copying its page tables */
   zygoteMb: number;
+  /** preload entries that did not import, each with its error */
+  preloadFailed: string[];
   notes: string[];
 }
 
@@ -193,7 +196,7 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     throw new Error(`SandboxPool option isolation must be 'bwrap' or 'none', got ${String(r.isolation)}`);
   }
   for (const m of r.preload) {
-    if (!/^[A-Za-z_][A-Za-z0-9_.]*$/.test(m)) throw new Error(`preload entry is not a module name: ${m}`);
+    if (!MODULE_NAME.test(m)) throw new Error(`preload entry is not a module name: ${m}`);
   }
   return r;
 }
@@ -361,6 +364,7 @@ export class SandboxPool implements CodeRunner {
       landlock: 0,
       uidBase: 0,
       zygoteMb: 0,
+      preloadFailed: [],
       notes: [],
     };
     this.watchdog = setInterval(() => {
@@ -751,8 +755,8 @@ export class SandboxPool implements CodeRunner {
       this.failures = 0;
       const notes = [...plan.notes];
       if (ready.landlockReason) notes.push(`Landlock off: ${ready.landlockReason}`);
-      const pf = ready.preloadFailed as string[] | undefined;
-      if (pf?.length) notes.push(`preload failed: ${pf.join('; ')}`);
+      const preloadFailed = (ready.preloadFailed as string[] | undefined) ?? [];
+      if (preloadFailed.length) notes.push(`preload failed: ${preloadFailed.join('; ')}`);
       const zygoteMb = Math.round(Number(ready.anonKb ?? 0) / 1024);
       if (zygoteMb > ZYGOTE_NOTE_MB) {
         notes.push(
@@ -768,6 +772,7 @@ export class SandboxPool implements CodeRunner {
         landlock: Number(ready.landlock ?? 0),
         uidBase: Number(ready.uidBase ?? 0),
         zygoteMb,
+        preloadFailed,
         notes,
       };
     } catch (e) {

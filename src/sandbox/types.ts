@@ -4,6 +4,9 @@
 /** Where a Redis password may come from instead of the URL, out of the process list. */
 export const REDIS_PASSWORD_ENV = 'RSTAR2_REDIS_PASSWORD';
 
+/** What a sandbox `preload` entry must be: a dotted Python module name. */
+export const MODULE_NAME = /^[A-Za-z_][A-Za-z0-9_.]*$/;
+
 export interface RunRequest {
   code: string;
   stdin?: string;
