@@ -4,8 +4,10 @@
 // innocent success, innocent p99 within 3x the idle p99, no sandbox restart.
 //
 //   npx tsx bench/sandbox-abuse.ts [--seconds 30] [--slots N (default: the pool's)] [--hostile 2] [--innocent 2] [--demote-after-ms 50]
-//                                [--attacks 'busy loop,fork bomb']
+//                                [--attacks 'busy loop,fork bomb'] [--long-call]
 // (--demote-after-ms 0: long calls keep their priority, as before the pool demoted them)
+// --long-call: what demotion costs an honest long call instead: a ~0.4 s computation alone, then beside
+// --innocent workers sending trivial calls (no attacks)
 import { cpus } from 'node:os';
 import { parseArgs } from 'node:util';
 import { SandboxPool } from '../src/sandbox/pool.js';
@@ -19,6 +21,7 @@ const { values } = parseArgs({
     innocent: { type: 'string', default: '2' },
     'demote-after-ms': { type: 'string', default: '50' },
     attacks: { type: 'string' }, // a comma-separated subset of the attacks below, e.g. 'busy loop,fork bomb'
+    'long-call': { type: 'boolean', default: false },
   },
 });
 const seconds = Number(values.seconds);
@@ -52,6 +55,30 @@ const ATTACKS: Record<string, RunRequest> = {
   'kill -1': { code: 'import os, signal\nos.kill(-1, signal.SIGKILL)' },
 };
 const INNOCENT: RunRequest = { code: 'print(6*7)' };
+const LONG: RunRequest = {
+  code: 's = 0\nfor i in range(6_000_000):\n    s += i * i\nprint(s % 7)',
+  timeoutMs: 20_000,
+};
+
+/** A long honest call alone, then beside innocent workers: what demotion costs it under load. */
+async function longCall(pool: SandboxPool) {
+  const alone: number[] = [];
+  for (let i = 0; i < 3; i++) alone.push((await pool.run(LONG)).wallMs);
+  let stop = false;
+  let n = 0;
+  const loops = Array.from({ length: innocentN }, async () => {
+    for (; !stop; n++) await pool.run(INNOCENT);
+  });
+  const beside: number[] = [];
+  for (let i = 0; i < 3; i++) beside.push((await pool.run(LONG)).wallMs);
+  stop = true;
+  await Promise.all(loops);
+  const ms = (xs: number[]) => xs.map((x) => x.toFixed(0)).join(', ');
+  console.log(
+    `# long call, ${pool.options.slots} slots, demote after ${demoteAfterMs} ms, host CPU ${cpus()[0]?.model ?? '?'} x ${cpus().length}\n` +
+      `alone ${ms(alone)} ms; beside ${innocentN} workers sending trivial calls ${ms(beside)} ms (${n} trivial calls meanwhile)`,
+  );
+}
 
 const pct = (xs: number[], q: number) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -61,9 +88,8 @@ const pct = (xs: number[], q: number) => {
 const demoteAfterMs = Number(values['demote-after-ms']);
 if (!(Number.isInteger(demoteAfterMs) && demoteAfterMs >= 0))
   throw new Error('--demote-after-ms must be an integer >= 0');
-const pool = await SandboxPool.start({ slots, timeoutMs: 2000, demoteAfterMs, log: () => {} });
-try {
-  for (let i = 0; i < 20; i++) await pool.run(INNOCENT); // warm up
+/** Idle latency, then innocent calls beside hostile ones for --seconds. */
+async function abuse(pool: SandboxPool) {
   const idle: number[] = [];
   for (let i = 0; i < 2000; i++) {
     const t0 = performance.now();
@@ -121,6 +147,12 @@ try {
         .map(([s, n]) => `${s} ${n}`)
         .join(', ')} | ${sample[name] ?? ''} |`,
     );
+}
+
+const pool = await SandboxPool.start({ slots, timeoutMs: 2000, demoteAfterMs, log: () => {} });
+try {
+  for (let i = 0; i < 20; i++) await pool.run(INNOCENT); // warm up
+  await (values['long-call'] ? longCall(pool) : abuse(pool));
 } finally {
   await pool.close();
 }

@@ -58,6 +58,9 @@ SHM_SLOT_KB = int(CFG.get("shmMb", 0)) << 10  # each slot's share of /dev/shm, w
 SCRATCH_FILES = int(CFG.get("scratchFiles", 0))  # inodes a slot's scratch tmpfs may hold
 DEMOTE_S = float(CFG.get("demoteAfterMs", 0)) / 1000  # a call running longer gets nice 19
 BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # where calls start: the zygote forks them at the broker's nice
+# With autogroups the CPU is shared between sessions first and every call is a session of its own, so a
+# demoted call's session weight is lowered too (Broker.set_autogroups)
+AUTOGROUP = DEMOTE_S > 0 and os.path.exists("/proc/self/autogroup")
 INF = float("inf")
 ZYGOTE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 with open(ZYGOTE_PY, "rb") as _f:
@@ -268,11 +271,13 @@ class Wiper:
 
 def slot_memory_kb(base_kb):
     """Memory each slot's calls hold now, by slot uid: every process's resident anonymous memory, less what it
-    inherited from the zygote (base_kb, shared copy-on-write by all), plus the uid's files in /dev/shm; and the
-    latter alone. RLIMIT_AS bounds one process; this bounds them all. Pages a snippet's own forks share
-    copy-on-write count once per process, so the sum errs high, never low. Needs per-slot uids (root)."""
+    inherited from the zygote (base_kb, shared copy-on-write by all), plus the uid's files in /dev/shm; the
+    latter alone; and the lowest pid of each slot's processes (its call's own, as a rule). RLIMIT_AS bounds one
+    process; this bounds them all. Pages a snippet's own forks share copy-on-write count once per process, so
+    the sum errs high, never low. Needs per-slot uids (root)."""
     used = {}
     shm = {}
+    pids = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -290,6 +295,7 @@ def slot_memory_kb(base_kb):
         slot = (uid or 0) - UID_BASE
         if anon is not None and 0 <= slot < SLOTS:
             used[slot] = used.get(slot, 0) + max(0, anon - base_kb)
+            pids[slot] = min(pids.get(slot, 1 << 30), int(name))
     if SHM and not shm_empty():
         with os.scandir(SHM) as it:
             for e in it:
@@ -301,7 +307,7 @@ def slot_memory_kb(base_kb):
                 if 0 <= slot < SLOTS:
                     used[slot] = used.get(slot, 0) + st.st_blocks // 2
                     shm[slot] = shm.get(slot, 0) + st.st_blocks // 2
-    return used, shm
+    return used, shm, pids
 
 
 def scratch_files(slot):
@@ -338,13 +344,14 @@ class Call:
 
 
 class Sess:
-    __slots__ = ("sid", "slot", "rid", "sock", "call", "err", "closed", "demoted")
+    __slots__ = ("sid", "slot", "rid", "sock", "call", "err", "closed", "demoted", "autogroup")
 
     def __init__(self, sid, slot, rid, sock):
         self.sid, self.slot, self.rid, self.sock = sid, slot, rid, sock
         self.call = None
         self.err = ""
         self.closed = self.demoted = False
+        self.autogroup = (0, 0)  # the pid its session's nice was last written through, and that nice
 
 
 class Broker:
@@ -365,6 +372,7 @@ class Broker:
         self.calls = {}  # rid -> Call (stateless)
         self.spares = []  # Calls of pre-forked children waiting, confined, for a request
         self.timed = set()  # Calls with a running wall clock
+        self.autogroup_want = {}  # Call -> its session's nice, to write (set_autogroups)
         self.dirty = []  # slots whose call has ended, to be wiped before they are given out again
         self.spare_deaths = 0
         self.prefork = PREFORK
@@ -551,6 +559,8 @@ class Broker:
         if s.demoted:  # the previous cell ran long: this one starts at the priority of a fresh call
             s.demoted = False
             self.renice(s.slot, BASE_NICE)
+        if s.autogroup[1] and not self.set_autogroup(call, s.autogroup[0], 0):
+            self.autogroup_want[call] = 0
         self.start_clock(call, timeout_ms)
         call.mem_kb = (mem_mb & ~FLAGS) << 10
         s.call = call
@@ -677,8 +687,10 @@ class Broker:
         under contention the kernel gives the CPU to calls that have just started: a busy loop or a fork bomb
         next to them costs an innocent call little, and alone a long call runs as fast as before. Its slot's
         next call is forked from the zygote at its nice; a session's process is reset when its next cell starts.
+        With autogroups nice only ranks the tasks of one session, so the call's session gets nice 19 as well.
         Returns when the next call is due."""
         due = INF
+        lower = False
         for call in self.timed:
             if call.demoted or call.killed:
                 continue
@@ -687,8 +699,14 @@ class Broker:
                 if call.sess:
                     call.sess.demoted = True
                 self.renice(call.slot, 19)
+                if AUTOGROUP:
+                    self.autogroup_want[call] = 19
+                    lower = True
             else:
                 due = min(due, call.t0 + DEMOTE_S)
+        if lower:  # now rather than at the next check, which finds the pids to write through
+            self.check_memory()
+            self.next_mem_check = now + MEM_CHECK_S
         return due
 
     @staticmethod
@@ -698,10 +716,46 @@ class Broker:
         except OSError as e:  # no CAP_SYS_NICE (an older launcher): scheduling is only less fair
             log(f"renice slot {slot}: {e}")
 
+    def set_autogroups(self, pids):
+        """Writes each wanted session weight (the nice of the call's autogroup, which all its processes share), oldest
+        first; one refused for the kernel's rate limit waits for the next memory check, one for a call that has
+        ended is dropped."""
+        for call, nice in list(self.autogroup_want.items()):
+            if call not in self.timed:
+                del self.autogroup_want[call]
+            elif call.slot in pids:
+                done = self.set_autogroup(call, pids[call.slot], nice)
+                if done is None:
+                    return
+                if done:
+                    del self.autogroup_want[call]
+
+    def set_autogroup(self, call, pid, nice):
+        """True once written, False if pid has just ended, None when the kernel refuses for now: it takes one such
+        write per 100 ms host-wide from a process without CAP_SYS_ADMIN."""
+        global AUTOGROUP
+        try:
+            with open(f"/proc/{pid}/autogroup", "w") as f:
+                f.write(str(nice))
+        except BlockingIOError:
+            return None
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        except OSError as e:
+            log(f"no session weights for long calls ({e}): with autogroups they share the CPU as equals")
+            AUTOGROUP = False
+            self.autogroup_want.clear()
+            return None
+        if call.sess:
+            call.sess.autogroup = (pid, nice)
+        return True
+
     def check_memory(self):
         """A call whose processes hold more than its memory limit together is killed with reason memory (a
         session with its whole process)."""
-        used, shm = slot_memory_kb(self.base_kb)
+        used, shm, pids = slot_memory_kb(self.base_kb)
+        if self.autogroup_want:
+            self.set_autogroups(pids)
         for call in list(self.timed):
             kb = used.get(call.slot, 0)
             over_shm = SHM_SLOT_KB and shm.get(call.slot, 0) > SHM_SLOT_KB

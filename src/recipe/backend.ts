@@ -217,6 +217,7 @@ export class EmbeddedBackend implements PolicyBackend {
           slots: recipe.sandbox.workers,
           timeoutMs: recipe.sandbox.timeoutMs,
           preload: recipe.sandbox.preload,
+          demoteAfterMs: recipe.sandbox.demoteAfterMs,
           isolation: opts.insecureSandbox ? 'none' : 'bwrap',
           log: opts.log,
         },

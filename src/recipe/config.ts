@@ -393,9 +393,17 @@ export const RecipeSchema = z
           .array(z.string().regex(MODULE_NAME, 'a module name'))
           .default([])
           .describe('modules the sandbox imports once, for every tool call (e.g. sympy, numpy)'),
+        demoteAfterMs: z
+          .number()
+          .int()
+          .min(0)
+          .default(50)
+          .describe(
+            'a tool call still running after this many ms gets the lowest CPU priority, so short calls pass a busy one; 0 = never (long honest calls on a full sandbox then keep their share)',
+          ),
       })
       .strict()
-      .default({ workers: 2, timeoutMs: 4000, preload: [] }),
+      .default({ workers: 2, timeoutMs: 4000, preload: [], demoteAfterMs: 50 }),
     stages: z.array(z.discriminatedUnion('type', [SftStage, RlStage])).min(1),
   })
   .strict();

@@ -150,11 +150,12 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
         : `weight sync: disk (${plan.why})`,
     );
   }
-  const { preload } = recipe.sandbox;
+  const { preload, demoteAfterMs } = recipe.sandbox;
   const pool = await SandboxPool.start({
     slots: 1,
     isolation: opts.insecureSandbox ? 'none' : 'bwrap',
     preload,
+    demoteAfterMs,
   });
   try {
     const r = await pool.run({ code: 'print(6*7)', timeoutMs: recipe.sandbox.timeoutMs });
@@ -165,7 +166,8 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
     const loaded = preload.length
       ? `; preloaded ${preload.join(', ')}, zygote ${pool.info.zygoteMb} MiB`
       : '';
-    log(`sandbox: ok (${opts.insecureSandbox ? 'NOT isolated' : 'bubblewrap'}${loaded})`);
+    const demote = demoteAfterMs ? `; calls past ${demoteAfterMs} ms demoted` : '; no demotion';
+    log(`sandbox: ok (${opts.insecureSandbox ? 'NOT isolated' : 'bubblewrap'}${loaded}${demote})`);
   } finally {
     await pool.close();
   }

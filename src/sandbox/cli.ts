@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { commaList, port, positiveInt } from '../cli/options.js';
+import { commaList, nonNegativeInt, port, positiveInt } from '../cli/options.js';
 import { checkBind, resolveToken, TOKEN_ENV } from '../util/http-guard.js';
 import type { SandboxPool } from './pool.js';
 import { type CodeRunner, REDIS_PASSWORD_ENV } from './types.js';
@@ -11,6 +11,7 @@ interface PoolFlags {
   preload?: string[];
   timeoutMs: number;
   memoryMb?: number;
+  demoteAfterMs?: number;
 }
 
 async function startPool(f: PoolFlags, slotsDefault?: number): Promise<SandboxPool> {
@@ -21,6 +22,7 @@ async function startPool(f: PoolFlags, slotsDefault?: number): Promise<SandboxPo
     preload: f.preload ?? [],
     timeoutMs: f.timeoutMs,
     ...(f.memoryMb ? { memoryMb: f.memoryMb } : {}),
+    ...(f.demoteAfterMs === undefined ? {} : { demoteAfterMs: f.demoteAfterMs }),
   });
 }
 
@@ -42,7 +44,12 @@ function poolOptions(cmd: Command): Command {
       positiveInt(),
       4000,
     )
-    .option('--memory-mb <mb>', 'address-space limit per call', positiveInt());
+    .option('--memory-mb <mb>', 'address-space limit per call', positiveInt())
+    .option(
+      '--demote-after-ms <ms>',
+      'a call still running after this many ms gets the lowest CPU priority (default 50; 0 = never)',
+      nonNegativeInt(),
+    );
 }
 
 interface ServeFlags extends PoolFlags {

@@ -50,8 +50,9 @@ export interface SandboxPoolOptions {
   scratchFiles?: number;
   /** each slot's share of /dev/shm (sized slots x this): a call holding more is killed as `oom` */
   shmMb?: number;
-  /** a call still running after this many ms runs at nice 19 from then on, so short calls keep the CPU next
-   * to busy ones; 0 = never. Needs per-slot uids. */
+  /** a call still running after this many ms runs at nice 19 from then on (with autogroups, its session too),
+   * so short calls keep the CPU next to busy ones, and an honest long call on a full sandbox waits; 0 = never.
+   * Needs per-slot uids. */
   demoteAfterMs?: number;
   landlock?: boolean;
   /** calls waiting beyond this many are answered `busy` at once */

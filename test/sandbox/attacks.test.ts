@@ -2,7 +2,7 @@
 // must keep serving (a normal call succeeds after every attack) without restarting the sandbox.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -276,6 +276,37 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     assert.deepEqual(
       cells.map((r) => r.stdout),
       ['19\n', base],
+    );
+  });
+
+  test('with autogroups a demoted call lowers its whole session: the scheduler shares the CPU between sessions before nice counts', {
+    skip: existsSync('/proc/self/autogroup') ? false : 'no autogroups in this kernel',
+  }, async () => {
+    const read = 'ag = lambda: open("/proc/self/autogroup").read().split()[-1]\n';
+    // polls, since the kernel takes one autogroup write per 100 ms host-wide and the broker's may wait its
+    // turn; then leaves that long for the next cell's write
+    const long =
+      `import time\n${read}t = time.monotonic()\nwhile ag() != "19" and time.monotonic() - t < 4:\n` +
+      '    time.sleep(0.01)\nprint(ag())\ntime.sleep(0.25)';
+    const now = `${read}print(ag())`;
+    const fresh = await pool.run({ code: now });
+    assert.equal(fresh.stdout, '0\n', JSON.stringify(fresh));
+    const demoted = await pool.run({ code: long, timeoutMs: 6000 });
+    assert.equal(demoted.stdout, '19\n', JSON.stringify(demoted));
+    // the slot's next call is a new session at the default weight
+    const next = await Promise.all([1, 2, 3, 4].map(() => pool.run({ code: now })));
+    assert.deepEqual(
+      next.map((r) => r.stdout),
+      ['0\n', '0\n', '0\n', '0\n'],
+    );
+    // a session keeps its process: its next cell is put back before it starts
+    const cells = [];
+    for (const code of [long, now])
+      cells.push(await pool.run({ code, session: 'autogroup', timeoutMs: 6000 }));
+    assert.deepEqual(
+      cells.map((r) => r.stdout),
+      ['19\n', '0\n'],
+      JSON.stringify(cells),
     );
   });
 
