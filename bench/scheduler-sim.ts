@@ -18,6 +18,7 @@
 // {tokens, ms} prefill lines measured on your engine; --order plain ranks waiting prompts without their
 // in-flight siblings' progress (the ablation of kv-predict's evidence ordering).
 import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
 import { fitEngineModel, parseSamples } from '../src/engines/calibrate.js';
 import { LengthModel, Overcommit } from '../src/engines/predict.js';
 import { AUTO_PREDICT_MIN_KV, KvLedger } from '../src/engines/scheduler.js';
@@ -75,10 +76,24 @@ const REGIMES: Record<string, Regime> = {
   },
 };
 
-const argStr = (name: string) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-};
+const { values: args } = parseArgs({
+  options: {
+    regime: { type: 'string' },
+    budget: { type: 'string' },
+    seeds: { type: 'string', default: '1,2,3' },
+    calibrate: { type: 'string' },
+    order: { type: 'string', default: 'evidence' },
+    help: { type: 'boolean', short: 'h' },
+  },
+});
+if (args.help) {
+  // the usage is this file's header
+  const head = readFileSync(new URL(import.meta.url), 'utf8').split('\n\nimport')[0];
+  console.log(head.replace(/^\/\/ ?/gm, ''));
+  process.exit(0);
+}
+if (!['evidence', 'plain'].includes(args.order as string))
+  throw new Error(`--order: evidence or plain, not ${args.order}`);
 const MAX_TURNS = 5; // max_assistant_turns
 const GROUP = 16; // GRPO samples per prompt, adjacent in the batch (verl interleave=True)
 const PROMPT_SHARE = 0.5; // share of the log-length variance that belongs to the prompt (assumption)
@@ -87,7 +102,7 @@ const RATIO_INIT = 0.7; // SGLang init_new_token_ratio
 const RATIO_MIN = RATIO_INIT * 0.14; // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
 const RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600; // per decode step
 const CLIP_ESTIMATE = 4096; // SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
-const ORDER = argStr('order') ?? 'evidence';
+const ORDER = args.order;
 
 interface Turn {
   gen: number;
@@ -495,12 +510,15 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
   };
 }
 
-const regimeNames = argStr('regime') ? [argStr('regime') as string] : Object.keys(REGIMES);
+const regimeNames = args.regime ? [args.regime] : Object.keys(REGIMES);
 for (const n of regimeNames)
   if (!REGIMES[n]) throw new Error(`unknown --regime ${n} (${Object.keys(REGIMES).join(', ')})`);
-const budgets = argStr('budget') ? [Number(argStr('budget'))] : [8192, 12288];
-const seeds = (argStr('seeds') ?? '1,2,3').split(',').map(Number);
-const samplesFile = argStr('calibrate');
+const budgets = args.budget ? [Number(args.budget)] : [8192, 12288];
+const seeds = (args.seeds as string).split(',').map(Number);
+for (const [k, xs] of Object.entries({ budget: budgets, seeds }))
+  if (!xs.every((x) => Number.isInteger(x) && x > 0))
+    throw new Error(`--${k}: positive integers, got ${args[k as 'budget']}`);
+const samplesFile = args.calibrate;
 const calibrated = samplesFile
   ? (() => {
       const { steps, prefills } = parseSamples(readFileSync(samplesFile, 'utf8'));
