@@ -11,14 +11,19 @@ import { Scheduler } from '../src/engines/scheduler.js';
 import { SandboxPool } from '../src/sandbox/pool.js';
 import type { CodeRunner, RunRequest, RunResult } from '../src/sandbox/types.js';
 import { buildCharTokenizer, tokenizerFromFiles } from '../src/tokenizer/index.js';
+import { benchArgs } from './args.js';
 
-const arg = (name: string, def: number) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? Number(process.argv[i + 1]) : def;
-};
-const N = arg('trajectories', 512);
-const N_POOL = arg('pool-trajectories', 64);
-const SAMPLES = arg('n', 8); // samples per problem, as in RL (the prompt is tokenised once per problem)
+const { values } = benchArgs(import.meta.url, {
+  options: {
+    trajectories: { type: 'string', default: '512' },
+    'pool-trajectories': { type: 'string', default: '64' },
+    n: { type: 'string', default: '8' },
+    'no-pool': { type: 'boolean', default: false },
+  },
+});
+const [N, N_POOL, SAMPLES] = [values.trajectories, values['pool-trajectories'], values.n].map(Number);
+for (const [k, v] of Object.entries({ trajectories: N, 'pool-trajectories': N_POOL, n: SAMPLES }))
+  if (!(Number.isInteger(v) && v > 0)) throw new Error(`--${k} must be a positive integer`);
 
 const tok = tokenizerFromFiles(buildCharTokenizer());
 const template = agentTemplate(tok);
@@ -94,7 +99,7 @@ const loopOnly: number[] = [];
 for (let i = 0; i < 3; i++) loopOnly.push(await measure('trivial template', instant, N, trivial));
 loopOnly.sort((a, b) => a - b);
 console.log(`loop-only median: ${loopOnly[1].toFixed(0)} turns/s`);
-if (!process.argv.includes('--no-pool')) {
+if (!values['no-pool']) {
   const pool = await SandboxPool.start();
   try {
     await measure('embedded sandbox pool', pool, N_POOL);

@@ -7,10 +7,11 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 import { PYTHON_DIR } from '../src/util/python.js';
 
-const { values } = parseArgs({
+import { benchArgs } from './args.js';
+
+const { values } = benchArgs(import.meta.url, {
   options: { reps: { type: 'string', default: '5' }, pythonpath: { type: 'string', default: PYTHON_DIR } },
 });
 const reps = Number(values.reps);
@@ -54,6 +55,7 @@ p.save(sys.argv[3], False, 4)
   const measure = `
 import sys, time
 import torch
+import { benchArgs } from './args.js';
 from rstar2_worker.policy import Policy
 torch.set_num_threads(1)
 def kb(key):

@@ -6,10 +6,10 @@
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { cleanEnv, sh, stageCheckout } from '../test/package/stage.js';
+import { benchArgs } from './args.js';
 
-const { values } = parseArgs({ options: { runs: { type: 'string', default: '15' } } });
+const { values } = benchArgs(import.meta.url, { options: { runs: { type: 'string', default: '15' } } });
 const runs = Number(values.runs);
 const stage = stageCheckout('rstar2-startup-');
 try {

@@ -6,6 +6,9 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PolicyWorker, type TrainBatch } from '../src/worker/index.js';
+import { benchArgs } from './args.js';
+
+benchArgs(import.meta.url, { options: {} }); // no flags: --help prints the header
 
 const config = {
   model_type: 'qwen3',

@@ -10,10 +10,10 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { readJsonlTolerant } from '../src/util/jsonl.js';
+import { benchArgs } from './args.js';
 
-const { values } = parseArgs({
+const { values } = benchArgs(import.meta.url, {
   options: {
     seeds: { type: 'string', default: '1,2,3,4,5' },
     recipe: { type: 'string', default: 'quickstart' },

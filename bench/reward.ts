@@ -6,6 +6,9 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { VerifierPool, type VerifyProfile, verify } from '../src/reward/index.js';
 import { rewritings } from '../test/reward/rewrite.js';
+import { benchArgs } from './args.js';
+
+benchArgs(import.meta.url, { options: {} }); // no flags: --help prints the header
 
 const root = new URL('../', import.meta.url);
 const answers = readdirSync(new URL('data/benchmarks/', root))

@@ -1,12 +1,12 @@
 // GRPO-RoC selection cost per RL step at the reference's scale: 128 prompts × 32 rollouts, each trace with
 // up to 4 tool turns (penalty scoring + reject + RoC + advantages), so its share of a step can be judged.
 // Run: flock /tmp/bench.lock node --import tsx bench/rl-roc.ts [--reps 7]
-import { parseArgs } from 'node:util';
 import type { TurnEvent } from '../src/agent/trajectory.js';
 import { DEFAULT_PENALTY_OPTIONS, DEFAULT_ROC, type Scored, selectAndScore } from '../src/rl/index.js';
 import { Rng } from '../src/util/rng.js';
+import { benchArgs } from './args.js';
 
-const { values } = parseArgs({ options: { reps: { type: 'string', default: '7' } } });
+const { values } = benchArgs(import.meta.url, { options: { reps: { type: 'string', default: '7' } } });
 const rng = new Rng(1);
 const filler = 'x'.repeat(2000);
 const groups: Scored[][] = Array.from({ length: 128 }, () =>

@@ -9,11 +9,11 @@
 // --long-call: what demotion costs an honest long call instead: a ~0.4 s computation alone, then beside
 // --innocent workers sending trivial calls (no attacks)
 import { cpus } from 'node:os';
-import { parseArgs } from 'node:util';
 import { SandboxPool } from '../src/sandbox/pool.js';
 import type { RunRequest } from '../src/sandbox/types.js';
+import { benchArgs } from './args.js';
 
-const { values } = parseArgs({
+const { values } = benchArgs(import.meta.url, {
   options: {
     seconds: { type: 'string', default: '30' },
     slots: { type: 'string' },

@@ -7,12 +7,13 @@
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { availableParallelism, release } from 'node:os';
-import { parseArgs } from 'node:util';
 import { SandboxPool, type SandboxPoolOptions } from '../src/sandbox/pool.js';
 import type { RunRequest } from '../src/sandbox/types.js';
 import { findPython } from '../src/util/python.js';
 
-const { values } = parseArgs({
+import { benchArgs } from './args.js';
+
+const { values } = benchArgs(import.meta.url, {
   options: {
     n: { type: 'string', default: '3000' },
     concurrency: { type: 'string', default: '64' },
@@ -128,7 +129,8 @@ async function measure(pool: SandboxPool, name: string, req: RunRequest, n: numb
   console.log(
     `${name.padEnd(28)} n=${n} c=${conc} calls/s=${((n / wall) * 1000).toFixed(0)} p50=${q(0.5)}ms ` +
       `p99=${q(0.99)}ms cpu/call=${((nodeMs + sandboxCpu) / n).toFixed(2)}ms ` +
-      `= ${((nodeMs + sandboxCpu) / n / floorMs).toFixed(1)}x fork floor (node ${(nodeMs / n).toFixed(2)}, sandbox ${(sandboxCpu / n).toFixed(2)}: broker ${per('broker')} ` +
+      `= ${((nodeMs + sandboxCpu) / n / floorMs).toFixed(2)}x fork floor, the sandbox alone ${(sandboxCpu / n / floorMs).toFixed(2)}x ` +
+      `(node ${(nodeMs / n).toFixed(2)}, sandbox ${(sandboxCpu / n).toFixed(2)}: broker ${per('broker')} ` +
       `zygote ${per('zygote')} children ${per('children')}) page faults/call: broker ${faults('broker')} ` +
       `zygote ${faults('zygote')} child ${faults('children')} failed=${failed} machine-busy=${cores.toFixed(2)} cores`,
   );
@@ -198,6 +200,7 @@ let floorMs = Number.NaN;
   // fork bounds calls/s at cores / that.
   const script = `
 import _socket, ctypes, gc, json, os, resource, select, signal, struct, sys, types
+import { benchArgs } from './args.js';
 code = compile("print(1+1)", "<s>", "exec")
 null = os.open("/dev/null", os.O_WRONLY)
 gc.collect(); gc.freeze(); gc.disable()

@@ -6,12 +6,12 @@
 // kept-alive node:http connections (as SandboxClient does), opened and warmed before the clock starts.
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
 import { SandboxPool } from '../src/sandbox/pool.js';
 import { SandboxServer } from '../src/sandbox/server.js';
 import { postJson } from '../src/util/http.js';
+import { benchArgs } from './args.js';
 
-const { values: a } = parseArgs({
+const { values: a } = benchArgs(import.meta.url, {
   options: {
     n: { type: 'string', default: '2000' },
     c: { type: 'string', default: '64' },

@@ -18,11 +18,11 @@
 // {tokens, ms} prefill lines measured on your engine; --order plain ranks waiting prompts without their
 // in-flight siblings' progress (the ablation of kv-predict's evidence ordering).
 import { readFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
 import { fitEngineModel, parseSamples } from '../src/engines/calibrate.js';
 import { LengthModel, Overcommit } from '../src/engines/predict.js';
 import { AUTO_PREDICT_MIN_KV, KvLedger } from '../src/engines/scheduler.js';
 import { Rng } from '../src/util/rng.js';
+import { benchArgs } from './args.js';
 
 interface Regime {
   engines: number;
@@ -76,22 +76,15 @@ const REGIMES: Record<string, Regime> = {
   },
 };
 
-const { values: args } = parseArgs({
+const { values: args } = benchArgs(import.meta.url, {
   options: {
     regime: { type: 'string' },
     budget: { type: 'string' },
     seeds: { type: 'string', default: '1,2,3' },
     calibrate: { type: 'string' },
     order: { type: 'string', default: 'evidence' },
-    help: { type: 'boolean', short: 'h' },
   },
 });
-if (args.help) {
-  // the usage is this file's header
-  const head = readFileSync(new URL(import.meta.url), 'utf8').split('\n\nimport')[0];
-  console.log(head.replace(/^\/\/ ?/gm, ''));
-  process.exit(0);
-}
 if (!['evidence', 'plain'].includes(args.order as string))
   throw new Error(`--order: evidence or plain, not ${args.order}`);
 const MAX_TURNS = 5; // max_assistant_turns

@@ -4,11 +4,11 @@
 // before sleeping) or VAR=value[,VAR=value] for the worker's environment, e.g. OMP_WAIT_POLICY=PASSIVE.
 // Work: quickstart-sized SFT steps (tiny preset, 16 sequences of 60-140 tokens). The second worker trains the
 // same batch in a loop while the first is timed; "both" is the two workers' steps per second together.
-import { parseArgs } from 'node:util';
 import { Rng } from '../src/util/index.js';
 import { MODEL_PRESETS, PolicyWorker, type TrainBatch } from '../src/worker/index.js';
+import { benchArgs } from './args.js';
 
-const { values, positionals } = parseArgs({
+const { values, positionals } = benchArgs(import.meta.url, {
   allowPositionals: true,
   options: { threads: { type: 'string', default: '2' }, steps: { type: 'string', default: '15' } },
 });

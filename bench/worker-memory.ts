@@ -7,11 +7,11 @@
 // allocator kept from an earlier call cannot hide a peak); train rows include creating AdamW's state (2 × the
 // parameters' bytes, ~37 MiB). Prints the median over reps.
 import { readFileSync, writeFileSync } from 'node:fs';
-import { parseArgs } from 'node:util';
 import { Rng } from '../src/util/index.js';
 import { MODEL_PRESETS, type ModelConfig, PolicyWorker } from '../src/worker/index.js';
+import { benchArgs } from './args.js';
 
-const { values } = parseArgs({
+const { values } = benchArgs(import.meta.url, {
   options: { reps: { type: 'string', default: '3' }, len: { type: 'string', default: '4096' } },
 });
 const reps = Number(values.reps);

@@ -6,11 +6,11 @@
 // Worker numbers are timed in TypeScript (protocol, batching and bookkeeping included). The bare loop (same
 // model, plain forward / multinomial / backward / AdamW) runs inside the same worker process, and the two
 // alternate repetition by repetition, so both see the same machine load. Prints medians and ratios.
-import { parseArgs } from 'node:util';
 import { Rng } from '../src/util/index.js';
 import { MODEL_PRESETS, type ModelPreset, PolicyWorker, type TrainBatch } from '../src/worker/index.js';
+import { benchArgs } from './args.js';
 
-const { values } = parseArgs({
+const { values } = benchArgs(import.meta.url, {
   options: {
     reps: { type: 'string', default: '5' },
     threads: { type: 'string', default: '2' },
