@@ -55,7 +55,6 @@ p.save(sys.argv[3], False, 4)
   const measure = `
 import sys, time
 import torch
-import { benchArgs } from './args.js';
 from rstar2_worker.policy import Policy
 torch.set_num_threads(1)
 def kb(key):

@@ -200,7 +200,6 @@ let floorMs = Number.NaN;
   // fork bounds calls/s at cores / that.
   const script = `
 import _socket, ctypes, gc, json, os, resource, select, signal, struct, sys, types
-import { benchArgs } from './args.js';
 code = compile("print(1+1)", "<s>", "exec")
 null = os.open("/dev/null", os.O_WRONLY)
 gc.collect(); gc.freeze(); gc.disable()
