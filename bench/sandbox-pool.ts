@@ -96,6 +96,7 @@ function procStat(): number[] {
 }
 
 async function measure(pool: SandboxPool, name: string, req: RunRequest, n: number, conc: number) {
+  const floorBefore = forkFloor(['+_exit'], ['os.fork'], 1000);
   const lat: number[] = [];
   let next = 0;
   let failed = 0;
@@ -126,10 +127,12 @@ async function measure(pool: SandboxPool, name: string, req: RunRequest, n: numb
   lat.sort((a, b) => a - b);
   const q = (p: number) => lat[Math.min(lat.length - 1, Math.floor(p * lat.length))].toFixed(2);
   const nodeMs = (nodeCpu.user + nodeCpu.system) / 1000;
+  // the host drifts between phases within seconds: the floor is taken just before and just after
+  const floorMs = (floorMsOf(floorBefore) + floorMsOf(forkFloor(['+_exit'], ['os.fork'], 1000))) / 2;
   console.log(
     `${name.padEnd(28)} n=${n} c=${conc} calls/s=${((n / wall) * 1000).toFixed(0)} p50=${q(0.5)}ms ` +
       `p99=${q(0.99)}ms cpu/call=${((nodeMs + sandboxCpu) / n).toFixed(2)}ms ` +
-      `= ${((nodeMs + sandboxCpu) / n / floorMs).toFixed(2)}x fork floor, the sandbox alone ${(sandboxCpu / n / floorMs).toFixed(2)}x ` +
+      `= ${((nodeMs + sandboxCpu) / n / floorMs).toFixed(2)}x fork floor ${floorMs.toFixed(2)}, the sandbox alone ${(sandboxCpu / n / floorMs).toFixed(2)}x ` +
       `(node ${(nodeMs / n).toFixed(2)}, sandbox ${(sandboxCpu / n).toFixed(2)}: broker ${per('broker')} ` +
       `zygote ${per('zygote')} children ${per('children')}) page faults/call: broker ${faults('broker')} ` +
       `zygote ${faults('zygote')} child ${faults('children')} failed=${failed} machine-busy=${cores.toFixed(2)} cores`,
@@ -183,21 +186,11 @@ async function withPool(opts: SandboxPoolOptions, fn: (p: SandboxPool) => Promis
   }
 }
 
-const trivial = { code: 'print(1+1)' };
-const want = (k: string) => !values.only || values.only.split(',').includes(k);
-const cpuModel = /model name\s*:\s*(.*)/.exec(readFileSync('/proc/cpuinfo', 'utf8'))?.[1] ?? 'unknown CPU';
-console.log(
-  `sandbox pool bench: isolation=${values.isolation} cores=${availableParallelism()} cpu="${cpuModel}" ` +
-    `kernel=${release()}`,
-);
-// Every number is reported next to this host's fork floor (os.fork + _exit of a Python process with the
-// zygote's imports, parent + child CPU): per-call cost only compares across hosts as a multiple of it.
-let floorMs = Number.NaN;
-{
-  // What any fork-per-call executor pays on this machine before doing anything: a Python process with the
-  // zygote's imports forks children that exit at once (or run print(1+1) to /dev/null), with os.fork and
-  // with glibc's fork as the zygote calls it (no CPython after-fork work). CPU of parent and children per
-  // fork bounds calls/s at cores / that.
+// What any fork-per-call executor pays on this machine before doing anything: a Python process with the
+// zygote's imports forks children that exit at once (or run print(1+1) to /dev/null), with os.fork and
+// with glibc's fork as the zygote calls it (no CPython after-fork work). CPU of parent and children per
+// fork bounds calls/s at cores / that.
+function forkFloor(variants: string[], forks: string[], n: number): string {
   const script = `
 import _socket, ctypes, gc, json, os, resource, select, signal, struct, sys, types
 code = compile("print(1+1)", "<s>", "exec")
@@ -205,9 +198,11 @@ null = os.open("/dev/null", os.O_WRONLY)
 gc.collect(); gc.freeze(); gc.disable()
 def cpu(who): r = resource.getrusage(who); return r.ru_utime + r.ru_stime
 def flt(who): return resource.getrusage(who).ru_minflt
-for fork_name, fork in (("os.fork", os.fork), ("glibc fork", ctypes.CDLL(None).fork)):
-  for name, run in (("+_exit", False), ("+print(1+1)+_exit", True)):
-    n = ${values.only === 'floor' ? Math.min(N, 2000) : 1000}
+forks = {"os.fork": os.fork, "glibc fork": ctypes.CDLL(None).fork}
+for fork_name in ${JSON.stringify(forks)}:
+  fork = forks[fork_name]
+  for name in ${JSON.stringify(variants)}:
+    run, n = name != "+_exit", ${n}
     s0, c0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
     f0, g0 = flt(resource.RUSAGE_SELF), flt(resource.RUSAGE_CHILDREN)
     for _ in range(n):
@@ -223,10 +218,26 @@ for fork_name, fork in (("os.fork", os.fork), ("glibc fork", ctypes.CDLL(None).f
     pf = (flt(resource.RUSAGE_SELF) - f0) / n, (flt(resource.RUSAGE_CHILDREN) - g0) / n
     print(f"{fork_name + name:28s} cpu/call={ms:.2f}ms (parent + child) -> at most {os.cpu_count() * 1000 / ms:.0f} calls/s on {os.cpu_count()} cores; page faults/call parent {pf[0]:.0f} child {pf[1]:.0f}")
 `;
-  const out = execFileSync(findPython(), ['-I', '-S', '-c', script], { encoding: 'utf8' });
-  floorMs = Number(/os\.fork\+_exit\s+cpu\/call=([\d.]+)ms/.exec(out)?.[1]);
-  console.log(`fork floor (no sandbox, no pipes, no isolation steps):\n${out.trimEnd()}`);
+  return execFileSync(findPython(), ['-I', '-S', '-c', script], { encoding: 'utf8' });
 }
+const floorMsOf = (out: string) => Number(/os\.fork\+_exit\s+cpu\/call=([\d.]+)ms/.exec(out)?.[1]);
+
+const trivial = { code: 'print(1+1)' };
+const want = (k: string) => !values.only || values.only.split(',').includes(k);
+const cpuModel = /model name\s*:\s*(.*)/.exec(readFileSync('/proc/cpuinfo', 'utf8'))?.[1] ?? 'unknown CPU';
+console.log(
+  `sandbox pool bench: isolation=${values.isolation} cores=${availableParallelism()} cpu="${cpuModel}" ` +
+    `kernel=${release()}`,
+);
+// Every number is reported next to this host's fork floor (os.fork + _exit of a Python process with the
+// zygote's imports, parent + child CPU): per-call cost only compares across hosts as a multiple of it.
+console.log(
+  `fork floor (no sandbox, no pipes, no isolation steps):\n${forkFloor(
+    ['+_exit', '+print(1+1)+_exit'],
+    ['os.fork', 'glibc fork'],
+    values.only === 'floor' ? Math.min(N, 2000) : 1000,
+  ).trimEnd()}`,
+);
 if (want('trivial')) {
   await withPool({}, async (pool) => {
     console.log(`slots=${pool.options.slots} landlock=${pool.info.landlock} uidBase=${pool.info.uidBase}`);
