@@ -87,7 +87,7 @@ async function train(flags: TrainFlags): Promise<void> {
   const { LOGGERS, loadRecipe, parseRecipe } = await import('./config.js');
   const { checkLoggers } = await import('./loggers.js');
   const { forkRun, Trainer } = await import('./trainer.js');
-  const { HealthError } = await import('./health.js');
+  const { HealthError, healthSummary } = await import('./health.js');
   if (flags.roc !== undefined && flags.roc !== 'on' && flags.roc !== 'off') {
     throw new Error(`--roc must be "on" or "off", got "${flags.roc}"`);
   }
@@ -198,11 +198,7 @@ async function train(flags: TrainFlags): Promise<void> {
           `${(last.accuracy * 100).toFixed(1)}% (${last.stage} step ${last.step}); ${mins} min; run: ${runDir}`,
       );
     } else console.log(`done in ${mins} min; run: ${runDir}`);
-    if (trainer.warnings.length > 0)
-      console.log(
-        `${trainer.warnings.length} health warning(s); the run may not be learning (see 'health' in metrics.jsonl):\n` +
-          trainer.warnings.map((w) => `  - ${w.message}`).join('\n'),
-      );
+    if (trainer.warnings.length > 0) console.log(healthSummary(trainer.warnings));
   } finally {
     process.off('SIGINT', stop);
     process.off('SIGTERM', stop);

@@ -116,4 +116,15 @@ export function gainWarning(stage: string, first: number, last: number): HealthW
       ];
 }
 
+/** The end-of-run line. A missed SFT gate is a stage short of its skill at its cap, not a run that is not
+ *  learning: the quickstart's default seed misses its retry gate and still gains 60 points in RL. */
+export function healthSummary(warnings: HealthWarning[]): string {
+  const learning = warnings.some((w) => w.code !== 'sft_gate_not_reached');
+  const why = learning ? 'the run may not be learning' : 'a stage reached its step cap before its skill gate';
+  return (
+    `${warnings.length} health warning(s); ${why} (see 'health' in metrics.jsonl):\n` +
+    warnings.map((w) => `  - ${w.message}`).join('\n')
+  );
+}
+
 const pct = (x: number) => `${(x * 100).toFixed(1)}%`;

@@ -9,7 +9,7 @@ import type { ChatExample } from '../../src/data/index.js';
 import { answersExact } from '../../src/recipe/backend.js';
 import { applySets, parseRecipe } from '../../src/recipe/config.js';
 import { FakeBackend } from '../../src/recipe/fake.js';
-import { HealthError } from '../../src/recipe/health.js';
+import { gainWarning, gateWarning, HealthError, healthSummary } from '../../src/recipe/health.js';
 import type { RolloutRequest } from '../../src/recipe/trainer.js';
 import { forkRun, readState, Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
@@ -537,4 +537,16 @@ test('rstar2 train --strict-health exits 3 with the reason; --seed is validated'
     bad.stderr,
     /option '--seed <n>' argument 'x' is invalid\. Expected an integer from 0 to 2147483647\./,
   );
+});
+
+test('the end-of-run line says "may not be learning" only for a learning warning, not for a missed SFT gate', () => {
+  const gate = gateWarning('sft-recover', 300, { loss: 0.02, exact: 0.54 }, { exact: 0.8 } as Parameters<
+    typeof gateWarning
+  >[3]);
+  const onlyGate = healthSummary([gate]);
+  assert.match(onlyGate, /^1 health warning\(s\); a stage reached its step cap before its skill gate/);
+  assert.doesNotMatch(onlyGate, /not be learning/);
+  assert.match(onlyGate, /- sft-recover: .* exact 0\.540 at the 300-step cap/);
+  const both = healthSummary([gate, ...gainWarning('rl', 0.3, 0.3)]);
+  assert.match(both, /^2 health warning\(s\); the run may not be learning/);
 });
