@@ -414,6 +414,9 @@ class Broker:
         info = json.loads(msg[1:])
         self.base_kb = int(info.get("anonKb", 0))
         info["ready"] = True
+        # what demotion will do here: nothing without per-slot uids; with autogroups, the session's weight too
+        info["demoteAfterMs"] = round(DEMOTE_S * 1000) if UID_BASE else 0
+        info["demoteSession"] = bool(UID_BASE and AUTOGROUP)
         if SHM:
             learn_empty_size(SHM)
         for slot in range(SLOTS):  # the zygote made them, empty; wipes happen in the wiper's process
@@ -559,7 +562,7 @@ class Broker:
         if s.demoted:  # the previous cell ran long: this one starts at the priority of a fresh call
             s.demoted = False
             self.renice(s.slot, BASE_NICE)
-        if s.autogroup[1] and not self.set_autogroup(call, s.autogroup[0], 0):
+        if AUTOGROUP and s.autogroup[1] and not self.set_autogroup(call, s.autogroup[0], 0):
             self.autogroup_want[call] = 0
         self.start_clock(call, timeout_ms)
         call.mem_kb = (mem_mb & ~FLAGS) << 10
@@ -754,7 +757,7 @@ class Broker:
         """A call whose processes hold more than its memory limit together is killed with reason memory (a
         session with its whole process)."""
         used, shm, pids = slot_memory_kb(self.base_kb)
-        if self.autogroup_want:
+        if self.autogroup_want and AUTOGROUP:
             self.set_autogroups(pids)
         for call in list(self.timed):
             kb = used.get(call.slot, 0)

@@ -166,7 +166,11 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
     const loaded = preload.length
       ? `; preloaded ${preload.join(', ')}, zygote ${pool.info.zygoteMb} MiB`
       : '';
-    const demote = demoteAfterMs ? `; calls past ${demoteAfterMs} ms demoted` : '; no demotion';
+    // what the pool does, not what the recipe asked: no per-slot uids or no CAP_SYS_NICE turn it off
+    const on = pool.info.demoteAfterMs;
+    const demote = on
+      ? `; calls past ${on} ms demoted${pool.info.demoteSession ? ' with their session' : ''}`
+      : `; no demotion${demoteAfterMs ? ' (it needs root with CAP_SYS_NICE)' : ''}`;
     log(`sandbox: ok (${opts.insecureSandbox ? 'NOT isolated' : 'bubblewrap'}${loaded}${demote})`);
   } finally {
     await pool.close();

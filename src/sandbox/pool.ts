@@ -101,6 +101,10 @@ export interface PoolInfo {
   zygoteMb: number;
   /** preload entries that did not import, each with its error */
   preloadFailed: string[];
+  /** after how many ms a call is demoted here (0: never, e.g. without per-slot uids or CAP_SYS_NICE), and
+   * whether its session's weight is lowered too (autogroups) */
+  demoteAfterMs: number;
+  demoteSession: boolean;
   notes: string[];
 }
 
@@ -366,6 +370,8 @@ export class SandboxPool implements CodeRunner {
       uidBase: 0,
       zygoteMb: 0,
       preloadFailed: [],
+      demoteAfterMs: 0,
+      demoteSession: false,
       notes: [],
     };
     this.watchdog = setInterval(() => {
@@ -774,6 +780,8 @@ export class SandboxPool implements CodeRunner {
         uidBase: Number(ready.uidBase ?? 0),
         zygoteMb,
         preloadFailed,
+        demoteAfterMs: Number(ready.demoteAfterMs ?? 0),
+        demoteSession: Boolean(ready.demoteSession),
         notes,
       };
     } catch (e) {

@@ -540,9 +540,7 @@ test('rstar2 train --strict-health exits 3 with the reason; --seed is validated'
 });
 
 test('the end-of-run line says "may not be learning" only for a learning warning, not for a missed SFT gate', () => {
-  const gate = gateWarning('sft-recover', 300, { loss: 0.02, exact: 0.54 }, { exact: 0.8 } as Parameters<
-    typeof gateWarning
-  >[3]);
+  const gate = gateWarning('sft-recover', 300, { loss: 0.02, exact: 0.54 }, { exact: 0.8 });
   const onlyGate = healthSummary([gate]);
   assert.match(onlyGate, /^1 health warning\(s\); a stage reached its step cap before its skill gate/);
   assert.doesNotMatch(onlyGate, /not be learning/);

@@ -289,6 +289,8 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
       `import time\n${read}t = time.monotonic()\nwhile ag() != "19" and time.monotonic() - t < 4:\n` +
       '    time.sleep(0.01)\nprint(ag())\ntime.sleep(0.25)';
     const now = `${read}print(ag())`;
+    assert.equal(pool.info.demoteAfterMs, pool.options.demoteAfterMs);
+    assert.equal(pool.info.demoteSession, true, 'the pool says it lowers sessions');
     const fresh = await pool.run({ code: now });
     assert.equal(fresh.stdout, '0\n', JSON.stringify(fresh));
     const demoted = await pool.run({ code: long, timeoutMs: 6000 });
