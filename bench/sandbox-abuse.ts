@@ -4,10 +4,13 @@
 // innocent success, innocent p99 within 3x the idle p99, no sandbox restart.
 //
 //   npx tsx bench/sandbox-abuse.ts [--seconds 30] [--slots N (default: the pool's)] [--hostile 2] [--innocent 2] [--demote-after-ms 50]
-//                                [--attacks 'busy loop,fork bomb'] [--long-call]
+//                                [--attacks 'busy loop,fork bomb'] [--long-call] [--host-loop]
 // (--demote-after-ms 0: long calls keep their priority, as before the pool demoted them)
 // --long-call: what demotion costs an honest long call instead: a ~0.4 s computation alone, then beside
 // --innocent workers sending trivial calls (no attacks)
+// --host-loop: what this host's scheduler allows at best: no hostile calls, but --hostile busy loops outside the
+// sandbox at the lowest priority there is (nice 19, each in a session of autogroup nice 19) beside the innocent workers
+import { spawn } from 'node:child_process';
 import { cpus } from 'node:os';
 import { SandboxPool } from '../src/sandbox/pool.js';
 import type { RunRequest } from '../src/sandbox/types.js';
@@ -22,6 +25,7 @@ const { values } = benchArgs(import.meta.url, {
     'demote-after-ms': { type: 'string', default: '50' },
     attacks: { type: 'string' }, // a comma-separated subset of the attacks below, e.g. 'busy loop,fork bomb'
     'long-call': { type: 'boolean', default: false },
+    'host-loop': { type: 'boolean', default: false },
   },
 });
 const seconds = Number(values.seconds);
@@ -90,12 +94,23 @@ if (!(Number.isInteger(demoteAfterMs) && demoteAfterMs >= 0))
   throw new Error('--demote-after-ms must be an integer >= 0');
 /** Idle latency, then innocent calls beside hostile ones for --seconds. */
 async function abuse(pool: SandboxPool) {
-  const idle: number[] = [];
-  for (let i = 0; i < 2000; i++) {
-    const t0 = performance.now();
-    await pool.run(INNOCENT);
-    idle.push(performance.now() - t0);
-  }
+  // two baselines: one caller alone, and the same innocent load without attacks (with 2 workers on 2 cores the
+  // innocent calls already wait for each other, which is not harm done by a hostile one)
+  const idleRun = async (workers: number) => {
+    const xs: number[] = [];
+    await Promise.all(
+      Array.from({ length: workers }, async () => {
+        for (let i = 0; i < 2000; i++) {
+          const t0 = performance.now();
+          await pool.run(INNOCENT);
+          xs.push(performance.now() - t0);
+        }
+      }),
+    );
+    return xs;
+  };
+  const idle = await idleRun(1);
+  const same = innocentN > 1 ? await idleRun(innocentN) : idle;
   const end = Date.now() + seconds * 1000;
   const outcomes: Record<string, Record<string, number>> = {};
   const sample: Record<string, string> = {}; // the first error text per attack
@@ -106,8 +121,13 @@ async function abuse(pool: SandboxPool) {
   const names = values.attacks ? values.attacks.split(',') : Object.keys(ATTACKS);
   for (const n of names)
     if (!ATTACKS[n]) throw new Error(`--attacks: no attack '${n}' (${Object.keys(ATTACKS).join(', ')})`);
+  // one loop per hostile worker, each a session of its own, so the autogroup written is that loop's alone
+  const HOG = 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 sh -c "while :; do :; done"';
+  const hogs = values['host-loop']
+    ? Array.from({ length: hostileN }, () => spawn('sh', ['-c', HOG], { detached: true, stdio: 'ignore' }))
+    : [];
   await Promise.all([
-    ...Array.from({ length: hostileN }, async (_, w) => {
+    ...Array.from({ length: hogs.length ? 0 : hostileN }, async (_, w) => {
       for (let i = w; Date.now() < end; i++) {
         const name = names[i % names.length];
         const r = await pool.run(ATTACKS[name]);
@@ -127,19 +147,29 @@ async function abuse(pool: SandboxPool) {
       }
     }),
   ]);
+  for (const h of hogs) h.kill('SIGKILL');
   const idleP99 = pct(idle, 0.99);
+  const sameP99 = pct(same, 0.99);
   const p99 = pct(lat, 0.99);
   console.log(
-    `# sandbox abuse: ${seconds} s, ${pool.options.slots} slots, ${hostileN} hostile + ${innocentN} innocent workers, demote after ${demoteAfterMs} ms, ` +
+    `# sandbox abuse: ${seconds} s, ${pool.options.slots} slots, ${hogs.length ? `${hostileN} lowest-priority busy loops outside the sandbox` : `${hostileN} hostile`} + ${innocentN} innocent workers, demote after ${demoteAfterMs} ms, ` +
       `host CPU ${cpus()[0]?.model ?? '?'} x ${cpus().length}`,
   );
-  console.log(`idle trivial call: p50 ${pct(idle, 0.5).toFixed(1)} ms, p99 ${idleP99.toFixed(1)} ms`);
+  console.log(
+    `idle trivial call, one caller: p50 ${pct(idle, 0.5).toFixed(1)} ms, p99 ${idleP99.toFixed(1)} ms`,
+  );
+  if (innocentN > 1)
+    console.log(
+      `the same ${innocentN} innocent workers without attacks: p50 ${pct(same, 0.5).toFixed(1)} ms, p99 ${sameP99.toFixed(1)} ms`,
+    );
   console.log(
     `innocent calls: ${ok} ok, ${failed} failed (${((100 * ok) / Math.max(1, ok + failed)).toFixed(2)} %), ` +
-      `p50 ${pct(lat, 0.5).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (${(p99 / idleP99).toFixed(1)}x idle p99); ` +
+      `p50 ${pct(lat, 0.5).toFixed(1)} ms, p99 ${p99.toFixed(1)} ms (${(p99 / idleP99).toFixed(1)}x one caller's idle p99` +
+      `${innocentN > 1 ? `, ${(p99 / sameP99).toFixed(1)}x the same load's` : ''}); ` +
       `in a slot p50 ${pct(inSlot, 0.5).toFixed(1)} ms, p99 ${pct(inSlot, 0.99).toFixed(1)} ms`,
   );
   console.log(`sandbox restarts: ${pool.stats().restarts}`);
+  if (hogs.length) return;
   console.log('\n| attack | outcomes | first message |\n|---|---|---|');
   for (const name of names)
     console.log(

@@ -13,10 +13,12 @@
 // prefill = prefillBase + perToken × tokens, in the same step.
 //
 // Run: flock /tmp/bench.lock npx tsx bench/scheduler-sim.ts [--regime NAME] [--budget 8192|12288]
-//        [--seeds 1,2,3] [--calibrate samples.jsonl] [--order evidence|plain]
+//        [--seeds 1,2,3] [--calibrate samples.jsonl] [--order evidence|plain|oracle|oracle-lengths]
 // --calibrate fits the regime's time constants (src/engines/calibrate.ts) from {batch, kv, ms} decode-step and
 // {tokens, ms} prefill lines measured on your engine; --order plain ranks waiting prompts without their
-// in-flight siblings' progress (the ablation of kv-predict's evidence ordering).
+// in-flight siblings' progress (the ablation of kv-predict's evidence ordering); --order oracle admits each
+// sample in order of its true length, which no scheduler can know, and oracle-lengths also charges it that
+// length: what perfect length prediction would buy.
 import { readFileSync } from 'node:fs';
 import { fitEngineModel, parseSamples } from '../src/engines/calibrate.js';
 import { LengthModel, Overcommit } from '../src/engines/predict.js';
@@ -85,8 +87,8 @@ const { values: args } = benchArgs(import.meta.url, {
     order: { type: 'string', default: 'evidence' },
   },
 });
-if (!['evidence', 'plain'].includes(args.order as string))
-  throw new Error(`--order: evidence or plain, not ${args.order}`);
+if (!['evidence', 'plain', 'oracle', 'oracle-lengths'].includes(args.order as string))
+  throw new Error(`--order: evidence, plain, oracle or oracle-lengths, not ${args.order}`);
 const MAX_TURNS = 5; // max_assistant_turns
 const GROUP = 16; // GRPO samples per prompt, adjacent in the batch (verl interleave=True)
 const PROMPT_SHARE = 0.5; // share of the log-length variance that belongs to the prompt (assumption)
@@ -269,7 +271,11 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
   model.seed(prior);
   const over = new Overcommit();
   const members: Set<Traj>[] = engines.map(() => new Set());
-  const charge = (t: Traj) => Math.max(t.ctx, t.prompt + model.predict(t.group, t.ctx - t.prompt));
+  const charge = (t: Traj) =>
+    Math.max(
+      t.ctx,
+      t.prompt + (ORDER === 'oracle-lengths' ? respLen(t) : model.predict(t.group, t.ctx - t.prompt)),
+    );
   const placed = (k: number) => {
     let c = 0;
     for (const t of members[k]) c += charge(t);
@@ -343,6 +349,13 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
           const run = ORDER === 'evidence' ? [...(started.get(g) ?? [])].map((x) => x.ctx - x.prompt) : [];
           const p = model.predict(g, 0, run) - (ORDER === 'evidence' ? run.length * 1e-6 : 0);
           if (p > bestLen) [best, bestLen] = [q, p];
+        }
+        if (ORDER.startsWith('oracle')) {
+          // diagnostic: each sample's true length, which no scheduler has, longest first
+          let longest: Traj | undefined;
+          for (const q of groups.values())
+            for (const x of q) if (!longest || respLen(x) > respLen(longest)) [longest, best] = [x, q];
+          if (best && longest) best.unshift(...best.splice(best.indexOf(longest), 1));
         }
         if (!best) return;
         const t = best[0];

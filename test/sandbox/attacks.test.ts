@@ -158,6 +158,21 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     assert.ok(r.stdout.length <= 1 << 20);
   });
 
+  test('output past what is kept is read slowly: its writer sleeps instead of taking a CPU', async () => {
+    // 1 MiB is kept; the next 8 MiB are only counted, read once per 10 ms through a 1 MiB pipe
+    const r = await attack(
+      'import sys, time\nchunk = "y" * (1 << 16)\nfor _ in range(16):\n    sys.stdout.write(chunk)\nsys.stdout.flush()\n' +
+        't, c = time.monotonic(), time.process_time()\nfor _ in range(128):\n    sys.stdout.write(chunk)\n' +
+        'sys.stdout.flush()\nprint(round((time.monotonic() - t) * 1000), round((time.process_time() - c) * 1000), file=sys.stderr)',
+    );
+    assert.equal(r.status, 'ok', JSON.stringify(r.error ?? r.stderr));
+    assert.equal(r.truncated, true);
+    assert.equal(r.stdout.length, 1 << 20);
+    const [wallMs, cpuMs] = r.stderr.trim().split(' ').map(Number);
+    assert.ok(wallMs >= 50, `8 MiB past the kept output took only ${wallMs} ms: not throttled`);
+    assert.ok(cpuMs < wallMs / 2, `the writer was busy ${cpuMs} of ${wallMs} ms`);
+  });
+
   test('killing the parent or everything (kill -9 -1) hurts only the snippet', async () => {
     const r = await attack('import os\nos.kill(os.getppid(), 9)');
     assert.equal(r.status, 'error');
