@@ -13,12 +13,15 @@
 // prefill = prefillBase + perToken × tokens, in the same step.
 //
 // Run: flock /tmp/bench.lock npx tsx bench/scheduler-sim.ts [--regime NAME] [--budget 8192|12288]
-//        [--seeds 1,2,3] [--calibrate samples.jsonl] [--order evidence|plain|oracle|oracle-lengths]
+//        [--seeds 1,2,3] [--calibrate samples.jsonl] [--order evidence|plain|oracle|oracle-lengths|oracle-peak]
+//        [--prompt-share 0.5]
 // --calibrate fits the regime's time constants (src/engines/calibrate.ts) from {batch, kv, ms} decode-step and
 // {tokens, ms} prefill lines measured on your engine; --order plain ranks waiting prompts without their
 // in-flight siblings' progress (the ablation of kv-predict's evidence ordering); --order oracle admits each
-// sample in order of its true length, which no scheduler can know, and oracle-lengths also charges it that
-// length: what perfect length prediction would buy.
+// sample in order of its true length, which no scheduler can know, oracle-lengths also charges it that length,
+// and oracle-peak admits while the engine's true peak KV (from every placed trajectory's true remaining length)
+// stays under 98 % of its pool: what perfect length prediction would buy. --prompt-share: how much of the
+// log-length variance is the prompt's (default 0.5, assumed); a training run logs its own as rollout.prompt_share.
 import { readFileSync } from 'node:fs';
 import { fitEngineModel, parseSamples } from '../src/engines/calibrate.js';
 import { LengthModel, Overcommit } from '../src/engines/predict.js';
@@ -85,13 +88,18 @@ const { values: args } = benchArgs(import.meta.url, {
     seeds: { type: 'string', default: '1,2,3' },
     calibrate: { type: 'string' },
     order: { type: 'string', default: 'evidence' },
+    'prompt-share': { type: 'string', default: '0.5' },
   },
 });
-if (!['evidence', 'plain', 'oracle', 'oracle-lengths'].includes(args.order as string))
-  throw new Error(`--order: evidence, plain, oracle or oracle-lengths, not ${args.order}`);
+if (!['evidence', 'plain', 'oracle', 'oracle-lengths', 'oracle-peak'].includes(args.order as string))
+  throw new Error(`--order: evidence, plain, oracle, oracle-lengths or oracle-peak, not ${args.order}`);
 const MAX_TURNS = 5; // max_assistant_turns
 const GROUP = 16; // GRPO samples per prompt, adjacent in the batch (verl interleave=True)
-const PROMPT_SHARE = 0.5; // share of the log-length variance that belongs to the prompt (assumption)
+// share of the log-length variance that belongs to the prompt: an assumption; a training run measures its own
+// (metrics.jsonl rollout.prompt_share)
+const PROMPT_SHARE = Number(args['prompt-share']);
+if (!(PROMPT_SHARE >= 0 && PROMPT_SHARE <= 1))
+  throw new Error(`--prompt-share: 0 to 1, not ${args['prompt-share']}`);
 const LEN_SIGMA = 0.75; // lognormal response length (all turns, tool tokens included); median = budget / 4
 const RATIO_INIT = 0.7; // SGLang init_new_token_ratio
 const RATIO_MIN = RATIO_INIT * 0.14; // SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
@@ -167,6 +175,19 @@ function makeTrajectories(seed: number, n: number, budget: number): Traj[] {
 }
 
 const respLen = (t: Traj) => t.turns.reduce((a, x) => a + x.gen + x.toolTokens, 0);
+
+/** Diagnostic (--order oracle-peak): the most KV these trajectories will hold at once, from their true remaining
+ *  lengths, if each grows a token per step (tool waits ignored) and frees its KV when it ends. */
+function truePeak(ts: Traj[]): number {
+  const xs = ts.map((t) => [t.ctx, t.prompt + respLen(t) - t.ctx]).sort((a, b) => b[1] - a[1]);
+  let peak = 0;
+  let held = 0;
+  for (let j = 0; j < xs.length; j++) {
+    held += xs[j][0];
+    peak = Math.max(peak, held + (j + 1) * xs[j][1]); // just before the j-th longest ends
+  }
+  return peak;
+}
 
 type Policy = 'static' | 'static-sync' | 'least-requests' | 'kv-budget' | 'kv-predict';
 const POLS: Policy[] = ['static', 'static-sync', 'least-requests', 'kv-budget', 'kv-predict'];
@@ -362,10 +383,13 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
         let i = -1;
         let free = Number.NEGATIVE_INFINITY;
         for (let k = 0; k < N; k++) {
-          const f = C * (1 + over.value) - placed(k);
+          const f =
+            ORDER === 'oracle-peak'
+              ? 0.98 * C - truePeak([...members[k], t])
+              : C * (1 + over.value) - placed(k);
           if (f > free) [free, i] = [f, k];
         }
-        if (free < charge(t) && members[i].size > 0) return;
+        if (free < (ORDER === 'oracle-peak' ? 0 : charge(t)) && members[i].size > 0) return;
         best.shift();
         members[i].add(t);
         started.get(t.group)?.add(t) ?? started.set(t.group, new Set([t]));

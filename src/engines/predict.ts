@@ -39,6 +39,33 @@ export class LengthModel {
     else this.siblings.set(group, [length]);
   }
 
+  /**
+   * The share of this step's log-length variance that lies between prompts (the intraclass correlation of a
+   * one-way random-effects ANOVA over groups of siblings); the rest is each sample's own and no scheduler can
+   * know it before the sample runs. `bench/scheduler-sim.ts --prompt-share` takes it. Undefined with fewer
+   * than two groups of two.
+   */
+  promptShare(): number | undefined {
+    const groups = [...this.siblings.values()]
+      .filter((g) => g.length >= 2)
+      .map((g) => g.map((x) => Math.log(x + 1)));
+    const n = groups.reduce((a, g) => a + g.length, 0);
+    if (groups.length < 2) return undefined;
+    const mean = groups.flat().reduce((a, b) => a + b, 0) / n;
+    let between = 0;
+    let within = 0;
+    for (const g of groups) {
+      const m = g.reduce((a, b) => a + b, 0) / g.length;
+      between += g.length * (m - mean) ** 2;
+      for (const y of g) within += (y - m) ** 2;
+    }
+    const msb = between / (groups.length - 1);
+    const msw = within / (n - groups.length);
+    const n0 = (n - groups.reduce((a, g) => a + g.length ** 2, 0) / n) / (groups.length - 1);
+    const sb = Math.max(0, (msb - msw) / n0);
+    return sb + msw > 0 ? sb / (sb + msw) : undefined;
+  }
+
   /** Ends an RL step: this step's lengths become the prior, sibling memory is dropped. */
   nextStep(): void {
     if (this.current.length > 0) this.seed(this.current);

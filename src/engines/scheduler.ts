@@ -108,6 +108,8 @@ export interface RolloutStats {
   retractions: number; // where the engine reports them
   moved: number; // trajectories moved off an engine that stopped answering
   idle_frac: number; // mean share of the makespan an engine had no generation of ours in flight
+  /** between-prompt share of the log-length variance (LengthModel.promptShare); null without groups */
+  prompt_share: number | null;
 }
 
 interface Placed {
@@ -425,6 +427,7 @@ export class Scheduler {
     const last = f.at(-1) ?? now;
     const p90 = f[Math.max(0, Math.ceil(f.length * 0.9) - 1)] ?? last;
     const busy = this.busyMs.map((b, i) => b + (this.inFlight[i] > 0 ? now - this.busySince[i] : 0));
+    const share = this.lengths.promptShare();
     this.lengths.nextStep();
     return {
       makespan_s: round((last - s.start) / 1000),
@@ -434,6 +437,7 @@ export class Scheduler {
       retractions: s.retractions,
       moved: s.moved,
       idle_frac: round(busy.reduce((a, b) => a + Math.max(0, 1 - b / span), 0) / busy.length),
+      prompt_share: share === undefined ? null : round(share),
     };
   }
 

@@ -251,6 +251,46 @@ test('kv-predict: static placement until it has lengths, then predicted charges 
   await s.close();
 });
 
+test('LengthModel.promptShare: the between-prompt share of log-length variance (one-way ANOVA ICC)', () => {
+  const share = (groups: number[][]) => {
+    const m = new LengthModel(1 << 20);
+    groups.forEach((g, i) => {
+      for (const x of g) m.record(`p${i}`, x);
+    });
+    return m.promptShare();
+  };
+  assert.equal(share([[100, 200, 300]]), undefined, 'one prompt: nothing to compare');
+  assert.equal(
+    share([
+      [100, 1000],
+      [100, 1000],
+      [100, 1000],
+    ]),
+    0,
+    'same spread in every prompt',
+  );
+  const apart = share([
+    [100, 110, 90],
+    [1000, 1100, 900],
+    [10_000, 11_000, 9000],
+  ]) as number;
+  assert.ok(apart > 0.99, `prompts far apart, samples close: ${apart}`);
+  // recovers the share it was generated with (lognormal, as bench/scheduler-sim.ts draws lengths)
+  const rng = new Rng(7);
+  const normal = () =>
+    Math.sqrt(-2 * Math.log(Math.max(rng.next(), 1e-12))) * Math.cos(2 * Math.PI * rng.next());
+  for (const truth of [0.2, 0.5, 0.8]) {
+    const groups = Array.from({ length: 256 }, () => {
+      const mu = Math.log(2000) + 0.75 * Math.sqrt(truth) * normal();
+      return Array.from({ length: 16 }, () =>
+        Math.round(Math.exp(mu + 0.75 * Math.sqrt(1 - truth) * normal())),
+      );
+    });
+    const est = share(groups) as number;
+    assert.ok(Math.abs(est - truth) < 0.07, `generated with ${truth}, estimated ${est}`);
+  }
+});
+
 test('LengthModel: conditional mean of the previous step, pulled to finished siblings; Overcommit adapts', () => {
   const m = new LengthModel(8192);
   assert.equal(m.predict(undefined, 0), 8192, 'no history: the whole budget');

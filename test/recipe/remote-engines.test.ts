@@ -132,6 +132,10 @@ test('training on a remote SGLang engine syncs the weights before every rollout 
       const r = m.rollout;
       assert.ok(r && r.makespan_s > 0 && r.tail_s >= 0 && r.tail_s <= r.makespan_s, JSON.stringify(r));
       assert.ok(r.idle_frac >= 0 && r.idle_frac <= 1);
+      assert.ok(
+        r.prompt_share === null || (r.prompt_share >= 0 && r.prompt_share <= 1),
+        String(r.prompt_share),
+      );
       for (const k of ['reprefilled_tokens', 'prefix_misses', 'retractions', 'moved'])
         assert.ok(Number.isInteger(r[k]), k);
     }

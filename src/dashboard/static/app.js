@@ -372,6 +372,12 @@ function renderRun(d) {
       percent: true,
     }),
     chart(
+      'promptshare',
+      "Rollout: prompts' share of the length variance (the rest no scheduler can predict)",
+      [seriesOf(m, 'rollout.prompt_share', 'prompt share')],
+      { percent: true },
+    ),
+    chart(
       'roc',
       'RoC: trajectories before → after',
       [seriesOf(m, 'roc.before', 'before'), seriesOf(m, 'roc.after', 'after')],
