@@ -845,8 +845,8 @@ class Broker:
         self.sel.unregister(fd)
         self.paused[fd] = (which, call, time.monotonic() + OUT_PAUSE_S)
 
-    def resume(self, now=INF, call=None):
-        """Puts back the paused streams that are due (or all of `call`'s); returns the next one due."""
+    def resume(self, now, call=None):
+        """Puts back the paused streams due by `now` and all of `call`'s; returns when the next one is due."""
         nearest = INF
         for fd, (which, c, due) in list(self.paused.items()):
             if due <= now or c is call:
@@ -861,7 +861,7 @@ class Broker:
         of data; a writer that escaped (an fd smuggled elsewhere) must not wedge the broker."""
         grace_end = time.monotonic() + 0.05
         if self.paused:
-            self.resume(call=call)
+            self.resume(0.0, call)
         for key in list(self.sel.get_map().values()):
             which, c = key.data
             if c is not call:

@@ -181,6 +181,25 @@ describe('SandboxPool stateful sessions (bwrap)', { skip, timeout: 120_000 }, ()
       await small.close();
     }
   });
+
+  test('a cell printing past the kept output ends ok (the rest is read slowly) and the session lives on', async () => {
+    const small = await SandboxPool.start({
+      slots: 1,
+      maxSessions: 1,
+      maxOutputBytes: 1 << 12,
+      log: () => {},
+    });
+    try {
+      await small.run({ code: 'z = 7', session: 'much' });
+      const r = await small.run({ code: 'import sys\nsys.stdout.write("y" * (3 << 20))', session: 'much' });
+      assert.equal(r.status, 'ok', JSON.stringify(r.error));
+      assert.equal(r.truncated, true);
+      assert.equal(r.stdout.length, 1 << 12);
+      assert.equal((await small.run({ code: 'print(z)', session: 'much' })).stdout, '7\n');
+    } finally {
+      await small.close();
+    }
+  });
 });
 
 describe('SandboxPool session TTL (bwrap)', { skip, timeout: 60_000 }, () => {
