@@ -121,11 +121,17 @@ async function abuse(pool: SandboxPool) {
   const names = values.attacks ? values.attacks.split(',') : Object.keys(ATTACKS);
   for (const n of names)
     if (!ATTACKS[n]) throw new Error(`--attacks: no attack '${n}' (${Object.keys(ATTACKS).join(', ')})`);
-  // one loop per hostile worker, each a session of its own, so the autogroup written is that loop's alone
-  const HOG = 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 sh -c "while :; do :; done"';
+  // one loop per hostile worker, each a session of its own, so the autogroup written is that loop's alone; a
+  // session is out of reach of the terminal's ^C, so each loop also ends once this process is gone
+  const HOG =
+    'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 sh -c ' +
+    `'i=0; while :; do i=$((i+1)); if [ $i -ge 100000 ]; then kill -0 ${process.pid} || exit; i=0; fi; done'`;
   const hogs = values['host-loop']
     ? Array.from({ length: hostileN }, () => spawn('sh', ['-c', HOG], { detached: true, stdio: 'ignore' }))
     : [];
+  process.once('exit', () => {
+    for (const h of hogs) h.kill('SIGKILL');
+  });
   await Promise.all([
     ...Array.from({ length: hogs.length ? 0 : hostileN }, async (_, w) => {
       for (let i = w; Date.now() < end; i++) {

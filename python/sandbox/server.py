@@ -724,6 +724,8 @@ class Broker:
     def renice(slot, nice):
         try:
             os.setpriority(os.PRIO_USER, slot_uid(slot), nice)
+        except ProcessLookupError:
+            pass  # the call's processes are all gone already
         except OSError as e:  # no CAP_SYS_NICE (an older launcher): scheduling is only less fair
             log(f"renice slot {slot}: {e}")
 
