@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { findBwrap } from '../../src/sandbox/isolation.js';
-import { SandboxPool } from '../../src/sandbox/pool.js';
+import { SandboxPool, type SandboxPoolOptions } from '../../src/sandbox/pool.js';
 
 const skip = findBwrap() ? false : 'bubblewrap not installed';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -165,41 +165,33 @@ describe('SandboxPool stateful sessions (bwrap)', { skip, timeout: 120_000 }, ()
     assert.equal(pool.stats().sessions, 0);
   });
 
-  test('output flood kills the session with output_limit', async () => {
-    const small = await SandboxPool.start({
-      slots: 1,
-      maxSessions: 1,
-      killOutputBytes: 1 << 16,
-      log: () => {},
-    });
+  /** A one-slot, one-session pool with `opts`, closed after `fn`. */
+  async function withSmallPool(opts: SandboxPoolOptions, fn: (p: SandboxPool) => Promise<void>) {
+    const small = await SandboxPool.start({ slots: 1, maxSessions: 1, log: () => {}, ...opts });
     try {
+      await fn(small);
+    } finally {
+      await small.close();
+    }
+  }
+
+  test('output flood kills the session with output_limit', () =>
+    withSmallPool({ killOutputBytes: 1 << 16 }, async (small) => {
       await small.run({ code: 'z = 1', session: 'flood' });
       const r = await small.run({ code: 'while True:\n    print("x" * 1000)', session: 'flood' });
       assert.equal(r.status, 'output_limit');
       assert.match(r.error ?? '', /session flood lost/);
-    } finally {
-      await small.close();
-    }
-  });
+    }));
 
-  test('a cell printing past the kept output ends ok (the rest is read slowly) and the session lives on', async () => {
-    const small = await SandboxPool.start({
-      slots: 1,
-      maxSessions: 1,
-      maxOutputBytes: 1 << 12,
-      log: () => {},
-    });
-    try {
+  test('a cell printing past the kept output ends ok (the rest is read slowly) and the session lives on', () =>
+    withSmallPool({ maxOutputBytes: 1 << 12 }, async (small) => {
       await small.run({ code: 'z = 7', session: 'much' });
       const r = await small.run({ code: 'import sys\nsys.stdout.write("y" * (3 << 20))', session: 'much' });
       assert.equal(r.status, 'ok', JSON.stringify(r.error));
       assert.equal(r.truncated, true);
       assert.equal(r.stdout.length, 1 << 12);
       assert.equal((await small.run({ code: 'print(z)', session: 'much' })).stdout, '7\n');
-    } finally {
-      await small.close();
-    }
-  });
+    }));
 });
 
 describe('SandboxPool session TTL (bwrap)', { skip, timeout: 60_000 }, () => {
