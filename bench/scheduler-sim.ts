@@ -580,15 +580,20 @@ if (calibrated) console.log(`calibrated from ${samplesFile}: ${JSON.stringify(ca
 for (const name of regimeNames) {
   const R = calibrated ? { ...REGIMES[name], ...calibrated } : REGIMES[name];
   for (const budget of budgets) {
+    const measured: number[] = []; // the prompt share as a training run's metrics would report it
     const runs = seeds.map((seed) => {
       const trajs = makeTrajectories(seed, R.trajectories, budget);
       const prior = makeTrajectories(seed + 100, R.trajectories, budget).map(respLen);
+      const lm = new LengthModel(budget);
+      for (const t of trajs) lm.record(t.group, respLen(t));
+      measured.push(lm.promptShare() ?? Number.NaN);
       return POLS.map((p) => simulate(p, trajs, R, budget, prior));
     });
     console.log(
       `\n${name}${calibrated ? ' (calibrated)' : ''}: ${R.engines} engines × ${R.trajectories / R.engines} trajectories, ` +
         `${kilo(R.capacity)} KV tokens each, step ${R.stepBaseMs.toFixed(2)} ms + ${(R.kvMsPerToken * 1e6).toFixed(2)} ns/KV token + ` +
-        `${(R.seqMs * 1000).toFixed(0)} µs/seq (weights ÷ full KV ${(R.stepBaseMs / (R.kvMsPerToken * R.capacity)).toFixed(2)}), budget ${budget}`,
+        `${(R.seqMs * 1000).toFixed(0)} µs/seq (weights ÷ full KV ${(R.stepBaseMs / (R.kvMsPerToken * R.capacity)).toFixed(2)}), budget ${budget}; ` +
+        `prompt share as a run's rollout.prompt_share would read it ${range(measured)}`,
     );
     console.log(
       'policy          makespan_s       ×static      tail_s       idle        retract      evict        re-prefilled' +
