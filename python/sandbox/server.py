@@ -383,7 +383,6 @@ class Broker:
         self.outq = []
         self.null = os.open(os.devnull, os.O_WRONLY)  # where output past maxOutputBytes is spliced
         self.paused = {}  # fd -> (which, call, when it is read again): output past maxOutputBytes (pause)
-        self.big_pipes = set()  # fds whose pipe pause enlarged
         self.base_kb = 0
         self.own_scratch = False
         self.next_mem_check = 0.0
@@ -828,7 +827,6 @@ class Broker:
                 self.pause(fd, which, call)
             return "data"
         self.sel.unregister(fd)
-        self.big_pipes.discard(fd)
         os.close(fd)
         call.open -= 1
         if not final:
@@ -838,12 +836,10 @@ class Broker:
     def pause(self, fd, which, call):
         """Output nobody keeps is read once per OUT_PAUSE_S, through a pipe enlarged to 1 MiB: a flood's writer
         sleeps on the full pipe instead of taking a CPU, and wakes the broker 100 times a second at most."""
-        if fd not in self.big_pipes:
-            try:
-                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
-            except OSError:
-                pass  # over the user's pipe quota: the default size, the same pause
-            self.big_pipes.add(fd)
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)  # a no-op once it is that size
+        except OSError:
+            pass  # over the user's pipe quota: the default size, the same pause
         self.sel.unregister(fd)
         self.paused[fd] = (which, call, time.monotonic() + OUT_PAUSE_S)
 
@@ -876,7 +872,6 @@ class Broker:
                     left = grace_end - time.monotonic()
                     if left <= 0 or not select.select([key.fd], [], [], left)[0]:
                         self.sel.unregister(key.fd)
-                        self.big_pipes.discard(key.fd)
                         os.close(key.fd)
                         call.open -= 1
                         call.held = True
