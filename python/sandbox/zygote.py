@@ -53,14 +53,19 @@ FLAGS = FLAG_FETCH | FLAG_SESSION | FLAG_CLOSE | FLAG_REPORT
 NPROC = int(CFG.get("nproc", 32))
 FSIZE = int(CFG.get("fileSizeMb", 16)) << 20
 NOFILE = int(CFG.get("nofile", 256))
+NPROC_LIMIT, NOFILE_LIMIT = (NPROC, NPROC), (NOFILE, NOFILE)  # built once: each child sets them
+# Limits the zygote sets on itself, so that its children inherit them instead of setting them once per call.
+# NPROC and NOFILE stay per child: NPROC counts every process of the zygote's user, and the zygote holds an fd
+# per live child.
+ZYGOTE_LIMITS = ((resource.RLIMIT_FSIZE, (FSIZE, FSIZE)), (resource.RLIMIT_CORE, (0, 0)),
+                 (resource.RLIMIT_MSGQUEUE, (0, 0)))
 SHM = CFG.get("shmDir", "/dev/shm")
 SETUP_FAILED = b"[rstar2-sandbox] setup failed: "
 
 libc = ctypes.CDLL(None, use_errno=True)
 # bound once with fixed argument types: each child calls them, and every Python-level step in a
 # child costs copy-on-write page faults
-_prctl = libc.prctl
-_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_prctl = libc.prctl  # int arguments only, and no argtypes: converting through them cost a child ~10 faults
 _ll_restrict = libc.syscall
 PID_NS = bool(CFG.get("pidNamespace", False))
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
@@ -68,13 +73,14 @@ REASON_NONE, REASON_TIMEOUT, REASON_OUTPUT, REASON_CLOSED, REASON_MEMORY = 0, 1,
 ZRES = struct.Struct("<IiiBIII")  # rid, exit code (-1), signal (0), reason, cpu us, rss kb, leftovers
 ZRUN = struct.Struct("<IIH")  # rid, mem mb, slot
 ZKILL = struct.Struct("<IB")  # rid, reason
+KIND_R, KIND_S, KIND_K = b"RSK"  # the first byte of a broker -> zygote message
 SDONE = struct.Struct("<iII")  # session -> broker after a cell: exit code, cpu us, rss kb
 LIM = struct.Struct("<II")  # broker -> child before the payload: timeout ms, mem mb (bit 31: fetch)
 LIM_HDR = struct.Struct("<IIII")  # LIM followed by HDR, as a stateless child reads them
 EXIT = struct.Struct("<IiII")  # stateless child -> broker, last on its result pipe: magic, exit code, cpu us, rss kb
 EXIT_MAGIC = 0x54495845  # b"EXIT"
-FD4 = struct.Struct("<iiii")  # up to 4 fds passed with a zygote message (missing ones read as -1)
-FDS_SPACE = _socket.CMSG_SPACE(FD4.size)
+FDS_SPACE = _socket.CMSG_SPACE(16)  # up to 4 fds passed with a zygote message
+FDN = {4 * n: struct.Struct(f"<{n}i") for n in range(5)}
 HDR = struct.Struct("<II")  # payload header: code length, files length
 
 
@@ -83,7 +89,11 @@ def recv_fds(sock, size):
     msg, anc, _, _ = sock.recvmsg(size, FDS_SPACE)
     if not anc:
         return msg, ()
-    return msg, [fd for _, _, data in anc for fd in FD4.unpack_from(data.ljust(16, b"\xff")) if fd >= 0]
+    # no comprehension: the zygote runs this per call, and every object it touches is a copy-on-write fault
+    fds = ()
+    for _, _, data in anc:
+        fds += FDN[len(data) & ~3].unpack_from(data)
+    return msg, fds
 
 
 def log(msg):
@@ -179,11 +189,11 @@ def no_setsid_prepare():
     fprog = ctypes.create_string_buffer(struct.pack("@HP", len(prog), ctypes.addressof(insns)))
     pid = os.fork()  # tried once in a throwaway child: a kernel without seccomp filters must not fail every call
     if pid == 0:
-        os._exit(0 if _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) == 0 else 1)
+        os._exit(0 if _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0) == 0 else 1)
     if os.waitpid(pid, 0)[1] != 0:
         log("the kernel refused the setsid filter: a snippet's forks may start sessions of their own")
         return
-    NO_SETSID = (ctypes.addressof(fprog), fprog, insns)
+    NO_SETSID = (fprog, insns)  # a ctypes array is passed as its address
 
 
 def deny_setsid():
@@ -219,9 +229,9 @@ ENVIRON = ctypes.c_void_p.in_dll(libc, "environ")
 
 
 def slot_environments():
-    """One environment per slot with HOME and TMPDIR at its scratch dir, built in the zygote. A child only
-    points libc's `environ` and os.environ's mapping at its slot's: two putenv calls in every child cost ~10
-    copy-on-write faults (glibc's setenv searches and extends its tree of known strings under a lock), this ~4.
+    """One environment per slot with HOME and TMPDIR at its scratch dir, built once. Before each fork the zygote
+    points libc's `environ` and os.environ's mapping at the slot's (enter_slot): two putenv calls in every child
+    cost ~10 copy-on-write faults (glibc's setenv searches and extends its tree of known strings under a lock).
     A snippet's own putenv copies the block first, as glibc does with any environment it did not make."""
     for slot, home in HOME_BYTES.items():
         data = {**os.environ._data, b"HOME": home, b"TMPDIR": home}
@@ -229,10 +239,13 @@ def slot_environments():
         SLOT_ENV[slot] = (ctypes.addressof(block), data, block)
 
 
-def set_home(slot):
+def enter_slot(slot):
+    """The zygote's working dir and environment become the slot's just before it forks the slot's child, which
+    inherits them: done in the child, these steps cost ~23 copy-on-write faults (ctypes' and os.environ's objects)."""
     addr, data, _ = SLOT_ENV[slot]
     ENVIRON.value = addr
     os.environ._data = data
+    os.chdir(HOME_BYTES[slot])
 
 
 def child_main(slot, fds):
@@ -254,13 +267,8 @@ def child_main(slot, fds):
         if not PID_NS:  # inside a PID namespace the whole tree dies with its init anyway
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         R = resource
-        R.setrlimit(R.RLIMIT_NPROC, (NPROC, NPROC))
-        R.setrlimit(R.RLIMIT_FSIZE, (FSIZE, FSIZE))
-        R.setrlimit(R.RLIMIT_NOFILE, (NOFILE, NOFILE))
-        R.setrlimit(R.RLIMIT_CORE, (0, 0))
-        R.setrlimit(R.RLIMIT_MSGQUEUE, (0, 0))
-        os.umask(0o077)  # /dev/shm is shared by the slots: what a snippet makes there is its own
-        os.chdir(HOME_BYTES[slot])
+        R.setrlimit(R.RLIMIT_NPROC, NPROC_LIMIT)  # the rest are the zygote's own, inherited (see ZYGOTE_LIMITS)
+        R.setrlimit(R.RLIMIT_NOFILE, NOFILE_LIMIT)
         uid = slot_uid(slot)
         if uid:
             os.setresgid(uid, uid, uid)
@@ -283,7 +291,6 @@ def child_main(slot, fds):
                 with open(name, "wb") as f:  # names were validated by Node; Landlock confines writes
                     f.write(base64.b64decode(b64))
             fetch = spec.get("fetch", ())
-        set_home(slot)
         for rng in RESEED:  # forked children would otherwise share the zygote's RNG state
             rng.seed()
         if "numpy" in sys.modules:
@@ -374,21 +381,14 @@ def session_main(slot, mem_mb, fds):
         R.setrlimit(R.RLIMIT_CPU, (5, R.RLIM_INFINITY))
         if mem_mb:
             R.setrlimit(R.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
-        R.setrlimit(R.RLIMIT_NPROC, (NPROC, NPROC))
-        R.setrlimit(R.RLIMIT_FSIZE, (FSIZE, FSIZE))
-        R.setrlimit(R.RLIMIT_NOFILE, (NOFILE, NOFILE))
-        R.setrlimit(R.RLIMIT_CORE, (0, 0))
-        R.setrlimit(R.RLIMIT_MSGQUEUE, (0, 0))
-        os.umask(0o077)
-        home = slot_dir(slot)
-        os.chdir(home)
+        R.setrlimit(R.RLIMIT_NPROC, NPROC_LIMIT)
+        R.setrlimit(R.RLIMIT_NOFILE, NOFILE_LIMIT)
         uid = slot_uid(slot)
         if uid:
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
             _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         ctl = _socket.socket(fileno=3)
-        set_home(slot)
         for rng in RESEED:
             rng.seed()
         if "numpy" in sys.modules:
@@ -562,6 +562,8 @@ class Zygote:
 
     def sweep(self, slot, pid):
         """Kill every process the call left behind; returns how many there were."""
+        if os.pread(self.children_fd, 1 << 16, 0).count(b" ") == len(self.jobs):
+            return 0  # every child is a job (each pid is followed by a space): the usual case, kept short
         uid = slot_uid(slot)
         if not uid:  # no uid separation: best effort by session (a snippet can escape it with setsid)
             left = []
@@ -603,9 +605,10 @@ class Zygote:
         return len(left)
 
     def start(self, rid, mem_mb, slot, fds, kind):
+        enter_slot(slot)
         pid = fork()
         if pid == 0:
-            if kind == b"S":
+            if kind == KIND_S:
                 session_main(slot, mem_mb, fds)
             child_main(slot, fds)
         for fd in fds:
@@ -660,11 +663,13 @@ class Zygote:
                     for pid in list(self.jobs):
                         os.kill(pid, signal.SIGKILL)
                     os._exit(0)
-                kind = msg[0:1]
-                if kind in (b"R", b"S"):
-                    self.start(*ZRUN.unpack_from(msg, 1), fds, kind)
-                elif kind == b"K":
-                    self.kill(*ZKILL.unpack_from(msg, 1))
+                kind = msg[0]
+                if kind == KIND_R or kind == KIND_S:
+                    rid, mem_mb, slot = ZRUN.unpack_from(msg, 1)
+                    self.start(rid, mem_mb, slot, fds, kind)
+                elif kind == KIND_K:
+                    rid, reason = ZKILL.unpack_from(msg, 1)
+                    self.kill(rid, reason)
             if exited:
                 self.reap()  # also orphans re-parented to us, which have no pidfd of ours
 
@@ -764,6 +769,9 @@ def zygote_main(fd):
             if os.path.isdir(p) and p not in sys.path:
                 sys.path.append(p)
         failed = preload()
+        for limit, value in ZYGOTE_LIMITS:  # inherited by every child and session, like the umask
+            resource.setrlimit(limit, value)
+        os.umask(0o077)  # /dev/shm is shared by the slots: what a snippet makes there is its own
         z = Zygote(sock)
         sock.send(b"Y" + json.dumps({"landlock": LL_STATE["abi"], "landlockReason": LL_STATE["reason"],
                                      "preloadFailed": failed, "uidBase": UID_BASE, "anonKb": anon_kb()}).encode())

@@ -56,6 +56,20 @@ describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
     for (const r of rs) assert.equal(r.stdout, 'False False []\n');
   });
 
+  test('calls, their forks and sessions run under the fixed limits: processes, fds, file size, no core, no mqueue', async () => {
+    const code =
+      'import os, resource as R\nnames = ("NPROC", "NOFILE", "FSIZE", "CORE", "MSGQUEUE")\n' +
+      'limits = lambda: [R.getrlimit(getattr(R, "RLIMIT_" + n)) for n in names]\n' +
+      'r, w = os.pipe()\nif os.fork() == 0:\n    os.write(w, repr(limits()).encode())\n    os._exit(0)\n' +
+      'os.close(w)\nprint(limits())\nprint(os.read(r, 1000).decode())';
+    const expected = '[(32, 32), (256, 256), (16777216, 16777216), (0, 0), (0, 0)]\n';
+    for (const req of [{ code }, { code, session: 'limits' }]) {
+      const r = await pool.run(req);
+      assert.equal(r.stdout, expected.repeat(2), `${req.session ?? 'stateless'}: ${r.stderr}`);
+    }
+    pool.closeSession('limits');
+  });
+
   test('HOME and TMPDIR are the slot scratch dir in os.environ, C getenv and subprocesses; edits work', async () => {
     const code = [
       'import ctypes, os, subprocess, tempfile',
