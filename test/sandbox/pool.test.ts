@@ -56,16 +56,20 @@ describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
     for (const r of rs) assert.equal(r.stdout, 'False False []\n');
   });
 
-  test('calls, their forks and sessions run under the fixed limits: processes, fds, file size, no core, no mqueue', async () => {
+  test('calls, their forks and sessions start in their slot (cwd, HOME, umask 077) under the fixed limits', async () => {
+    // the zygote sets these before it forks (see enter_slot and ZYGOTE_LIMITS); a session must get them too
     const code =
-      'import os, resource as R\nnames = ("NPROC", "NOFILE", "FSIZE", "CORE", "MSGQUEUE")\n' +
+      'import ctypes, os, resource as R\nnames = ("NPROC", "NOFILE", "FSIZE", "CORE", "MSGQUEUE")\n' +
       'limits = lambda: [R.getrlimit(getattr(R, "RLIMIT_" + n)) for n in names]\n' +
       'r, w = os.pipe()\nif os.fork() == 0:\n    os.write(w, repr(limits()).encode())\n    os._exit(0)\n' +
-      'os.close(w)\nprint(limits())\nprint(os.read(r, 1000).decode())';
-    const expected = '[(32, 32), (256, 256), (16777216, 16777216), (0, 0), (0, 0)]\n';
+      'os.close(w)\nprint(limits())\nprint(os.read(r, 1000).decode())\n' +
+      'g = ctypes.CDLL(None).getenv\ng.restype = ctypes.c_char_p\n' +
+      'home = os.environ["HOME"]\nprint(home.startswith("/scratch/"), os.getcwd() == home == os.environ["TMPDIR"] == ' +
+      'g(b"HOME").decode(), oct(os.umask(0)))\nopen("mine", "w").close()  # only its own slot is writable';
+    const expected = `${'[(32, 32), (256, 256), (16777216, 16777216), (0, 0), (0, 0)]\n'.repeat(2)}True True 0o77\n`;
     for (const req of [{ code }, { code, session: 'limits' }]) {
       const r = await pool.run(req);
-      assert.equal(r.stdout, expected.repeat(2), `${req.session ?? 'stateless'}: ${r.stderr}`);
+      assert.equal(`${r.status} ${r.stdout}`, `ok ${expected}`, `${req.session ?? 'stateless'}: ${r.stderr}`);
     }
     pool.closeSession('limits');
   });
