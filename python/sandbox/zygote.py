@@ -255,7 +255,8 @@ def child_main(slot, fds):
         os.dup2(fds[0], 0)
         os.dup2(fds[1], 1)
         os.dup2(fds[2], 2)
-        # no_new_privs and empty supplementary groups are inherited from the zygote
+        # inherited from the zygote: no_new_privs, empty supplementary groups, umask, the slot's working dir and
+        # environment (enter_slot), three of the limits (ZYGOTE_LIMITS)
         rs = LL_RULESETS.get(slot)
         if rs is not None and _ll_restrict(LL_RESTRICT, rs, 0) != 0:
             raise OSError(ctypes.get_errno(), "landlock_restrict_self")
