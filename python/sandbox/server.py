@@ -394,7 +394,7 @@ class Broker:
         self.next_mem_check = 0.0
 
     def watch(self, fd, data, events=select.EPOLLIN):
-        """epoll itself, not selectors: its bookkeeping in Python was ~15 % of the broker's CPU per call."""
+        """epoll itself, not selectors, whose Python bookkeeping per event led the broker's CPU profile."""
         self.ep.register(fd, events)
         self.watched[fd] = data
 
