@@ -46,7 +46,9 @@ const ATTACKS: Record<string, RunRequest> = {
     timeoutMs: 4000,
   },
   'shm fill': {
-    code: 'for i in range(8):\n    open(f"/dev/shm/f{i}", "wb").write(b"x" * (16 << 20))',
+    // names of its own: with fixed ones, concurrent calls in other slots collided (EACCES under umask 077) and the
+    // attack was only a stream of calls failing at once
+    code: 'import os\nfor i in range(8):\n    open(f"/dev/shm/f{os.getpid()}-{i}", "wb").write(b"x" * (16 << 20))',
   },
   'fork bomb': {
     code: 'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass',
