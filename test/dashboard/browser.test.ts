@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before, beforeEach, test } from 'node:test';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { type Dashboard, startDashboard } from '../../src/dashboard/server.js';
 import { fakeTrajectory } from '../../src/eval/fake.js';
@@ -56,9 +56,15 @@ after(async () => {
 });
 
 const jsErrors = () => (page as unknown as { jsErrors: string[] }).jsErrors;
+// each test answers for the errors of its own page visits, so one failure does not fail the tests after it
+beforeEach(() => {
+  if (page) jsErrors().length = 0;
+});
 
-// The page's chart registry (a global of app.js): id → {u: the uPlot instance, …}.
-const plot = (id: string) => `charts.get(${JSON.stringify(id)}).u`;
+// The page's chart registry (a global of app.js): id → {u: the uPlot instance, …}. Optional chaining: a chart
+// is made once the page's data has arrived, which may be after `goto`, and a waitForFunction predicate that
+// throws fails at once instead of being retried.
+const plot = (id: string) => `charts.get(${JSON.stringify(id)})?.u`;
 const legend = (page: Page, id: string, part: 'label' | 'value') =>
   page.$$eval(`[data-chart="${id}"] .u-legend tr.u-series .u-${part}`, (els) =>
     els.map((e) => e.textContent ?? ''),
