@@ -132,7 +132,7 @@ test('charts: hover shows every series in the legend, across panels; legend togg
   assert.ok(box);
   await over.hover({ position: { x: box.width / 2, y: box.height / 2 } });
   await page.waitForFunction(
-    `document.querySelector('[data-chart="reward"] .u-legend tr.u-series .u-value').textContent !== '–'`,
+    `(document.querySelector('[data-chart="reward"] .u-legend tr.u-series .u-value')?.textContent ?? '–') !== '–'`,
   );
   const [stepText, reward] = await legend(page, 'reward', 'value');
   const step = Number(stepText);
