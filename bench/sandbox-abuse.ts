@@ -1,7 +1,7 @@
 // Innocent calls next to hostile ones. Measures the idle p50/p99 of a trivial call (before and after), and runs
-// a mixed stream for --seconds: --hostile workers loop over the attacks below while --innocent workers send trivial calls; prints
-// the innocent calls' success rate and p50/p99 latency, and each attack's outcomes. Targets (issue 17): 100 %
-// innocent success, innocent p99 within 3x the idle p99, no sandbox restart.
+// a mixed stream for --seconds: --hostile workers loop over the attacks below while --innocent workers send
+// trivial calls; prints the innocent calls' success rate and p50/p99 latency, and each attack's outcomes.
+// Targets (issue 17): 100 % innocent success, innocent p99 within 3x the idle p99, no sandbox restart.
 //
 //   npx tsx bench/sandbox-abuse.ts [--seconds 30] [--slots N (default: the pool's)] [--hostile 2] [--innocent 2] [--demote-after-ms 50]
 //                                [--attacks 'busy loop,fork bomb'] [--long-call] [--host-loop]

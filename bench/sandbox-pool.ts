@@ -187,9 +187,10 @@ async function withPool(opts: SandboxPoolOptions, fn: (p: SandboxPool) => Promis
 }
 
 // What any fork-per-call executor pays on this machine before doing anything: a Python process with the
-// zygote's imports forks children that exit at once (or run print(1+1) to /dev/null), with os.fork and
-// with glibc's fork as the zygote calls it (no CPython after-fork work). CPU of parent and children per
-// fork bounds calls/s at cores / that.
+// zygote's own modules (not the stdlib set it preloads for snippets, ~1 MiB: within the drift here, and it
+// leaves the floor if anything lower) forks children that exit at once (or run print(1+1) to /dev/null),
+// with os.fork and with glibc's fork as the zygote calls it (no CPython after-fork work). CPU of parent and
+// children per fork bounds calls/s at cores / that.
 function forkFloor(variants: string[], forks: string[], n: number): string {
   const script = `
 import _socket, ctypes, gc, json, os, resource, select, signal, struct, sys, types
