@@ -24,6 +24,7 @@ Broker -> Node frame: u32 len | u32 id | u32 hdr_len | hdr JSON | stdout bytes |
   id 0 is a control frame (ready / log / sessionGone).
 """
 
+import errno
 import fcntl
 import json
 import marshal
@@ -64,6 +65,8 @@ BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # where calls start: the zygote 
 # demoted call's session weight is lowered too (Broker.set_autogroups)
 AUTOGROUP = DEMOTE_S > 0 and os.path.exists("/proc/self/autogroup")
 INF = float("inf")
+SPAWN_RETRY_S = 0.02  # after a failed fork, how long until the zygote is asked to fork again
+PROCS_WHY = "its processes filled the host's process limit while another call could not start"
 ZYGOTE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 with open(ZYGOTE_PY, "rb") as _f:
     ZYGOTE_CODE = compile(_f.read(), ZYGOTE_PY, "exec")
@@ -73,8 +76,8 @@ sys.modules[zygote.__name__] = zygote
 exec(ZYGOTE_CODE, zygote.__dict__)
 from rstar2_zygote import (  # noqa: E402
     EXIT, EXIT_MAGIC, FLAG_CLOSE, FLAG_FETCH, FLAG_REPORT, FLAG_SESSION, FLAGS, LIM, MAX_FETCH, REASON_CLOSED,
-    REASON_MEMORY, REASON_NONE, REASON_OUTPUT, REASON_TIMEOUT, SDONE, SESSION_SLOTS, SHM, SLOTS, ZKILL, ZRES, ZRUN, log,
-    UID_BASE, slot_dir, slot_uid,
+    REASON_MEMORY, REASON_NONE, REASON_OUTPUT, REASON_PROCS, REASON_SPAWN, REASON_TIMEOUT, SDONE, SESSION_SLOTS, SHM,
+    SLOTS, ZKILL, ZRES, ZRUN, log, UID_BASE, slot_dir, slot_uid,
 )
 
 # The zygote's interpreter: it reads CFG and zygote.py's compiled code from fd 4 (marshal, so it neither
@@ -282,10 +285,11 @@ def slot_memory_kb(base_kb):
     inherited from the zygote (base_kb, shared copy-on-write by all), plus the uid's files in /dev/shm; the
     latter alone; and the lowest pid of each slot's processes (its call's own, as a rule). RLIMIT_AS bounds one
     process; this bounds them all. Pages a snippet's own forks share copy-on-write count once per process, so
-    the sum errs high, never low. Needs per-slot uids (root)."""
+    the sum errs high, never low. Also how many processes each slot has. Needs per-slot uids (root)."""
     used = {}
     shm = {}
     pids = {}
+    procs = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -304,6 +308,7 @@ def slot_memory_kb(base_kb):
         if anon is not None and 0 <= slot < SLOTS:
             used[slot] = used.get(slot, 0) + max(0, anon - base_kb)
             pids[slot] = min(pids.get(slot, 1 << 30), int(name))
+            procs[slot] = procs.get(slot, 0) + 1
     if SHM and not shm_empty():
         with os.scandir(SHM) as it:
             for e in it:
@@ -315,7 +320,7 @@ def slot_memory_kb(base_kb):
                 if 0 <= slot < SLOTS:
                     used[slot] = used.get(slot, 0) + st.st_blocks // 2
                     shm[slot] = shm.get(slot, 0) + st.st_blocks // 2
-    return used, shm, pids
+    return used, shm, pids, procs
 
 
 def scratch_files(slot):
@@ -331,7 +336,7 @@ def scratch_files(slot):
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
                  "sess", "t0", "deadline", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb", "used_kb", "files",
-                 "shm_kb", "demoted")
+                 "shm_kb", "demoted", "req")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -349,6 +354,7 @@ class Call:
         self.stdin = -1
         self.fetch = self.answered = self.reaped = False
         self.mem_kb = self.used_kb = self.shm_kb = self.files = 0
+        self.req = None  # the request as queued, to queue it again if its process could not be forked
 
 
 class Sess:
@@ -384,6 +390,10 @@ class Broker:
         self.autogroup_want = {}  # Call -> its session's nice, to write (set_autogroups)
         self.dirty = []  # slots whose call has ended, to be wiped before they are given out again
         self.spare_deaths = 0
+        self.spawn_retry = 0.0  # after a failed fork: no new process is asked for before this time (0: none)
+        self.spawn_since = {}  # request id -> when its first try to fork failed
+        self.procs_kill = 0  # rid of the call killed to free processes, until the zygote reports it gone
+        self.spawn_logged = -INF
         self.prefork = PREFORK
         self.rid = 0
         self.outq = []
@@ -523,6 +533,7 @@ class Broker:
     def begin(self, call, cid, timeout_ms, mem_mb, payload):
         """Hands a request to its (already forked) child: limits, then the payload, on its stdin."""
         call.id = cid
+        call.req = (cid, timeout_ms, mem_mb, payload)
         self.start_clock(call, timeout_ms)
         call.mem_kb = (mem_mb & ~FLAGS) << 10
         call.fetch = bool(mem_mb & FLAG_FETCH)
@@ -532,7 +543,7 @@ class Broker:
         self.write_stdin(call.stdin, memoryview(LIM.pack(timeout_ms, mem_mb) + payload))
 
     def dispatch(self):
-        while self.waiting and (self.spares or self.free):
+        while self.waiting and (self.spares or self.free and not self.spawn_retry):
             cid, timeout_ms, mem_mb, payload = self.waiting.pop(0)
             if self.spares:
                 call = self.spares.pop(0)  # the oldest spare: the newest may still be setting up
@@ -545,7 +556,7 @@ class Broker:
     def refill(self):
         """Slots nobody waits for get a spare: fork and confinement then happen before the next request, not
         on its latency. A spare that dies unused three times in a row turns this off (a broken setup)."""
-        while self.prefork and not self.waiting and self.free:
+        while self.prefork and not self.spawn_retry and not self.waiting and self.free:
             call = Call(None, self.free.pop(), self.next_rid())
             self.calls[call.rid] = call
             self.spares.append(call)
@@ -558,7 +569,7 @@ class Broker:
             cid, timeout_ms, mem_mb, sid, payload = item
             s = self.sessions.get(sid)
             if s is None:
-                if not self.sess_free:  # a closed session's slot is still being swept
+                if not self.sess_free or self.spawn_retry:  # a closed session's slot is still being swept
                     keep.append(item)
                     continue
                 s = self.new_session(sid, mem_mb & ~FLAGS)
@@ -582,6 +593,7 @@ class Broker:
 
     def start_cell(self, s, cid, timeout_ms, mem_mb, payload):
         call = Call(cid, s.slot, s.rid, s)
+        call.req = (cid, timeout_ms, mem_mb, s.sid, payload)
         if s.demoted:  # the previous cell ran long: this one starts at the priority of a fresh call
             s.demoted = False
             self.renice(s.slot, BASE_NICE)
@@ -657,6 +669,8 @@ class Broker:
             why = "session killed: its processes together passed the memory limit"
         elif reason == REASON_CLOSED:
             why = "session closed"
+        elif reason == REASON_PROCS:
+            why = f"session killed: {PROCS_WHY}"
         elif sig:
             why = f"session process killed by signal {sig}"
         else:
@@ -677,7 +691,10 @@ class Broker:
 
     def start_clock(self, call, timeout_ms):
         call.t0 = time.monotonic()
-        call.deadline = call.t0 + timeout_ms / 1000.0
+        # a request retried after a failed fork (spawn_failed) has its time limit from its first try, as Node's
+        # watchdog counts it
+        start = self.spawn_since.get(call.id, call.t0) if self.spawn_since else call.t0
+        call.deadline = start + timeout_ms / 1000.0
         self.timed.add(call)
 
     @staticmethod
@@ -708,6 +725,8 @@ class Broker:
                 nearest = min(nearest, self.demote(now))
         if self.paused:
             nearest = min(nearest, self.resume(now))
+        if self.spawn_retry:
+            nearest = min(nearest, self.spawn_retry)
         return None if nearest == INF else max(0.0, nearest - now)
 
     def demote(self, now):
@@ -783,7 +802,7 @@ class Broker:
     def check_memory(self):
         """A call whose processes hold more than its memory limit together is killed with reason memory (a
         session with its whole process)."""
-        used, shm, pids = slot_memory_kb(self.base_kb)
+        used, shm, pids, _ = slot_memory_kb(self.base_kb)
         if self.autogroup_want and AUTOGROUP:
             self.set_autogroups(pids)
         for call in list(self.timed):
@@ -900,6 +919,11 @@ class Broker:
             log("zygote died")
             os._exit(4)  # Node restarts the whole sandbox and retries in-flight calls
         res = ZRES.unpack(msg)
+        if res[3] == REASON_SPAWN:
+            self.spawn_failed(res[0], res[1])
+            return
+        if res[0] == self.procs_kill:
+            self.procs_kill = 0
         s = self.sess_by_rid.get(res[0])
         if s is not None:
             self.session_died(s, res)
@@ -942,6 +966,8 @@ class Broker:
             call.result = (call.rid, code, 0, REASON_NONE, self.wall_us(call), cpu_us, rss, 0)
         res = call.result
         call.answered = True
+        if self.spawn_since:
+            self.spawn_since.pop(call.id, None)
         if call.sess is None and call.reaped:
             del self.calls[call.rid]
             self.dirty.append(call.slot)
@@ -974,6 +1000,69 @@ class Broker:
             res = bytes(call.res)
             hdr["f"] = len(res)
         self.send(call.id, hdr, bytes(call.out), bytes(call.err) + res)
+
+    def spawn_failed(self, rid, err):
+        """The zygote could not fork the process of call or session `rid` (EAGAIN: the host's or a container's
+        process limit, such as cgroup pids.max, is full, perhaps by a fork bomb in another slot; ENOMEM). Nothing
+        ran, so its slot is free again and its request goes back to the head of its queue, to be tried after
+        SPAWN_RETRY_S; a request that has been failing for longer than its own time limit is answered instead.
+        On EAGAIN the call holding the most processes is killed (kill_most_procs)."""
+        now = time.monotonic()
+        self.spawn_retry = now + SPAWN_RETRY_S
+        why = f"no process could be started for the call ({errno.errorcode.get(err, err)}: {os.strerror(err)})"
+        if now - self.spawn_logged > 10:
+            self.spawn_logged = now
+            log(f"{why}; calls wait and are retried")
+        if err == errno.EAGAIN:
+            self.kill_most_procs()
+        s = self.sess_by_rid.pop(rid, None)
+        if s is not None:
+            del self.sessions[s.sid]
+            if s.sock.fileno() in self.watched:
+                self.unwatch(s.sock.fileno())
+            s.sock.close()
+            self.release(s.slot)
+            call, queue = s.call, self.sess_waiting
+            if call is None:
+                return
+        else:
+            call, queue = self.calls.pop(rid, None), self.waiting
+            if call is None:
+                return
+            self.release(call.slot)
+        self.timed.discard(call)
+        self.drain(call)  # the zygote closed the child's ends: its pipes are at EOF
+        if call.id is None:  # a spare: not a death of its own, so pre-forking stays on
+            self.spares.remove(call)
+            os.close(call.res)
+            os.close(call.stdin)
+            return
+        since = self.spawn_since.setdefault(call.id, call.t0)
+        if now - since < call.req[1] / 1000:
+            queue.insert(0, call.req)
+            return
+        del self.spawn_since[call.id]
+        hdr = {"c": None, "g": None, "r": REASON_SPAWN, "w": int((now - since) * 1e6), "u": 0, "m": 0, "l": 0,
+               "no": 0, "ne": 0, "o": 0, "e": 0, "x": why}
+        if call.sess is not None:
+            hdr["sl"] = why  # Node drops the session: the broker no longer has it
+        self.send(call.id, hdr)
+
+    def kill_most_procs(self):
+        """A full process limit is a shortage like a full memory: the kernel's OOM killer picks the biggest
+        user of memory, and this picks the running call whose slot holds the most processes (at least two: a
+        call is never killed for the process it needs to run), one at a time. Needs per-slot uids."""
+        if not UID_BASE or self.procs_kill:
+            return
+        procs = slot_memory_kb(self.base_kb)[3]
+        call = max(self.timed, key=lambda c: procs.get(c.slot, 0), default=None)
+        if call is None or call.killed or procs.get(call.slot, 0) < 2:
+            return
+        call.killed = True
+        self.timed.discard(call)
+        self.procs_kill = call.rid
+        log(f"killed the call in slot {call.slot} ({procs[call.slot]} processes): {PROCS_WHY}")
+        self.z.send(b"K" + ZKILL.pack(call.rid, REASON_PROCS))
 
     def release(self, slot):
         (self.sess_free if slot >= SLOTS - SESSION_SLOTS else self.free).append(slot)
@@ -1020,9 +1109,13 @@ class Broker:
                 self.dirty.clear()
                 self.dispatch()
                 self.dispatch_sessions()
+            if self.spawn_retry and time.monotonic() >= self.spawn_retry:
+                self.spawn_retry = 0.0
+                self.dispatch()
+                self.dispatch_sessions()
             self.refill()
             # last: dispatch may have started clocks
-            timeout = self.check_deadlines() if self.timed or self.paused else None
+            timeout = self.check_deadlines() if self.timed or self.paused or self.spawn_retry else None
 
 
 if __name__ == "__main__":

@@ -70,7 +70,10 @@ _ll_restrict = libc.syscall
 PID_NS = bool(CFG.get("pidNamespace", False))
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 REASON_NONE, REASON_TIMEOUT, REASON_OUTPUT, REASON_CLOSED, REASON_MEMORY = 0, 1, 2, 3, 4
-ZRES = struct.Struct("<IiiBIII")  # rid, exit code (-1), signal (0), reason, cpu us, rss kb, leftovers
+# SPAWN: the zygote could not fork the call's process (ZRES's exit code is the errno); PROCS: the call was killed
+# because its processes filled the host's process limit while another call could not start (see Broker.spawn_failed)
+REASON_SPAWN, REASON_PROCS = 5, 6
+ZRES = struct.Struct("<IiiBIII")  # rid, exit code (-1; errno for SPAWN), signal (0), reason, cpu us, rss kb, leftovers
 ZRUN = struct.Struct("<IIH")  # rid, mem mb, slot
 ZKILL = struct.Struct("<IB")  # rid, reason
 KIND_R, KIND_S, KIND_K = b"RSK"  # the first byte of a broker -> zygote message
@@ -561,6 +564,27 @@ class Zygote:
             return None
         return None
 
+    @staticmethod
+    def kill_uid(uid):
+        """kill(-1) as uid without a process to do it: SIGKILL to each live process of uid found in /proc, until a
+        scan finds none alive. Nothing is reaped meanwhile, so no pid comes free for a survivor to fork into."""
+        for _ in range(100):
+            alive = 0
+            for name in os.listdir("/proc"):
+                if not name.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{name}/status", "rb") as f:
+                        status = f.read()
+                    if b"\nState:\tZ" in status or int(status.split(b"\nUid:")[1].split()[0]) != uid:
+                        continue
+                    os.kill(int(name), signal.SIGKILL)
+                    alive += 1
+                except (OSError, IndexError, ValueError):
+                    pass  # gone meanwhile
+            if not alive:
+                return
+
     def sweep(self, slot, pid):
         """Kill every process the call left behind; returns how many there were."""
         if os.pread(self.children_fd, 1 << 16, 0).count(b" ") == len(self.jobs):
@@ -584,14 +608,19 @@ class Zygote:
         left = [p for p in self.unknown_children() if self.uid_of(p) in (uid, None)]
         if not left:
             return 0
-        h = os.fork()  # kill(-1) as the slot uid reaches exactly that uid's processes, atomically
+        try:
+            h = os.fork()  # kill(-1) as the slot uid reaches exactly that uid's processes, atomically
+        except OSError:  # the host's process limit is full, likely by the snippet's own forks
+            h = -1
+            self.kill_uid(uid)
         if h == 0:
             try:
                 os.setresuid(uid, uid, uid)
                 os.kill(-1, signal.SIGKILL)
             finally:
                 os._exit(0)
-        os.waitpid(h, 0)
+        if h > 0:
+            os.waitpid(h, 0)
         # reap, including grandchildren that get re-parented to us while their parents die
         for _ in range(1000):
             rest = [p for p in self.unknown_children() if self.uid_of(p) in (uid, None)]
@@ -606,8 +635,16 @@ class Zygote:
         return len(left)
 
     def start(self, rid, mem_mb, slot, fds, kind):
-        enter_slot(slot)
-        pid = fork()
+        try:
+            enter_slot(slot)
+            pid = fork()
+        except OSError as e:
+            # EAGAIN: the host's or a container's process limit (cgroup pids.max) is full, perhaps by a fork bomb
+            # in another slot; ENOMEM. The call's trouble, not the sandbox's: the broker retries or answers it.
+            for fd in fds:
+                os.close(fd)
+            self.sock.send(ZRES.pack(rid, e.errno or 0, 0, REASON_SPAWN, 0, 0, 0))
+            return
         if pid == 0:
             if kind == KIND_S:
                 session_main(slot, mem_mb, fds)

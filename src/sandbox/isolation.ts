@@ -12,7 +12,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { PYTHON_DIR } from '../util/python.js';
 
 export type IsolationMode = 'bwrap' | 'none';
@@ -91,6 +91,29 @@ function holdsSysNice(): boolean {
     return m !== null && ((BigInt(`0x${m[1]}`) >> 23n) & 1n) === 1n;
   } catch {
     return false;
+  }
+}
+
+/** The lowest pids.max (the process limit a container or systemd unit sets) over this process's cgroup and its
+ * ancestors, from cgroup v1's pids hierarchy or v2; undefined where none is set or none can be read. */
+export function pidsLimit(): number | undefined {
+  let cgroups: string;
+  try {
+    cgroups = readFileSync('/proc/self/cgroup', 'utf8');
+  } catch {
+    return undefined;
+  }
+  const v1 = /^\d+:(?:[^:]*,)?pids(?:,[^:]*)?:(.*)$/m.exec(cgroups);
+  const v2 = /^0::(.*)$/m.exec(cgroups);
+  const [base, path] = v1 ? ['/sys/fs/cgroup/pids', v1[1]] : v2 ? ['/sys/fs/cgroup', v2[1]] : ['', ''];
+  if (!base) return undefined;
+  let min: number | undefined;
+  for (let p = path; ; p = dirname(p)) {
+    try {
+      const v = readFileSync(join(base, p, 'pids.max'), 'utf8').trim();
+      if (v !== 'max') min = Math.min(min ?? Number.POSITIVE_INFINITY, Number(v));
+    } catch {} // the root has no pids.max
+    if (p === dirname(p)) return min;
   }
 }
 

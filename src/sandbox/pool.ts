@@ -5,7 +5,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync } from 'node:fs';
 import { availableParallelism, constants as osConstants } from 'node:os';
 import { findPython } from '../util/python.js';
-import { findBwrap, type IsolationMode, planLaunch } from './isolation.js';
+import { findBwrap, type IsolationMode, pidsLimit, planLaunch } from './isolation.js';
 import {
   type CodeRunner,
   failedResult as emptyResult,
@@ -771,6 +771,15 @@ export class SandboxPool implements CodeRunner {
             'tables and unmaps them at exit, ~0.05 ms of CPU per MiB on a 2-core VM; preload only what most calls import',
         );
       }
+      const pidsMax = pidsLimit();
+      const mayHold = (o.slots + o.maxSessions) * o.nproc;
+      if (pidsMax !== undefined && pidsMax < mayHold) {
+        notes.push(
+          `the process limit here (cgroup pids.max ${pidsMax}) is below what the slots may hold ` +
+            `(${o.slots + o.maxSessions} x nproc ${o.nproc} = ${mayHold}): while it is full, new calls wait` +
+            (ready.uidBase ? ', and the call holding the most processes is killed' : ''),
+        );
+      }
       const fresh = notes.filter((n) => !this.info.notes.includes(n));
       for (const n of fresh) o.log(n);
       this.info = {
@@ -866,6 +875,12 @@ export class SandboxPool implements CodeRunner {
         : (h.ms ?? 0) > this.options.shmMb * 1024
           ? `memory limit: the call held ${mb(h.ms)} MB in /dev/shm (its share: ${this.options.shmMb} MB)`
           : `memory limit: the call's processes held ${mb(h.mk)} MB together (limit ${item.memoryMb} MB)`;
+    } else if (h.r === 5) {
+      status = 'internal_error'; // no process could be forked for the call within its time limit
+      error = String(h.x);
+    } else if (h.r === 6) {
+      status = 'killed';
+      error = "killed: its processes filled the host's process limit while another call could not start";
     } else if (exitCode === 121 && stderr.startsWith(SETUP_FAILED)) {
       status = 'internal_error';
       error = stderr.slice(SETUP_FAILED.length).trim();

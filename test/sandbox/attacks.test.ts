@@ -2,7 +2,16 @@
 // must keep serving (a normal call succeeds after every attack) without restarting the sandbox.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -432,4 +441,154 @@ test("without CAP_SYS_NICE (outside Docker's default set) the sandbox starts, an
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+/** A fresh pids cgroup (v1's pids hierarchy, or v2 where pids is delegated) to hold a pool, or why there is none. */
+function newPidsCgroup(): { dir: string } | { skip: string } {
+  const v1 = '/sys/fs/cgroup/pids';
+  let root = existsSync(v1) ? v1 : '';
+  try {
+    if (!root && readFileSync('/sys/fs/cgroup/cgroup.subtree_control', 'utf8').split(/\s/).includes('pids'))
+      root = '/sys/fs/cgroup';
+  } catch {}
+  if (!root) return { skip: 'no pids cgroup controller' };
+  const dir = join(root, `rstar2-test-${process.pid}`);
+  try {
+    mkdirSync(dir);
+    return { dir };
+  } catch (e) {
+    return { skip: `cannot create a pids cgroup: ${(e as Error).message}` };
+  }
+}
+
+/** Moves every process descending from this one (the pool's sandbox) into cgroup `dir`. */
+function moveDescendants(dir: string) {
+  const parent = new Map<number, number>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      parent.set(Number(name), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {} // gone meanwhile
+  }
+  let frontier = [process.pid];
+  while (frontier.length) {
+    frontier = [...parent].filter(([, pp]) => frontier.includes(pp)).map(([p]) => p);
+    for (const p of frontier) {
+      try {
+        writeFileSync(join(dir, 'cgroup.procs'), String(p));
+      } catch {} // exited meanwhile
+    }
+  }
+}
+
+const pidsCg = skip || asRoot ? { skip: skip || asRoot } : newPidsCgroup();
+describe('a full process limit (a container pids.max)', {
+  skip: 'skip' in pidsCg ? pidsCg.skip : false,
+  timeout: 60_000,
+}, () => {
+  const dir = 'dir' in pidsCg ? pidsCg.dir : '';
+  const setMax = (v: number | 'max') => writeFileSync(join(dir, 'pids.max'), String(v));
+  after(async () => {
+    for (let i = 0; i < 40; i++) {
+      try {
+        rmdirSync(dir);
+        return;
+      } catch {
+        await new Promise((r) => setTimeout(r, 50)); // the closed pool's processes are still exiting
+      }
+    }
+  });
+
+  test('a fork bomb that fills it is killed; other calls and a session run on, the sandbox stays', async () => {
+    const logs: string[] = [];
+    const pool = await SandboxPool.start({
+      slots: 3,
+      maxSessions: 1,
+      timeoutMs: 5000,
+      log: (l) => logs.push(l),
+    });
+    try {
+      assert.equal((await pool.run({ code: 'x = 41', session: 's' })).status, 'ok');
+      moveDescendants(dir);
+      const limit = Number(readFileSync(join(dir, 'pids.current'), 'utf8')) + 12; // fewer than one slot's NPROC
+      setMax(limit);
+      const bomb = pool.run({
+        code: 'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass',
+      });
+      for (let i = 0; i < 100 && Number(readFileSync(join(dir, 'pids.current'), 'utf8')) < limit; i++)
+        await new Promise((r) => setTimeout(r, 20));
+      for (let i = 0; i < 6; i++) {
+        const r = await pool.run({ code: 'print(6*7)' });
+        assert.equal(r.status, 'ok', JSON.stringify(r));
+        assert.equal(r.stdout, '42\n');
+      }
+      const b = await bomb;
+      assert.equal(b.status, 'killed', JSON.stringify(b) + logs.join('\n'));
+      assert.match(b.error ?? '', /filled the host's process limit/);
+      const s = await pool.run({ code: 'print(x + 1)', session: 's' });
+      assert.equal(s.stdout, '42\n', JSON.stringify(s));
+      assert.equal(pool.stats().restarts, 0, logs.join('\n'));
+    } finally {
+      await pool.close();
+      setMax('max');
+    }
+  });
+
+  test('a sandbox started under a process limit below what its slots may hold says so', () => {
+    setMax(400); // `sandbox run` has 1 slot and 16 session slots, 32 processes each: 544
+    const tmp = mkdtempSync(join(tmpdir(), 'rstar2-pids-'));
+    try {
+      writeFileSync(join(tmp, 'p.py'), 'print(6*7)\n');
+      const bin = join(import.meta.dirname, '../../bin/rstar2.js');
+      const r = spawnSync(
+        'sh',
+        [
+          '-c',
+          `echo $$ > "${dir}/cgroup.procs" && exec "${process.execPath}" "${bin}" sandbox run "$0"`,
+          join(tmp, 'p.py'),
+        ],
+        { encoding: 'utf8' },
+      );
+      assert.equal(r.status, 0, r.stderr);
+      assert.equal(r.stdout, '42\n');
+      assert.ok(
+        r.stderr.includes(
+          'process limit here (cgroup pids.max 400) is below what the slots may hold (17 x nproc 32 = 544)',
+        ),
+        r.stderr,
+      );
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+      setMax('max');
+    }
+  });
+
+  test('while no process can start, calls and new sessions wait and are retried; past its time limit a call is answered why', async () => {
+    const logs: string[] = [];
+    const pool = await SandboxPool.start({ slots: 3, maxSessions: 1, log: (l) => logs.push(l) });
+    try {
+      assert.equal((await pool.run({ code: 'print(1)' })).status, 'ok');
+      moveDescendants(dir);
+      setMax(1); // below what runs already: no fork succeeds; calls use the spares forked before, then wait
+      let r = await pool.run({ code: 'print(6*7)', timeoutMs: 400 });
+      for (let i = 0; i < 4 && r.status === 'ok'; i++)
+        r = await pool.run({ code: 'print(6*7)', timeoutMs: 400 });
+      assert.equal(r.status, 'internal_error', JSON.stringify(r));
+      assert.match(
+        r.error ?? '',
+        /no process could be started for the call \(EAGAIN: Resource temporarily unavailable\)/,
+      );
+      const t0 = Date.now();
+      const waiting = [pool.run({ code: 'print(6*7)' }), pool.run({ code: 'print(6*7)', session: 'new' })];
+      await new Promise((r) => setTimeout(r, 300));
+      setMax('max');
+      for (const w of await Promise.all(waiting)) assert.equal(w.stdout, '42\n', JSON.stringify(w));
+      assert.ok(Date.now() - t0 >= 300);
+      assert.equal(pool.stats().restarts, 0, logs.join('\n'));
+    } finally {
+      await pool.close();
+      setMax('max');
+    }
+  });
 });
