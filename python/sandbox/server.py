@@ -118,6 +118,13 @@ def start_zygote():
     return pid, a
 
 
+def wait_readable(fd, seconds):
+    """select() refuses fds past 1023, which a broker with ~250 slots or more has (~4 per slot)."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(seconds * 1000))
+
+
 def nonblocking(fd):
     """For a fresh pipe end, whose only status flag is its access mode (which F_SETFL ignores): one system call,
     where os.set_blocking reads the flags first."""
@@ -906,7 +913,7 @@ class Broker:
                     break
                 if r == "again":
                     left = grace_end - time.monotonic()
-                    if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    if left <= 0 or not wait_readable(fd, left):
                         self.unwatch(fd)
                         os.close(fd)
                         call.open -= 1

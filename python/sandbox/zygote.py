@@ -53,11 +53,20 @@ FLAGS = FLAG_FETCH | FLAG_SESSION | FLAG_CLOSE | FLAG_REPORT
 NPROC = int(CFG.get("nproc", 32))
 FSIZE = int(CFG.get("fileSizeMb", 16)) << 20
 NOFILE = int(CFG.get("nofile", 256))
-NPROC_LIMIT, NOFILE_LIMIT = (NPROC, NPROC), (NOFILE, NOFILE)  # built once: each child sets them
+
+
+def capped(res, n):
+    """(n, n), or the hard limit inherited where it is lower: a child may lower a hard limit, never raise it."""
+    hard = resource.getrlimit(res)[1]
+    n = n if hard == resource.RLIM_INFINITY else min(n, hard)
+    return n, n
+
+
+NPROC_LIMIT, NOFILE_LIMIT = capped(resource.RLIMIT_NPROC, NPROC), capped(resource.RLIMIT_NOFILE, NOFILE)  # per child
 # Limits the zygote sets on itself, so that its children inherit them instead of setting them once per call.
 # NPROC and NOFILE stay per child: NPROC counts every process of the zygote's user, and the zygote holds an fd
 # per live child.
-ZYGOTE_LIMITS = ((resource.RLIMIT_FSIZE, (FSIZE, FSIZE)), (resource.RLIMIT_CORE, (0, 0)),
+ZYGOTE_LIMITS = ((resource.RLIMIT_FSIZE, capped(resource.RLIMIT_FSIZE, FSIZE)), (resource.RLIMIT_CORE, (0, 0)),
                  (resource.RLIMIT_MSGQUEUE, (0, 0)))
 SHM = CFG.get("shmDir", "/dev/shm")
 SETUP_FAILED = b"[rstar2-sandbox] setup failed: "

@@ -117,6 +117,16 @@ export function pidsLimit(): number | undefined {
   }
 }
 
+/** This process's hard limit on open files (`ulimit -Hn`), which the sandbox inherits; undefined if unknown. */
+export function openFilesHardLimit(): number | undefined {
+  try {
+    const m = /^Max open files\s+\S+\s+(\d+)/m.exec(readFileSync('/proc/self/limits', 'utf8'));
+    return m ? Number(m[1]) : undefined; // "unlimited" cannot be: the kernel caps it at fs.nr_open
+  } catch {
+    return undefined;
+  }
+}
+
 /** Bind the host's merged-/usr symlinks (/bin -> usr/bin, ...) as the same symlinks. */
 function rootLinks(): string[] {
   const out: string[] = [];

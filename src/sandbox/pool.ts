@@ -5,7 +5,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync } from 'node:fs';
 import { availableParallelism, constants as osConstants } from 'node:os';
 import { findPython } from '../util/python.js';
-import { findBwrap, type IsolationMode, pidsLimit, planLaunch } from './isolation.js';
+import { findBwrap, type IsolationMode, openFilesHardLimit, pidsLimit, planLaunch } from './isolation.js';
 import {
   type CodeRunner,
   failedResult as emptyResult,
@@ -145,10 +145,17 @@ const SIGNAL_NAMES: Record<number, string> = Object.fromEntries(
 
 export { emptyResult };
 
+/** Open files the sandbox's broker may hold: a call's pipe ends (4) per slot, a socket more per session. */
+const openFiles = (slots: number, sessions: number) => 4 * slots + 5 * sessions + 64;
+
 function resolveOptions(o: SandboxPoolOptions): Resolved {
   const cores = availableParallelism();
+  const hard = openFilesHardLimit();
+  // the default stays within this process's open-file limit (Node raised its soft limit to the hard one at start,
+  // and the sandbox inherits both); slots asked for are checked against it below
+  const fitting = hard === undefined ? 512 : Math.floor((hard - openFiles(0, o.maxSessions ?? 16)) / 4);
   const r: Resolved = {
-    slots: o.slots ?? Math.min(512, cores * 4),
+    slots: o.slots ?? Math.max(1, Math.min(512, cores * 4, fitting)),
     timeoutMs: o.timeoutMs ?? 4000,
     maxTimeoutMs: o.maxTimeoutMs ?? 600_000,
     memoryMb: o.memoryMb ?? 1024,
@@ -196,6 +203,13 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
   if (r.slots > 1000) throw new Error('SandboxPool option slots must be at most 1000');
   if (!Number.isInteger(r.maxSessions) || r.maxSessions < 0 || r.maxSessions > 500)
     throw new Error('SandboxPool option maxSessions must be an integer in [0, 500]');
+  const files = openFiles(r.slots, r.maxSessions);
+  if (hard !== undefined && hard < files) {
+    throw new Error(
+      `SandboxPool: ${r.slots} slots and ${r.maxSessions} sessions need up to ~${files} open files in the sandbox, ` +
+        `but this process may open at most ${hard} (ulimit -Hn): raise that limit or use fewer slots`,
+    );
+  }
   if (!(r.sessionTtlMs > 0)) throw new Error('SandboxPool option sessionTtlMs must be positive');
   if (r.isolation !== 'bwrap' && r.isolation !== 'none') {
     throw new Error(`SandboxPool option isolation must be 'bwrap' or 'none', got ${String(r.isolation)}`);

@@ -1,4 +1,8 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { findBwrap } from '../../src/sandbox/isolation.js';
 import { SandboxPool } from '../../src/sandbox/pool.js';
@@ -397,3 +401,51 @@ describe('answers from the child exit report (bwrap)', { skip, timeout: 60_000 }
     }
   });
 });
+
+describe('open-file limits (bwrap)', {
+  skip: skip || (hasPrlimit() ? false : 'prlimit not installed'),
+  timeout: 60_000,
+}, () => {
+  // a pool in a process of its own under the given RLIMIT_NOFILE (soft:hard; Node raises the soft limit to the
+  // hard one at start, and the sandbox inherits it) with these options, running 4 calls at once
+  function runUnder(nofile: string, options: string) {
+    const dir = mkdtempSync(join(tmpdir(), 'rstar2-nofile-'));
+    try {
+      const script = join(dir, 'run.mts');
+      const pool = JSON.stringify(join(import.meta.dirname, '../../src/sandbox/pool.ts'));
+      writeFileSync(
+        script,
+        `import { SandboxPool } from ${pool};\n` +
+          `const pool = await SandboxPool.start(${options}).catch((e) => { console.log(e.message); process.exit(2); });\n` +
+          "const rs = await Promise.all([1, 2, 3, 4].map(() => pool.run({ code: 'print(1)' })));\n" +
+          'const ok = rs.filter((r) => r.stdout === "1\\n").length;\n' +
+          'console.log(JSON.stringify({ ok, slots: pool.info.slots, restarts: pool.stats().restarts }));\n' +
+          'await pool.close();\n',
+      );
+      return spawnSync('prlimit', [`--nofile=${nofile}`, process.execPath, '--import', 'tsx', script], {
+        encoding: 'utf8',
+      });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  test('the default number of slots fits the limit: under 150 open files, one slot (and 16 sessions)', () => {
+    const r = runUnder('150:150', '{}');
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    assert.deepEqual(JSON.parse(r.stdout.trim().split('\n').at(-1) ?? ''), { ok: 4, slots: 1, restarts: 0 });
+  });
+
+  test('a hard limit below what the slots need fails at start, saying so', () => {
+    const r = runUnder('256:256', '{ slots: 80, maxSessions: 0 }');
+    assert.equal(r.status, 2, r.stdout + r.stderr);
+    assert.match(
+      r.stdout,
+      /80 slots and 0 sessions need up to ~384 open files in the sandbox, but this process may open at most 256 \(ulimit -Hn\)/,
+    );
+  });
+});
+
+function hasPrlimit() {
+  return !spawnSync('prlimit', ['--version']).error;
+}
