@@ -819,6 +819,15 @@ def zygote_main(fd):
         for limit, value in ZYGOTE_LIMITS:  # inherited by every child and session, like the umask
             resource.setrlimit(limit, value)
         os.umask(0o077)  # /dev/shm is shared by the slots: what a snippet makes there is its own
+        # Untrusted code first when the host's or a container's memory runs out: the kernel's OOM killer takes the
+        # process with the most memory, which was the program that started the sandbox (a trainer) rather than
+        # three calls holding 250 MB each. Inherited; the zygote, smaller than any child that fills memory, goes
+        # only when no child is bigger (then the sandbox restarts).
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        except OSError as e:
+            log(f"oom_score_adj: {e}")
         z = Zygote(sock)
         sock.send(b"Y" + json.dumps({"landlock": LL_STATE["abi"], "landlockReason": LL_STATE["reason"],
                                      "preloadFailed": failed, "uidBase": UID_BASE, "anonKb": anon_kb()}).encode())

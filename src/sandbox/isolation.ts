@@ -117,6 +117,17 @@ export function pidsLimit(): number | undefined {
   }
 }
 
+/** OOM kills since boot (/proc/vmstat `oom_kill`, Linux >= 4.13: the host's and every cgroup's); undefined if
+ * unknown. */
+export function oomKillCount(): number | undefined {
+  try {
+    const m = /^oom_kill (\d+)$/m.exec(readFileSync('/proc/vmstat', 'utf8'));
+    return m ? Number(m[1]) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** This process's hard limit on open files (`ulimit -Hn`), which the sandbox inherits; undefined if unknown. */
 export function openFilesHardLimit(): number | undefined {
   try {

@@ -5,7 +5,14 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync } from 'node:fs';
 import { availableParallelism, constants as osConstants } from 'node:os';
 import { findPython } from '../util/python.js';
-import { findBwrap, type IsolationMode, openFilesHardLimit, pidsLimit, planLaunch } from './isolation.js';
+import {
+  findBwrap,
+  type IsolationMode,
+  oomKillCount,
+  openFilesHardLimit,
+  pidsLimit,
+  planLaunch,
+} from './isolation.js';
 import {
   type CodeRunner,
   failedResult as emptyResult,
@@ -367,6 +374,8 @@ export class SandboxPool implements CodeRunner {
   private failures = 0;
   private watchdog: NodeJS.Timeout;
   private ewmaMs = 5;
+  /** the kernel's OOM kill count when last read, and the kills since that no SIGKILLed call was blamed for yet */
+  private oomKills = { seen: oomKillCount(), unclaimed: 0, at: 0 };
   private stats_: PoolStats = { queued: 0, inFlight: 0, completed: 0, restarts: 0, retried: 0, sessions: 0 };
   /** stateless calls in flight (session calls use their own slots) */
   private statelessInflight = 0;
@@ -900,6 +909,11 @@ export class SandboxPool implements CodeRunner {
       error = stderr.slice(SETUP_FAILED.length).trim();
     } else {
       oom = looksLikeOom(stderr, sig, h.m, item.memoryMb);
+      if (!oom && sig === 'SIGKILL' && this.kernelOomKill()) {
+        oom = true;
+        error =
+          "killed by the kernel's OOM killer: the machine's or container's memory ran out (sandboxed code goes first)";
+      }
       status = oom ? 'oom' : sig ? 'killed' : exitCode === 0 ? 'ok' : 'error';
     }
     if (!s) this.ewmaMs = this.ewmaMs * 0.9 + Math.max(0.5, Date.now() - item.sentAt) * 0.1;
@@ -936,6 +950,22 @@ export class SandboxPool implements CodeRunner {
     item.resolve(r);
     if (s) this.pumpSession(s);
     else this.pump();
+  }
+
+  /** Whether a call killed by SIGKILL that the sandbox did not kill is most likely the kernel's OOM killer's: a
+   * kill it counted within the last 10 s that no other such call has taken (several die in one shortage). */
+  private kernelOomKill(): boolean {
+    const k = this.oomKills;
+    const now = oomKillCount();
+    if (now !== undefined && k.seen !== undefined && now > k.seen) {
+      k.unclaimed += now - k.seen;
+      k.at = Date.now();
+    }
+    k.seen = now;
+    if (Date.now() - k.at > 10_000) k.unclaimed = 0;
+    if (k.unclaimed <= 0) return false;
+    k.unclaimed--;
+    return true;
   }
 
   private finish(item: Item, r: RunResult): void {

@@ -443,21 +443,36 @@ test("without CAP_SYS_NICE (outside Docker's default set) the sandbox starts, an
   }
 });
 
-/** A fresh pids cgroup (v1's pids hierarchy, or v2 where pids is delegated) to hold a pool, or why there is none. */
-function newPidsCgroup(): { dir: string } | { skip: string } {
-  const v1 = '/sys/fs/cgroup/pids';
+/** A fresh cgroup of `controller` (cgroup v1's hierarchy of it, or v2 where it is delegated) for a test's
+ * processes, or why there is none. */
+function newCgroup(controller: string): { dir: string; v2: boolean } | { skip: string } {
+  const v1 = `/sys/fs/cgroup/${controller}`;
   let root = existsSync(v1) ? v1 : '';
   try {
-    if (!root && readFileSync('/sys/fs/cgroup/cgroup.subtree_control', 'utf8').split(/\s/).includes('pids'))
+    if (
+      !root &&
+      readFileSync('/sys/fs/cgroup/cgroup.subtree_control', 'utf8').split(/\s/).includes(controller)
+    )
       root = '/sys/fs/cgroup';
   } catch {}
-  if (!root) return { skip: 'no pids cgroup controller' };
+  if (!root) return { skip: `no ${controller} cgroup controller` };
   const dir = join(root, `rstar2-test-${process.pid}`);
   try {
     mkdirSync(dir);
-    return { dir };
+    return { dir, v2: root !== v1 };
   } catch (e) {
-    return { skip: `cannot create a pids cgroup: ${(e as Error).message}` };
+    return { skip: `cannot create a ${controller} cgroup: ${(e as Error).message}` };
+  }
+}
+
+async function removeCgroup(dir: string) {
+  for (let i = 0; i < 40; i++) {
+    try {
+      rmdirSync(dir);
+      return;
+    } catch {
+      await new Promise((r) => setTimeout(r, 50)); // the closed pool's processes are still exiting
+    }
   }
 }
 
@@ -482,23 +497,14 @@ function moveDescendants(dir: string) {
   }
 }
 
-const pidsCg = skip || asRoot ? { skip: skip || asRoot } : newPidsCgroup();
+const pidsCg = skip || asRoot ? { skip: skip || asRoot } : newCgroup('pids');
 describe('a full process limit (a container pids.max)', {
   skip: 'skip' in pidsCg ? pidsCg.skip : false,
   timeout: 60_000,
 }, () => {
   const dir = 'dir' in pidsCg ? pidsCg.dir : '';
   const setMax = (v: number | 'max') => writeFileSync(join(dir, 'pids.max'), String(v));
-  after(async () => {
-    for (let i = 0; i < 40; i++) {
-      try {
-        rmdirSync(dir);
-        return;
-      } catch {
-        await new Promise((r) => setTimeout(r, 50)); // the closed pool's processes are still exiting
-      }
-    }
-  });
+  after(() => removeCgroup(dir));
 
   test('a fork bomb that fills it is killed; other calls and a session run on, the sandbox stays', async () => {
     const logs: string[] = [];
@@ -591,4 +597,50 @@ describe('a full process limit (a container pids.max)', {
       setMax('max');
     }
   });
+});
+
+const memCg = skip || asRoot ? { skip: skip || asRoot } : newCgroup('memory');
+test("when a container's memory runs out, the kernel's OOM killer takes sandboxed code, not the program running it", {
+  skip: 'skip' in memCg ? memCg.skip : false,
+  timeout: 60_000,
+}, async () => {
+  if (!('dir' in memCg)) return;
+  const tmp = mkdtempSync(join(tmpdir(), 'rstar2-oom-'));
+  try {
+    // the program (a trainer, say) holds 400 MB in a 900 MB container; three calls take 250 MB each, every one
+    // within its own 1024 MB limit
+    const script = join(tmp, 'run.mts');
+    const limit = join(memCg.dir, memCg.v2 ? 'memory.max' : 'memory.limit_in_bytes');
+    writeFileSync(
+      script,
+      `import { writeFileSync } from 'node:fs';\n` +
+        `import { SandboxPool } from ${JSON.stringify(join(import.meta.dirname, '../../src/sandbox/pool.ts'))};\n` +
+        `writeFileSync(${JSON.stringify(join(memCg.dir, 'cgroup.procs'))}, String(process.pid));\n` +
+        `writeFileSync(${JSON.stringify(limit)}, String(900 << 20));\n` +
+        'const held = Buffer.alloc(400 << 20, 1);\n' +
+        'const pool = await SandboxPool.start({ slots: 3, log: () => {} });\n' +
+        'const code = "import time\\nb = bytearray(250 << 20)\\nfor i in range(0, len(b), 4096): b[i] = 1\\n' +
+        'time.sleep(1)\\nprint(1)";\n' +
+        'const rs = await Promise.all([1, 2, 3].map(() => pool.run({ code, timeoutMs: 20000 })));\n' +
+        'console.log(JSON.stringify({ held: held.length, results: rs.map((r) => [r.status, r.error ?? null]) }));\n' +
+        'await pool.close();\n',
+    );
+    const r = spawnSync(process.execPath, ['--import', 'tsx', script], { encoding: 'utf8' });
+    assert.equal(r.signal, null, `the program itself was killed: ${r.stdout}${r.stderr}`);
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    const { results }: { results: [string, string | null][] } = JSON.parse(
+      r.stdout.trim().split('\n').at(-1) ?? '',
+    );
+    for (const [status, error] of results) {
+      if (status !== 'ok')
+        assert.deepEqual([status, error?.slice(0, 33)], ['oom', "killed by the kernel's OOM killer"]);
+    }
+    assert.ok(
+      results.some(([status]) => status === 'oom'),
+      r.stdout,
+    );
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+    await removeCgroup(memCg.dir);
+  }
 });
