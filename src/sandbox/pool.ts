@@ -302,7 +302,7 @@ class Broker {
       clearTimeout(startTimer);
       const tail = this.stderrTail.slice(-3).join(' | ');
       const msg = tail ? `${why}: ${tail}` : why;
-      if (!readySeen) readyReject(new Error(`sandbox failed to start (${msg})`));
+      if (!readySeen) readyReject(new Error(`sandbox failed to start (${msg})${startAdvice(tail)}`));
       onExit(msg);
     };
     this.proc.on('error', (e) => exit(`sandbox process error: ${e.message}`));
@@ -972,6 +972,20 @@ export class SandboxPool implements CodeRunner {
     if (item.queueTimer) clearTimeout(item.queueTimer);
     item.resolve(r);
   }
+}
+
+/** What to do when bubblewrap could not set the sandbox up, which is how a default Docker container (root without
+ * CAP_SYS_ADMIN, a seccomp profile refusing new namespaces) or a host without unprivileged user namespaces fails. */
+function startAdvice(stderrTail: string): string {
+  if (!/bwrap: .*(namespace|uid map|setting up|Operation not permitted|Permission denied)/i.test(stderrTail))
+    return '';
+  return (
+    ". bubblewrap cannot create the sandbox's namespaces here. In Docker, run the container with --privileged, or " +
+    'at least --cap-add SYS_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined. As a user ' +
+    'other than root, unprivileged user namespaces must be allowed (sysctl kernel.unprivileged_userns_clone=1; on ' +
+    'Ubuntu 24.04 also kernel.apparmor_restrict_unprivileged_userns=0). --insecure-no-sandbox runs tool code ' +
+    'without isolation (development only)'
+  );
 }
 
 function sessionError(error: string): RunResult {

@@ -443,6 +443,34 @@ test("without CAP_SYS_NICE (outside Docker's default set) the sandbox starts, an
   }
 });
 
+test("without CAP_SYS_ADMIN (Docker's default set) bubblewrap cannot start, and the error says what to change", {
+  skip: skip || capsh || asRoot,
+  timeout: 60_000,
+}, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-noadmin-'));
+  try {
+    writeFileSync(join(dir, 'p.py'), 'print(6*7)\n');
+    const bin = join(import.meta.dirname, '../../bin/rstar2.js');
+    const r = spawnSync(
+      'capsh',
+      [
+        '--drop=cap_sys_admin',
+        '--',
+        '-c',
+        `"${process.execPath}" "${bin}" sandbox run "${join(dir, 'p.py')}"`,
+      ],
+      { encoding: 'utf8' },
+    );
+    assert.equal(r.status, 1, r.stdout + r.stderr);
+    assert.match(
+      r.stderr,
+      /bubblewrap cannot create the sandbox's namespaces here\. In Docker, run the container with --privileged/,
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 /** A fresh cgroup of `controller` (cgroup v1's hierarchy of it, or v2 where it is delegated) for a test's
  * processes, or why there is none. */
 function newCgroup(controller: string): { dir: string; v2: boolean } | { skip: string } {
