@@ -31,7 +31,6 @@ import marshal
 import os
 import select
 import socket
-import stat
 import struct
 import sys
 import time
@@ -162,13 +161,15 @@ def clear_dir(root):
     n = 0
     failed = 0
     while True:
-        names = os.listdir(root)
-        if not names or failed >= len(names):
+        with os.scandir(root) as it:
+            entries = list(it)
+        if not entries or failed >= len(entries):
             return failed
         failed = 0
-        for name in names:
+        for e in entries:
+            name = e.name
             try:
-                if not stat.S_ISDIR(os.stat(name, dir_fd=root, follow_symlinks=False).st_mode):
+                if not e.is_dir(follow_symlinks=False):  # the type listed with the name: no stat per entry
                     os.unlink(name, dir_fd=root)
                     continue
                 try:
