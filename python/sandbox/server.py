@@ -58,6 +58,10 @@ PREFORK = bool(CFG.get("prefork", True))
 MEM_CHECK_S = float(CFG.get("memoryCheckMs", 100)) / 1000
 SHM_SLOT_KB = int(CFG.get("shmMb", 0)) << 10  # each slot's share of /dev/shm, which is sized slots x this
 SCRATCH_FILES = int(CFG.get("scratchFiles", 0))  # inodes a slot's scratch tmpfs may hold
+# isolation landlock: the scratch is on the host's disk, not a tmpfs of the slot's own, so the broker bounds its size
+# and how deep it nests (scratch_usage)
+SCRATCH_KB = int(CFG.get("scratchMb", 0)) << 10
+SCRATCH_DEPTH = 64
 DEMOTE_S = float(CFG.get("demoteAfterMs", 0)) / 1000  # a call running longer gets nice 19
 BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # where calls start: the zygote forks them at the broker's nice
 # With autogroups the CPU is shared between sessions first and every call is a session of its own, so a
@@ -191,9 +195,16 @@ def clear_dir(root):
 
 
 def left_as_found(d):
-    """One stat says whether dir d is empty with mode 0700 (d's empty size is known; see learn_empty_size)."""
+    """Whether dir d is empty with mode 0700: one stat where d's empty size is known (see learn_empty_size), else
+    a listing (a disk file system, as under isolation landlock), still far cheaper than a trip to the wiper."""
     st = os.stat(d)
-    return EMPTY_SIZE.get(d, -1) == st.st_size and st.st_mode & 0o7777 == 0o700
+    if st.st_mode & 0o7777 != 0o700:
+        return False
+    empty = EMPTY_SIZE.get(d)
+    if empty is not None:
+        return empty == st.st_size
+    with os.scandir(d) as it:
+        return next(it, None) is None
 
 
 def shm_empty():
@@ -331,6 +342,47 @@ def slot_memory_kb(base_kb):
     return used, shm, pids, procs
 
 
+def scratch_usage(slot):
+    """Entries and KB under a slot's scratch dir (isolation landlock). Stops counting past SCRATCH_FILES; a directory
+    nested deeper than SCRATCH_DEPTH makes the count -1. Never follows a link; what vanishes meanwhile is skipped."""
+    found = [0, 0]
+
+    def walk(fd, depth):
+        with os.scandir(fd) as it:
+            for e in it:
+                found[0] += 1
+                if found[0] > SCRATCH_FILES:
+                    return
+                try:
+                    found[1] += e.stat(follow_symlinks=False).st_blocks // 2
+                    if not e.is_dir(follow_symlinks=False):
+                        continue
+                    if depth == SCRATCH_DEPTH:
+                        found[0] = -1
+                        return
+                    sub = os.open(e.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                except OSError:
+                    continue
+                try:
+                    walk(sub, depth + 1)
+                finally:
+                    os.close(sub)
+                if found[0] < 0 or found[0] > SCRATCH_FILES:
+                    return
+
+    try:
+        root = os.open(slot_dir(slot), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return 0, 0
+    try:
+        walk(root, 1)
+    except OSError:
+        pass
+    finally:
+        os.close(root)
+    return found[0], found[1]
+
+
 def scratch_files(slot):
     """Inodes in use in a slot's scratch tmpfs, less its root."""
     try:
@@ -344,7 +396,7 @@ def scratch_files(slot):
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
                  "sess", "t0", "deadline", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb", "used_kb", "files",
-                 "shm_kb", "demoted", "req")
+                 "shm_kb", "demoted", "req", "disk_kb")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -361,7 +413,7 @@ class Call:
         self.lost = None
         self.stdin = -1
         self.fetch = self.answered = self.reaped = False
-        self.mem_kb = self.used_kb = self.shm_kb = self.files = 0
+        self.mem_kb = self.used_kb = self.shm_kb = self.files = self.disk_kb = 0
         self.req = None  # the request as queued, to queue it again if its process could not be forked
 
 
@@ -816,12 +868,20 @@ class Broker:
         for call in list(self.timed):
             kb = used.get(call.slot, 0)
             over_shm = SHM_SLOT_KB and shm.get(call.slot, 0) > SHM_SLOT_KB
-            files = scratch_files(call.slot) if self.own_scratch else 0
-            over_files = SCRATCH_FILES and files > SCRATCH_FILES
-            if (over_shm or over_files or call.mem_kb and kb > call.mem_kb) and not call.killed:
+            disk_kb = 0
+            if self.own_scratch:
+                files = scratch_files(call.slot)
+            elif SCRATCH_KB:
+                files, disk_kb = scratch_usage(call.slot)
+            else:
+                files = 0
+            over_files = SCRATCH_FILES and (files > SCRATCH_FILES or files < 0)
+            over_disk = SCRATCH_KB and disk_kb > SCRATCH_KB
+            if (over_shm or over_files or over_disk or call.mem_kb and kb > call.mem_kb) and not call.killed:
                 call.killed = True
                 call.used_kb, call.shm_kb = kb, shm.get(call.slot, 0)
                 call.files = files if over_files else 0
+                call.disk_kb = disk_kb if over_disk else 0
                 self.timed.discard(call)
                 self.z.send(b"K" + ZKILL.pack(call.rid, REASON_MEMORY))
 
@@ -1001,6 +1061,8 @@ class Broker:
             hdr["mk"], hdr["ms"] = call.used_kb, call.shm_kb
         if call.files:
             hdr["mf"] = call.files
+        if call.disk_kb:
+            hdr["md"] = call.disk_kb
         if call.lost:
             hdr["sl"] = call.lost
         res = b""

@@ -169,7 +169,8 @@ def landlock_prepare():
             return
         for path in CFG.get("readPaths", []):
             add(rs, path, read)
-        add(rs, "/dev", dev)
+        for path in CFG.get("devPaths", ["/dev"]):
+            add(rs, path, dev)
         add(rs, SHM, shm)
         add(rs, slot_dir(slot), fs_all)
         LL_RULESETS[slot] = rs
@@ -206,6 +207,17 @@ def no_setsid_prepare():
         log("the kernel refused the setsid filter: a snippet's forks may start sessions of their own")
         return
     NO_SETSID = (fprog, insns)  # a ctypes array is passed as its address
+
+
+def install_filter(path):
+    """Loads a compiled seccomp program (seccomp_filter.py's) on this process, for isolation landlock, where no
+    bubblewrap loads it: the zygote's children and sessions inherit it."""
+    with open(path, "rb") as f:
+        data = f.read()
+    insns = ctypes.create_string_buffer(data, len(data))  # struct sock_filter[]: 8 bytes each
+    fprog = ctypes.create_string_buffer(struct.pack("@HP", len(data) // 8, ctypes.addressof(insns)))
+    if _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp filter")
 
 
 def deny_setsid():
@@ -816,6 +828,10 @@ def zygote_main(fd):
             if os.path.isdir(p) and p not in sys.path:
                 sys.path.append(p)
         failed = preload()
+        if CFG.get("requireLandlock") and not LL_RULESETS:
+            raise RuntimeError(f"isolation landlock needs Landlock: {LL_STATE['reason']}")
+        if CFG.get("seccompPath"):
+            install_filter(CFG["seccompPath"])
         for limit, value in ZYGOTE_LIMITS:  # inherited by every child and session, like the umask
             resource.setrlimit(limit, value)
         os.umask(0o077)  # /dev/shm is shared by the slots: what a snippet makes there is its own

@@ -218,7 +218,7 @@ export class EmbeddedBackend implements PolicyBackend {
           timeoutMs: recipe.sandbox.timeoutMs,
           preload: recipe.sandbox.preload,
           demoteAfterMs: recipe.sandbox.demoteAfterMs,
-          isolation: opts.insecureSandbox ? 'none' : 'bwrap',
+          isolation: opts.insecureSandbox ? 'none' : undefined,
           log: opts.log,
         },
         scheduler: engines.length > 0 ? {} : { pollMs: 0 },

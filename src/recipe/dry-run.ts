@@ -153,7 +153,7 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
   const { preload, demoteAfterMs } = recipe.sandbox;
   const pool = await SandboxPool.start({
     slots: 1,
-    isolation: opts.insecureSandbox ? 'none' : 'bwrap',
+    isolation: opts.insecureSandbox ? 'none' : undefined,
     preload,
     demoteAfterMs,
   });
@@ -171,7 +171,8 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
     const demote = on
       ? `; calls past ${on} ms demoted${pool.info.demoteSession ? ' with their session' : ''}`
       : `; no demotion${demoteAfterMs ? ' (it needs root with CAP_SYS_NICE)' : ''}`;
-    log(`sandbox: ok (${opts.insecureSandbox ? 'NOT isolated' : 'bubblewrap'}${loaded}${demote})`);
+    const how = { none: 'NOT isolated', bwrap: 'bubblewrap', landlock: 'Landlock + seccomp, no namespaces' };
+    log(`sandbox: ok (${how[pool.info.isolation]}${loaded}${demote})`);
   } finally {
     await pool.close();
   }

@@ -18,7 +18,7 @@ async function startPool(f: PoolFlags, slotsDefault?: number): Promise<SandboxPo
   const { SandboxPool } = await import('./pool.js');
   return SandboxPool.start({
     slots: f.workers ?? slotsDefault,
-    isolation: f.insecureNoSandbox ? 'none' : 'bwrap',
+    isolation: f.insecureNoSandbox ? 'none' : undefined,
     preload: f.preload ?? [],
     timeoutMs: f.timeoutMs,
     ...(f.memoryMb ? { memoryMb: f.memoryMb } : {}),

@@ -2,6 +2,7 @@
 // host supports. Everything a layer cannot do here is returned as a note so the pool can log it.
 import { spawnSync } from 'node:child_process';
 import {
+  chmodSync,
   existsSync,
   mkdtempSync,
   openSync,
@@ -15,7 +16,9 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { PYTHON_DIR } from '../util/python.js';
 
-export type IsolationMode = 'bwrap' | 'none';
+/** bwrap: namespaces (bubblewrap) + per-slot uids + Landlock + seccomp; landlock: the same without namespaces, for
+ * containers that refuse them (see planLaunch); none: no isolation, development only. */
+export type IsolationMode = 'bwrap' | 'landlock' | 'none';
 
 export const SANDBOX_PY_DIR = join(PYTHON_DIR, 'sandbox');
 const INNER_PY_DIR = '/opt/rstar2-sandbox';
@@ -179,19 +182,41 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
     return Buffer.concat([len, json]);
   };
 
-  if (inp.isolation === 'none') {
-    notes.push(
-      'isolation none: no namespaces, no seccomp, host filesystem visible except where Landlock applies',
+  if (inp.isolation === 'landlock' && !root) {
+    throw new Error(
+      'isolation landlock needs root: without namespaces, only a uid of its own per slot keeps a snippet from ' +
+        "signalling or reading this user's other processes",
     );
+  }
+  if (inp.isolation === 'none' || inp.isolation === 'landlock') {
     const scratch = mkdtempSync(join(tmpdir(), 'rstar2-sandbox-'));
-    const serverConfig = {
-      scratch,
-      uidBase,
-      readPaths: [...READ_PATHS, scratch],
-      shmDir: root ? '/dev/shm' : '',
-      sysPath: DIST_PACKAGES,
-      ...demote,
-    };
+    chmodSync(scratch, 0o711); // each slot's uid passes through to its own dir (0700), and lists nothing here
+    let serverConfig: Record<string, unknown>;
+    if (inp.isolation === 'none') {
+      notes.push(
+        'isolation none: no namespaces, no seccomp, host filesystem visible except where Landlock applies',
+      );
+      serverConfig = { readPaths: [...READ_PATHS, scratch], shmDir: root ? '/dev/shm' : '' };
+    } else {
+      // Without namespaces: the host's /proc, /dev and /dev/shm are the ones every process shares, so a snippet
+      // gets none of /proc, only the harmless devices, no /dev/shm, and the scratch on the host's disk is bounded
+      // by the broker (flat, counted) rather than by a tmpfs of its own
+      const sec = seccompFilter(inp.python);
+      if (!sec.path) throw new Error(`isolation landlock needs the seccomp filter: ${sec.note}`);
+      notes.push(
+        'isolation landlock: no namespaces; per-slot uids, Landlock, seccomp; snippets see no /proc or /dev/shm, ' +
+          'and their scratch is on the host disk, bounded by the broker',
+      );
+      serverConfig = {
+        readPaths: READ_PATHS.filter((p) => p !== '/proc'),
+        devPaths: ['/dev/null', '/dev/zero', '/dev/full', '/dev/random', '/dev/urandom'],
+        shmDir: '',
+        seccompPath: sec.path,
+        requireLandlock: true,
+        scratchMb: inp.scratchMb,
+      };
+    }
+    serverConfig = { ...serverConfig, scratch, uidBase, sysPath: DIST_PACKAGES, ...demote };
     return {
       command: inp.python,
       args: serverArgs(join(SANDBOX_PY_DIR, 'server.py')),

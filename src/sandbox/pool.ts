@@ -152,6 +152,17 @@ const SIGNAL_NAMES: Record<number, string> = Object.fromEntries(
 
 export { emptyResult };
 
+/** Where nothing asks for a mode: RSTAR2_SANDBOX_ISOLATION (bwrap or landlock: one setting for every command in
+ * a container that refuses namespaces), else bwrap. */
+function defaultIsolation(): IsolationMode {
+  const v = process.env.RSTAR2_SANDBOX_ISOLATION;
+  if (v === undefined || v === '') return 'bwrap';
+  if (v !== 'bwrap' && v !== 'landlock') {
+    throw new Error(`RSTAR2_SANDBOX_ISOLATION must be bwrap or landlock, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
 /** Open files the sandbox's broker may hold: a call's pipe ends (4) per slot, a socket more per session. */
 const openFiles = (slots: number, sessions: number) => 4 * slots + 5 * sessions + 64;
 
@@ -170,13 +181,14 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     maxOutputBytes: o.maxOutputBytes ?? 1 << 20,
     killOutputBytes: o.killOutputBytes ?? 16 << 20,
     preload: o.preload ?? [],
-    isolation: o.isolation ?? 'bwrap',
+    isolation: o.isolation ?? defaultIsolation(),
     python: findPython(o.python),
     uidBase: o.uidBase,
     nproc: o.nproc ?? 32,
     fileSizeMb: o.fileSizeMb ?? 16,
     scratchMb: o.scratchMb ?? 64,
-    scratchFiles: o.scratchFiles ?? 100_000,
+    // isolation landlock counts a scratch by listing it every 100 ms (no tmpfs of its own to ask): fewer entries
+    scratchFiles: o.scratchFiles ?? ((o.isolation ?? defaultIsolation()) === 'landlock' ? 10_000 : 100_000),
     shmMb: o.shmMb ?? 64,
     demoteAfterMs: o.demoteAfterMs ?? 50,
     landlock: o.landlock ?? true,
@@ -218,8 +230,10 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     );
   }
   if (!(r.sessionTtlMs > 0)) throw new Error('SandboxPool option sessionTtlMs must be positive');
-  if (r.isolation !== 'bwrap' && r.isolation !== 'none') {
-    throw new Error(`SandboxPool option isolation must be 'bwrap' or 'none', got ${String(r.isolation)}`);
+  if (r.isolation !== 'bwrap' && r.isolation !== 'landlock' && r.isolation !== 'none') {
+    throw new Error(
+      `SandboxPool option isolation must be 'bwrap', 'landlock' or 'none', got ${String(r.isolation)}`,
+    );
   }
   for (const m of r.preload) {
     if (!MODULE_NAME.test(m)) throw new Error(`preload entry is not a module name: ${m}`);
@@ -893,11 +907,16 @@ export class SandboxPool implements CodeRunner {
       status = 'oom';
       oom = true;
       const mb = (kb = 0) => Math.round(kb / 1024);
-      error = h.mf
-        ? `file limit: the call held ${h.mf} files and directories in its scratch (limit ${this.options.scratchFiles})`
-        : (h.ms ?? 0) > this.options.shmMb * 1024
-          ? `memory limit: the call held ${mb(h.ms)} MB in /dev/shm (its share: ${this.options.shmMb} MB)`
-          : `memory limit: the call's processes held ${mb(h.mk)} MB together (limit ${item.memoryMb} MB)`;
+      error =
+        h.mf === -1
+          ? 'file limit: the call nested directories more than 64 deep in its scratch'
+          : h.mf
+            ? `file limit: the call held ${h.mf} files and directories in its scratch (limit ${this.options.scratchFiles})`
+            : h.md
+              ? `disk limit: the call held ${mb(h.md)} MB in its scratch (limit ${this.options.scratchMb} MB)`
+              : (h.ms ?? 0) > this.options.shmMb * 1024
+                ? `memory limit: the call held ${mb(h.ms)} MB in /dev/shm (its share: ${this.options.shmMb} MB)`
+                : `memory limit: the call's processes held ${mb(h.mk)} MB together (limit ${item.memoryMb} MB)`;
     } else if (h.r === 5) {
       status = 'internal_error'; // no process could be forked for the call within its time limit
       error = String(h.x);
@@ -983,8 +1002,8 @@ function startAdvice(stderrTail: string): string {
     ". bubblewrap cannot create the sandbox's namespaces here. In Docker, run the container with --privileged, or " +
     'at least --cap-add SYS_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined. As a user ' +
     'other than root, unprivileged user namespaces must be allowed (sysctl kernel.unprivileged_userns_clone=1; on ' +
-    'Ubuntu 24.04 also kernel.apparmor_restrict_unprivileged_userns=0). --insecure-no-sandbox runs tool code ' +
-    'without isolation (development only)'
+    'Ubuntu 24.04 also kernel.apparmor_restrict_unprivileged_userns=0). Or, as root, RSTAR2_SANDBOX_ISOLATION=landlock ' +
+    'isolates without namespaces (Landlock, seccomp, a uid per slot; no /proc or /dev/shm for snippets)'
   );
 }
 

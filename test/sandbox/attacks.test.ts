@@ -471,6 +471,48 @@ test("without CAP_SYS_ADMIN (Docker's default set) bubblewrap cannot start, and 
   }
 });
 
+test("with only Docker's default capabilities, isolation landlock runs a call where bubblewrap cannot", {
+  skip: skip || capsh || asRoot,
+  timeout: 60_000,
+}, () => {
+  const docker = [
+    'chown',
+    'dac_override',
+    'fsetid',
+    'fowner',
+    'mknod',
+    'net_raw',
+    'setgid',
+    'setuid',
+    'setfcap',
+  ]
+    .concat(['setpcap', 'net_bind_service', 'sys_chroot', 'kill', 'audit_write'])
+    .map((c) => `cap_${c}`);
+  const bounding =
+    /^Bounding set =(.*)$/m.exec(spawnSync('capsh', ['--print'], { encoding: 'utf8' }).stdout)?.[1] ?? '';
+  const drop = bounding.split(',').filter((c) => c && !docker.includes(c));
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-docker-caps-'));
+  try {
+    writeFileSync(join(dir, 'p.py'), 'import os\nprint(6*7, os.getuid() != 0)\n');
+    const bin = join(import.meta.dirname, '../../bin/rstar2.js');
+    const r = spawnSync(
+      'capsh',
+      [
+        `--drop=${drop.join(',')}`,
+        '--',
+        '-c',
+        `"${process.execPath}" "${bin}" sandbox run "${join(dir, 'p.py')}"`,
+      ],
+      { encoding: 'utf8', env: { ...process.env, RSTAR2_SANDBOX_ISOLATION: 'landlock' } },
+    );
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    assert.equal(r.stdout.split('\n')[0], '42 True');
+    assert.match(r.stderr, /isolation landlock: no namespaces/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 /** A fresh cgroup of `controller` (cgroup v1's hierarchy of it, or v2 where it is delegated) for a test's
  * processes, or why there is none. */
 function newCgroup(controller: string): { dir: string; v2: boolean } | { skip: string } {
@@ -671,4 +713,101 @@ test("when a container's memory runs out, the kernel's OOM killer takes sandboxe
     rmSync(tmp, { recursive: true, force: true });
     await removeCgroup(memCg.dir);
   }
+});
+
+// Containers that refuse namespaces (Docker's defaults) get isolation landlock: the same uid per slot, Landlock and
+// seccomp, without bubblewrap. What bwrap's namespaces gave must still hold, or be refused another way.
+describe('sandbox attacks without namespaces (isolation landlock)', {
+  skip: asRoot,
+  timeout: 120_000,
+}, () => {
+  let pool: SandboxPool | undefined;
+  let why = '';
+  const logs: string[] = [];
+  before(async () => {
+    try {
+      pool = await SandboxPool.start({
+        isolation: 'landlock',
+        slots: 3,
+        timeoutMs: 4000,
+        log: (l) => logs.push(l),
+      });
+    } catch (e) {
+      why = (e as Error).message; // no Landlock or no seccomp here: the mode refuses to start, which is the point
+    }
+  });
+  after(async () => {
+    await pool?.close();
+  });
+  async function run(code: string) {
+    const p = pool as SandboxPool;
+    const r = await p.run({ code });
+    const ok = await p.run({ code: 'print(6*7)' });
+    assert.equal(ok.stdout, '42\n', `pool stopped serving after an attack: ${JSON.stringify(ok)}`);
+    assert.equal(p.stats().restarts, 0, logs.join('\n'));
+    return r;
+  }
+
+  test('a call runs as its slot uid in its own dir, and sees no host file, /proc or /dev/shm', async (t) => {
+    if (!pool) return t.skip(why);
+    const me = await run('import os\nprint(os.getuid(), os.getcwd() == os.environ["HOME"])');
+    assert.match(me.stdout, /^[1-9]\d* True\n$/);
+    const probe = await run(
+      'import os\nfor p in ["/etc/passwd", "/root", "/proc/1/cmdline", "/proc/self/status", "/dev/shm/x", "/tmp/x"]:\n' +
+        '    try:\n        open(p, "a" if p.endswith("x") else "r").close()\n        print(p, "open")\n' +
+        '    except OSError as e:\n        print(p, e.errno)',
+    );
+    assert.equal(
+      probe.stdout,
+      ['/etc/passwd', '/root', '/proc/1/cmdline', '/proc/self/status', '/dev/shm/x', '/tmp/x']
+        .map((p) => `${p} 13\n`)
+        .join(''),
+      probe.stdout + probe.stderr,
+    );
+  });
+
+  test('no network: TCP and UDP sockets cannot be made, as under seccomp in bwrap', async (t) => {
+    if (!pool) return t.skip(why);
+    const r = await run(
+      'import socket\nfor kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):\n    try:\n' +
+        '        socket.socket(socket.AF_INET, kind)\n        print("made")\n    except OSError as e:\n        print(e.errno)',
+    );
+    assert.equal(r.stdout, '97\n97\n', r.stdout + r.stderr);
+  });
+
+  test('ptrace, new namespaces and kill -1 do nothing to the sandbox', async (t) => {
+    if (!pool) return t.skip(why);
+    const r = await run(
+      'import ctypes, os, signal\nlibc = ctypes.CDLL(None, use_errno=True)\n' +
+        'print(libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\n' + // PTRACE_ATTACH to pid 1
+        'print(libc.unshare(0x10000000), ctypes.get_errno())\n' + // CLONE_NEWUSER
+        'os.kill(-1, signal.SIGKILL)',
+    );
+    assert.equal(r.status, 'ok', JSON.stringify(r)); // kill(-1) spares its caller, and reached nothing else here
+    assert.equal(r.stdout, '-1 1\n-1 1\n', r.stdout + r.stderr);
+  });
+
+  test('the scratch on the host disk is bounded: its size, and how deep it nests', async (t) => {
+    if (!pool) return t.skip(why);
+    const big = await run(
+      'import time\nfor i in range(20):\n    open(f"f{i}", "wb").write(b"x" * (15 << 20))\ntime.sleep(1)',
+    );
+    assert.equal(big.status, 'oom', JSON.stringify(big));
+    assert.match(big.error ?? '', /^disk limit: the call held \d+ MB in its scratch \(limit 64 MB\)$/);
+    const deep = await run(
+      'import os, time\nfor i in range(100):\n    os.mkdir("a")\n    os.chdir("a")\ntime.sleep(1)',
+    );
+    assert.equal(deep.status, 'oom', JSON.stringify(deep));
+    assert.equal(deep.error, 'file limit: the call nested directories more than 64 deep in its scratch');
+    const left = await run('import os\nprint(os.listdir("."))'); // and each was wiped after it
+    assert.equal(left.stdout, '[]\n');
+  });
+
+  test('a fork bomb is contained by NPROC and the wall clock', async (t) => {
+    if (!pool) return t.skip(why);
+    const r = await run(
+      'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass',
+    );
+    assert.equal(r.status, 'timeout', JSON.stringify(r));
+  });
 });
