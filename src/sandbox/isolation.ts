@@ -217,9 +217,12 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
       };
     }
     serverConfig = { ...serverConfig, scratch, uidBase, sysPath: DIST_PACKAGES, ...demote };
+    const server = [inp.python, ...serverArgs(join(SANDBOX_PY_DIR, 'server.py'))];
+    // landlock: the environment bwrap's --clearenv leaves, not this process's (tokens, keys) for every snippet
+    const clean = inp.isolation === 'landlock' ? ['-i', 'PATH=/usr/bin:/bin', 'LANG=C.UTF-8'] : [];
     return {
-      command: inp.python,
-      args: serverArgs(join(SANDBOX_PY_DIR, 'server.py')),
+      command: clean.length ? '/usr/bin/env' : server[0],
+      args: clean.length ? [...clean, ...server] : server.slice(1),
       input: configFrame(serverConfig),
       extraFds: [],
       serverConfig,
