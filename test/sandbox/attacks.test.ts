@@ -427,57 +427,45 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
 
 const capsh = spawnSync('capsh', ['--help']).error ? 'capsh not installed' : false;
 const asRoot = process.getuid?.() === 0 ? false : 'needs root (per-slot uids)';
+/** `rstar2 sandbox run` of `code` in a process without the capabilities `drop` (capsh). */
+function runWithout(drop: string[], code: string, env: NodeJS.ProcessEnv = process.env) {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-caps-'));
+  try {
+    const file = join(dir, 'p.py');
+    writeFileSync(file, code);
+    const bin = join(import.meta.dirname, '../../bin/rstar2.js');
+    const cmd = `"${process.execPath}" "${bin}" sandbox run "${file}"`;
+    const pre = drop.length ? [`--drop=${drop.join(',')}`] : [];
+    return spawnSync('capsh', [...pre, '--', '-c', cmd], { encoding: 'utf8', env });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 test("without CAP_SYS_NICE (outside Docker's default set) the sandbox starts, and long calls keep their priority", {
   skip: skip || capsh || asRoot,
   timeout: 60_000,
 }, () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rstar2-nice-'));
-  try {
-    const file = join(dir, 'n.py');
-    writeFileSync(file, 'import os, time\ntime.sleep(0.3)\nprint(os.nice(0))\n');
-    const bin = join(import.meta.dirname, '../../bin/rstar2.js');
-    const run = (pre: string[]) =>
-      spawnSync('capsh', [...pre, '--', '-c', `"${process.execPath}" "${bin}" sandbox run "${file}"`], {
-        encoding: 'utf8',
-      });
-    const held = run([]);
-    const dropped = run(['--drop=cap_sys_nice']);
-    assert.equal(held.status, 0, held.stderr);
-    assert.equal(dropped.status, 0, dropped.stderr);
-    assert.equal(held.stdout.split('\n')[0], '19');
-    assert.notEqual(dropped.stdout.split('\n')[0], '19', dropped.stdout);
-    assert.match(dropped.stderr, /no CAP_SYS_NICE: calls that run long keep their priority/);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const code = 'import os, time\ntime.sleep(0.3)\nprint(os.nice(0))\n';
+  const held = runWithout([], code);
+  const dropped = runWithout(['cap_sys_nice'], code);
+  assert.equal(held.status, 0, held.stderr);
+  assert.equal(dropped.status, 0, dropped.stderr);
+  assert.equal(held.stdout.split('\n')[0], '19');
+  assert.notEqual(dropped.stdout.split('\n')[0], '19', dropped.stdout);
+  assert.match(dropped.stderr, /no CAP_SYS_NICE: calls that run long keep their priority/);
 });
 
 test("without CAP_SYS_ADMIN (Docker's default set) bubblewrap cannot start, and the error says what to change", {
   skip: skip || capsh || asRoot,
   timeout: 60_000,
 }, () => {
-  const dir = mkdtempSync(join(tmpdir(), 'rstar2-noadmin-'));
-  try {
-    writeFileSync(join(dir, 'p.py'), 'print(6*7)\n');
-    const bin = join(import.meta.dirname, '../../bin/rstar2.js');
-    const r = spawnSync(
-      'capsh',
-      [
-        '--drop=cap_sys_admin',
-        '--',
-        '-c',
-        `"${process.execPath}" "${bin}" sandbox run "${join(dir, 'p.py')}"`,
-      ],
-      { encoding: 'utf8' },
-    );
-    assert.equal(r.status, 1, r.stdout + r.stderr);
-    assert.match(
-      r.stderr,
-      /bubblewrap cannot create the sandbox's namespaces here\. In Docker, run the container with --privileged/,
-    );
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const r = runWithout(['cap_sys_admin'], 'print(6*7)\n');
+  assert.equal(r.status, 1, r.stdout + r.stderr);
+  assert.match(
+    r.stderr,
+    /bubblewrap cannot create the sandbox's namespaces here\. In Docker, run the container with --privileged/,
+  );
 });
 
 test("with only Docker's default capabilities, isolation landlock runs a call where bubblewrap cannot", {
@@ -500,26 +488,13 @@ test("with only Docker's default capabilities, isolation landlock runs a call wh
   const bounding =
     /^Bounding set =(.*)$/m.exec(spawnSync('capsh', ['--print'], { encoding: 'utf8' }).stdout)?.[1] ?? '';
   const drop = bounding.split(',').filter((c) => c && !docker.includes(c));
-  const dir = mkdtempSync(join(tmpdir(), 'rstar2-docker-caps-'));
-  try {
-    writeFileSync(join(dir, 'p.py'), 'import os\nprint(6*7, os.getuid() != 0)\n');
-    const bin = join(import.meta.dirname, '../../bin/rstar2.js');
-    const r = spawnSync(
-      'capsh',
-      [
-        `--drop=${drop.join(',')}`,
-        '--',
-        '-c',
-        `"${process.execPath}" "${bin}" sandbox run "${join(dir, 'p.py')}"`,
-      ],
-      { encoding: 'utf8', env: { ...process.env, RSTAR2_SANDBOX_ISOLATION: 'landlock' } },
-    );
-    assert.equal(r.status, 0, r.stdout + r.stderr);
-    assert.equal(r.stdout.split('\n')[0], '42 True');
-    assert.match(r.stderr, /isolation landlock: no namespaces/);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const r = runWithout(drop, 'import os\nprint(6*7, os.getuid() != 0)\n', {
+    ...process.env,
+    RSTAR2_SANDBOX_ISOLATION: 'landlock',
+  });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  assert.equal(r.stdout.split('\n')[0], '42 True');
+  assert.match(r.stderr, /isolation landlock: no namespaces/);
 });
 
 /** A fresh cgroup of `controller` (cgroup v1's hierarchy of it, or v2 where it is delegated) for a test's
