@@ -263,7 +263,11 @@ export function registerRecipeCommands(program: Command): void {
       'the policy trained: embedded (torch worker + sandbox) or fake (a 3-parameter stand-in, no torch)',
       'embedded',
     )
-    .option('--insecure-no-sandbox', 'run tool code without bubblewrap isolation (development only)')
+    .option(
+      '--insecure-no-sandbox',
+      'run tool code without bubblewrap isolation (development only; in a container that refuses namespaces, ' +
+        'RSTAR2_SANDBOX_ISOLATION=landlock isolates without them)',
+    )
     .option(
       '--engines <specs>',
       'roll out on remote engines instead of the worker: sglang+http://h:p,vllm+http://h:p (comma-separated, ' +

@@ -31,7 +31,8 @@ function poolOptions(cmd: Command): Command {
     .option('--workers <n>', 'executor slots of the local isolated pool (default 4 x cores)', positiveInt())
     .option(
       '--insecure-no-sandbox',
-      'run Python without bubblewrap isolation (development only; loudly warned)',
+      'run Python without bubblewrap isolation (development only; loudly warned). Where namespaces are refused ' +
+        '(a container), RSTAR2_SANDBOX_ISOLATION=landlock isolates without them',
     )
     .option(
       '--preload <mods>',
@@ -213,7 +214,10 @@ export function registerSandboxCommands(program: Command): void {
     .option('--stdin <file>', 'file whose content becomes stdin')
     .option('--tool', 'run it as the rStar2 python tool and print the text the model would see')
     .option('--json', 'print the full RunResult as JSON')
-    .option('--insecure-no-sandbox', 'run without bubblewrap isolation (development only)')
+    .option(
+      '--insecure-no-sandbox',
+      'run without bubblewrap isolation (development only; in a container: RSTAR2_SANDBOX_ISOLATION=landlock)',
+    )
     .option('--timeout-ms <ms>', 'wall-clock limit', positiveInt(), 4000)
     .option('--memory-mb <mb>', 'address-space limit', positiveInt())
     .option('--preload <mods>', 'modules to import before the call, comma-separated', commaList)
