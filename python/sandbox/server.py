@@ -985,6 +985,8 @@ class Broker:
         msg = self.z.recv(256)
         if not msg:
             log("zygote died")
+            if UID_BASE and not zygote.PID_NS:  # its calls' processes outlive it where no pid namespace ends them
+                zygote.kill_uids(UID_BASE, SLOTS)
             os._exit(4)  # Node restarts the whole sandbox and retries in-flight calls
         res = ZRES.unpack(msg)
         if res[3] == REASON_SPAWN:

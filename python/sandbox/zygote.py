@@ -557,6 +557,28 @@ def use_plain_fork(hooks, early):
         fork = _libc_fork
 
 
+def kill_uids(first, n):
+    """kill(-1) as each of uids first..first+n-1 without a process to do it: SIGKILL to each live process of those
+    uids found in /proc, until a scan finds none alive. Nothing is reaped meanwhile, so no pid comes free for a
+    survivor to fork into. Used where no fork can be had, and at the end, where no pid namespace ends the rest."""
+    for _ in range(100):
+        alive = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/status", "rb") as f:
+                    status = f.read()
+                if b"\nState:\tZ" in status or not 0 <= int(status.split(b"\nUid:")[1].split()[0]) - first < n:
+                    continue
+                os.kill(int(name), signal.SIGKILL)
+                alive += 1
+            except (OSError, IndexError, ValueError):
+                pass  # gone meanwhile
+        if not alive:
+            return
+
+
 class Zygote:
     def __init__(self, sock):
         self.sock = sock
@@ -585,27 +607,6 @@ class Zygote:
             return None
         return None
 
-    @staticmethod
-    def kill_uid(uid):
-        """kill(-1) as uid without a process to do it: SIGKILL to each live process of uid found in /proc, until a
-        scan finds none alive. Nothing is reaped meanwhile, so no pid comes free for a survivor to fork into."""
-        for _ in range(100):
-            alive = 0
-            for name in os.listdir("/proc"):
-                if not name.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{name}/status", "rb") as f:
-                        status = f.read()
-                    if b"\nState:\tZ" in status or int(status.split(b"\nUid:")[1].split()[0]) != uid:
-                        continue
-                    os.kill(int(name), signal.SIGKILL)
-                    alive += 1
-                except (OSError, IndexError, ValueError):
-                    pass  # gone meanwhile
-            if not alive:
-                return
-
     def sweep(self, slot, pid):
         """Kill every process the call left behind; returns how many there were."""
         if os.pread(self.children_fd, 1 << 16, 0).count(b" ") == len(self.jobs):
@@ -633,7 +634,7 @@ class Zygote:
             h = os.fork()  # kill(-1) as the slot uid reaches exactly that uid's processes, atomically
         except OSError:  # the host's process limit is full, likely by the snippet's own forks
             h = -1
-            self.kill_uid(uid)
+            kill_uids(uid, 1)
         if h == 0:
             try:
                 os.setresuid(uid, uid, uid)
@@ -718,9 +719,11 @@ class Zygote:
                     msg, fds = recv_fds(self.sock, 256)
                 except ConnectionResetError:  # the broker exited with our reports unread
                     msg = b""
-                if not msg:  # broker gone: take every child with us
+                if not msg:  # broker gone: take every child with us, and what they forked
                     for pid in list(self.jobs):
                         os.kill(pid, signal.SIGKILL)
+                    if UID_BASE and not PID_NS:
+                        kill_uids(UID_BASE, SLOTS)
                     os._exit(0)
                 kind = msg[0]
                 if kind == KIND_R or kind == KIND_S:
@@ -813,7 +816,8 @@ def zygote_main(fd):
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)  # never touch the Node protocol pipes
         os.close(devnull)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if PID_NS:  # without one, the zygote outlives the broker long enough to end its calls' forks (loop)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # children inherit it (bwrap sets it too)
         if UID_BASE:
             os.setgroups([])  # once here instead of in every child

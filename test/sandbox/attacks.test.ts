@@ -1,7 +1,7 @@
 // Hostile snippets against the fully isolated pool: each must get a clear per-item result, and the pool
 // must keep serving (a normal call succeeds after every attack) without restarting the sandbox.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -803,6 +803,47 @@ describe('sandbox attacks without namespaces (isolation landlock)', {
     assert.equal(left.stdout, '[]\n');
   });
 
+  test('when the program running the sandbox is killed, nothing a call forked outlives it', async (t) => {
+    if (!pool) return t.skip(why); // no pid namespace here ends them: the zygote does, seeing its broker gone
+    const dir = mkdtempSync(join(tmpdir(), 'rstar2-orphans-'));
+    try {
+      const script = join(dir, 'run.mts');
+      writeFileSync(
+        script,
+        `import { SandboxPool } from ${JSON.stringify(join(import.meta.dirname, '../../src/sandbox/pool.ts'))};\n` +
+          "const pool = await SandboxPool.start({ isolation: 'landlock', slots: 1, log: () => {} });\n" +
+          'const code = "import os, time\\nif os.fork() == 0:\\n    if os.fork() == 0:\\n        time.sleep(60)\\n' +
+          '    os._exit(0)\\nprint(os.getuid(), flush=True)\\ntime.sleep(30)";\n' +
+          'void pool.run({ code, timeoutMs: 40000 });\n' +
+          'setInterval(() => console.log(pool.info.uidBase), 200);\n',
+      );
+      const child = spawn(process.execPath, ['--import', 'tsx', script], {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      let out = '';
+      child.stdout.on('data', (d) => (out += d));
+      const uidBase = await new Promise<number>((res) => {
+        const t = setInterval(() => {
+          const u = Number(out.split('\n')[0]);
+          // one slot, so uid u: the call and its daemon both alive
+          if (u > 0 && liveUids(u).filter((p) => p.endsWith(`uid ${u}`)).length >= 2) {
+            clearInterval(t);
+            res(u);
+          }
+        }, 50);
+      });
+      child.kill('SIGKILL');
+      let left = liveUids(uidBase);
+      for (let i = 0; i < 100 && left.length; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        left = liveUids(uidBase);
+      }
+      assert.deepEqual(left, []);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('a fork bomb is contained by NPROC and the wall clock', async (t) => {
     if (!pool) return t.skip(why);
     const r = await run(
@@ -811,3 +852,18 @@ describe('sandbox attacks without namespaces (isolation landlock)', {
     assert.equal(r.status, 'timeout', JSON.stringify(r));
   });
 });
+
+/** Processes alive (not zombies) whose uid is one of a sandbox's slot uids (uidBase + slot). */
+function liveUids(uidBase: number): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const status = readFileSync(`/proc/${name}/status`, 'utf8');
+      const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
+      if (uid >= uidBase && uid < uidBase + 1000 && !/^State:\s+Z/m.test(status))
+        out.push(`${name} uid ${uid}`);
+    } catch {} // gone meanwhile
+  }
+  return out;
+}
