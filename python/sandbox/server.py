@@ -453,6 +453,7 @@ class Broker:
         self.spawn_retry = 0.0  # after a failed fork: no new process is asked for before this time (0: none)
         self.spawn_since = {}  # request id -> when its first try to fork failed
         self.procs_kill = 0  # rid of the call killed to free processes, until the zygote reports it gone
+        self.procs = {}  # slot -> its processes, as the last memory check counted them
         self.spawn_logged = -INF
         self.prefork = PREFORK
         self.rid = 0
@@ -862,7 +863,7 @@ class Broker:
     def check_memory(self):
         """A call whose processes hold more than its memory limit together is killed with reason memory (a
         session with its whole process)."""
-        used, shm, pids, _ = slot_memory_kb(self.base_kb)
+        used, shm, pids, self.procs = slot_memory_kb(self.base_kb)
         if self.autogroup_want and AUTOGROUP:
             self.set_autogroups(pids)
         for call in list(self.timed):
@@ -1126,7 +1127,7 @@ class Broker:
         call is never killed for the process it needs to run), one at a time. Needs per-slot uids."""
         if not UID_BASE or self.procs_kill:
             return
-        procs = slot_memory_kb(self.base_kb)[3]
+        procs = self.procs  # at most MEM_CHECK_S old: no scan of /proc per failed fork, which recur every 20 ms
         call = max(self.timed, key=lambda c: procs.get(c.slot, 0), default=None)
         if call is None or call.killed or procs.get(call.slot, 0) < 2:
             return
