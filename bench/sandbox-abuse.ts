@@ -8,6 +8,7 @@
 // (--demote-after-ms 0: long calls keep their priority, as before the pool demoted them)
 // --long-call: what demotion costs an honest long call instead: a ~0.4 s computation alone, then beside
 // --innocent workers sending trivial calls (no attacks)
+// RSTAR2_SANDBOX_ISOLATION=landlock in the environment: the same against the sandbox without namespaces
 // --host-loop: what this host's scheduler allows at best: no hostile calls, but --hostile busy loops outside the
 // sandbox at the lowest priority there is (nice 19, each in a session of autogroup nice 19) beside the innocent workers
 import { spawn } from 'node:child_process';
