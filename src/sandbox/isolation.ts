@@ -156,16 +156,48 @@ function rootLinks(): string[] {
 
 let launches = 0;
 /** A uid range per sandbox launch, so pools on one host never share slot uids: RLIMIT_NPROC counts
- * per uid system-wide, and with isolation none the kill(-1) sweep would reach another pool's uid. */
-function defaultUidBase(): number {
+ * per uid system-wide, and with isolation none the kill(-1) sweep would reach another pool's uid. In a user
+ * namespace that maps only some uids (rootless Podman, Docker's userns-remap, Kubernetes' hostUsers: false: 65,536
+ * as a rule) the range is taken inside the mapped uids and gids, between 30,000 and 60,000, above the accounts a
+ * system makes and below nobody. */
+function defaultUidBase(slots: number): number {
   launches++;
-  return 100_000 + ((process.pid * 131 + launches) % 50_000) * 1000;
+  const width = Math.ceil(slots / 1000) * 1000;
+  const k = process.pid * 131 + launches;
+  const maps = ['uid_map', 'gid_map'].map(idMap);
+  if (maps.every((m) => m.some(([start, count]) => start === 0 && count >= 2 ** 32 - 1)))
+    return 100_000 + (k % 50_000) * width;
+  const bases: number[] = [];
+  for (let b = 30_000; b + width <= 60_000; b += width) {
+    if (maps.every((m) => m.some(([start, count]) => start <= b && b + width <= start + count)))
+      bases.push(b);
+  }
+  if (!bases.length) {
+    throw new Error(
+      `no ${width} uids between 30000 and 60000 are mapped in this user namespace for the sandbox's slots ` +
+        `(/proc/self/uid_map: ${JSON.stringify(maps[0])}); pass uidBase where uids and gids are mapped`,
+    );
+  }
+  return bases[k % bases.length];
+}
+
+/** This process's user namespace id map: [first id inside, count] per line. */
+function idMap(file: string): [number, number][] {
+  try {
+    return readFileSync(`/proc/self/${file}`, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => l.trim().split(/\s+/).map(Number))
+      .map(([inside, , count]) => [inside, count] as [number, number]);
+  } catch {
+    return [[0, 2 ** 32 - 1]]; // no /proc: assume every id exists, as before
+  }
 }
 
 export function planLaunch(inp: LaunchInput): LaunchPlan {
   const notes: string[] = [];
   const root = isRoot();
-  const uidBase = root ? (inp.uidBase ?? defaultUidBase()) : 0;
+  const uidBase = root ? (inp.uidBase ?? defaultUidBase(inp.slots)) : 0;
   if (!root)
     notes.push('not running as root: no per-slot uids, so leftover processes are swept by session only');
   const renice = root && holdsSysNice();

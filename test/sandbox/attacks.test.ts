@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import {
+  chmodSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -497,6 +498,40 @@ test("with only Docker's default capabilities, isolation landlock runs a call wh
   assert.equal(r.status, 0, r.stdout + r.stderr);
   assert.equal(r.stdout.split('\n')[0], '42 True');
   assert.match(r.stderr, /isolation landlock: no namespaces/);
+});
+
+test('inside a user namespace that maps 65,536 ids (rootless containers), the slots take uids that exist there', {
+  skip: skip || asRoot,
+  timeout: 60_000,
+}, () => {
+  // a child in a new user namespace whose root is host uid 200000, ids 0..65535 mapped, as rootless Podman does
+  const userns =
+    'import ctypes, os, sys\nlibc = ctypes.CDLL(None, use_errno=True)\nr, w = os.pipe()\nr2, w2 = os.pipe()\n' +
+    'pid = os.fork()\nif pid == 0:\n    if libc.unshare(0x10000000):\n        os._exit(99)\n' +
+    '    os.write(w, b"x")\n    os.read(r2, 1)\n    os.setresgid(0, 0, 0)\n    os.setresuid(0, 0, 0)\n' +
+    '    os.execv(sys.argv[1], sys.argv[1:])\nos.read(r, 1)\nfor f in ("uid_map", "gid_map"):\n' +
+    '    open(f"/proc/{pid}/{f}", "w").write("0 200000 65536\\n")\nos.write(w2, b"x")\n' +
+    'sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))';
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-userns-'));
+  try {
+    writeFileSync(join(dir, 'p.py'), 'import os\nprint(30000 <= os.getuid() < 60000)\n', { mode: 0o644 });
+    chmodSync(dir, 0o755); // for root inside, which is host uid 200000 out here
+    const bin = join(import.meta.dirname, '../../bin/rstar2.js');
+    for (const isolation of ['bwrap', 'landlock']) {
+      const r = spawnSync(
+        '/usr/bin/python3',
+        ['-c', userns, process.execPath, bin, 'sandbox', 'run', join(dir, 'p.py')],
+        {
+          encoding: 'utf8',
+          env: { ...process.env, RSTAR2_SANDBOX_ISOLATION: isolation },
+        },
+      );
+      assert.equal(r.status, 0, `${isolation}: ${r.stdout}${r.stderr}`);
+      assert.equal(r.stdout.split('\n')[0], 'True', isolation);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 /** A fresh cgroup of `controller` (cgroup v1's hierarchy of it, or v2 where it is delegated) for a test's
