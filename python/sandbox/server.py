@@ -630,7 +630,8 @@ class Broker:
             cid, timeout_ms, mem_mb, sid, payload = item
             s = self.sessions.get(sid)
             if s is None:
-                if not self.sess_free or self.spawn_retry:  # a closed session's slot is still being swept
+                # a closed session's slot is still being swept, or the zygote's last fork failed (spawn_failed)
+                if not self.sess_free or self.spawn_retry:
                     keep.append(item)
                     continue
                 s = self.new_session(sid, mem_mb & ~FLAGS)

@@ -168,10 +168,12 @@ const openFiles = (slots: number, sessions: number) => 4 * slots + 5 * sessions 
 
 function resolveOptions(o: SandboxPoolOptions): Resolved {
   const cores = availableParallelism();
+  const isolation = o.isolation ?? defaultIsolation();
+  const maxSessions = o.maxSessions ?? 16;
   const hard = openFilesHardLimit();
   // the default stays within this process's open-file limit (Node raised its soft limit to the hard one at start,
   // and the sandbox inherits both); slots asked for are checked against it below
-  const fitting = hard === undefined ? 512 : Math.floor((hard - openFiles(0, o.maxSessions ?? 16)) / 4);
+  const fitting = hard === undefined ? 512 : Math.floor((hard - openFiles(0, maxSessions)) / 4);
   const r: Resolved = {
     slots: o.slots ?? Math.max(1, Math.min(512, cores * 4, fitting)),
     timeoutMs: o.timeoutMs ?? 4000,
@@ -181,14 +183,14 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     maxOutputBytes: o.maxOutputBytes ?? 1 << 20,
     killOutputBytes: o.killOutputBytes ?? 16 << 20,
     preload: o.preload ?? [],
-    isolation: o.isolation ?? defaultIsolation(),
+    isolation,
     python: findPython(o.python),
     uidBase: o.uidBase,
     nproc: o.nproc ?? 32,
     fileSizeMb: o.fileSizeMb ?? 16,
     scratchMb: o.scratchMb ?? 64,
     // isolation landlock counts a scratch by listing it every 100 ms (no tmpfs of its own to ask): fewer entries
-    scratchFiles: o.scratchFiles ?? ((o.isolation ?? defaultIsolation()) === 'landlock' ? 10_000 : 100_000),
+    scratchFiles: o.scratchFiles ?? (isolation === 'landlock' ? 10_000 : 100_000),
     shmMb: o.shmMb ?? 64,
     demoteAfterMs: o.demoteAfterMs ?? 50,
     landlock: o.landlock ?? true,
@@ -201,7 +203,7 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     maxFilesBytes: o.maxFilesBytes ?? 16 << 20,
     watchdogGraceMs: o.watchdogGraceMs ?? 5000,
     startTimeoutMs: o.startTimeoutMs ?? 30_000,
-    maxSessions: o.maxSessions ?? 16,
+    maxSessions,
     sessionTtlMs: o.sessionTtlMs ?? 300_000,
     log: o.log ?? ((l) => process.stderr.write(`[sandbox] ${l}\n`)),
   };

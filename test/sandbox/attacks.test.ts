@@ -20,6 +20,7 @@ import { after, before, describe, test } from 'node:test';
 import { findBwrap, SANDBOX_PY_DIR } from '../../src/sandbox/isolation.js';
 import { SandboxPool } from '../../src/sandbox/pool.js';
 import type { RunResult } from '../../src/sandbox/types.js';
+import { poolScript } from './helpers.js';
 
 const SECRET = 'rstar2-secret-value-7f3a9c';
 // A fork of the zygote keeps the strings the zygote was started with (argv, then its environment) at the top of its
@@ -707,27 +708,24 @@ test("when a container's memory runs out, the kernel's OOM killer takes sandboxe
 }, async () => {
   if (!('dir' in memCg)) return;
   mkdirSync(memCg.dir);
-  const tmp = mkdtempSync(join(tmpdir(), 'rstar2-oom-'));
+  // the program (a trainer, say) holds 400 MB in a 900 MB container; three calls take 250 MB each, every one
+  // within its own 1024 MB limit
+  const limit = join(memCg.dir, memCg.v2 ? 'memory.max' : 'memory.limit_in_bytes');
+  const script = poolScript(
+    `import { writeFileSync } from 'node:fs';\n` +
+      `writeFileSync(${JSON.stringify(join(memCg.dir, 'cgroup.procs'))}, String(process.pid));\n` +
+      `writeFileSync(${JSON.stringify(limit)}, String(900 << 20));\n` +
+      'const held = Buffer.alloc(400 << 20, 1);\n' +
+      'const pool = await SandboxPool.start({ slots: 3, log: () => {} });\n' +
+      'const code = "import time\\nb = bytearray(250 << 20)\\nfor i in range(0, len(b), 4096): b[i] = 1\\n' +
+      'time.sleep(1)\\nprint(1)";\n' +
+      'const rs = await Promise.all([1, 2, 3].map(() => pool.run({ code, timeoutMs: 20000 })));\n' +
+      'console.log(JSON.stringify({ held: held.length, results: rs.map((r) => [r.status, r.error ?? null]) }));\n' +
+      'await pool.close();\n',
+  );
   try {
-    // the program (a trainer, say) holds 400 MB in a 900 MB container; three calls take 250 MB each, every one
-    // within its own 1024 MB limit
-    const script = join(tmp, 'run.mts');
-    const limit = join(memCg.dir, memCg.v2 ? 'memory.max' : 'memory.limit_in_bytes');
-    writeFileSync(
-      script,
-      `import { writeFileSync } from 'node:fs';\n` +
-        `import { SandboxPool } from ${JSON.stringify(join(import.meta.dirname, '../../src/sandbox/pool.ts'))};\n` +
-        `writeFileSync(${JSON.stringify(join(memCg.dir, 'cgroup.procs'))}, String(process.pid));\n` +
-        `writeFileSync(${JSON.stringify(limit)}, String(900 << 20));\n` +
-        'const held = Buffer.alloc(400 << 20, 1);\n' +
-        'const pool = await SandboxPool.start({ slots: 3, log: () => {} });\n' +
-        'const code = "import time\\nb = bytearray(250 << 20)\\nfor i in range(0, len(b), 4096): b[i] = 1\\n' +
-        'time.sleep(1)\\nprint(1)";\n' +
-        'const rs = await Promise.all([1, 2, 3].map(() => pool.run({ code, timeoutMs: 20000 })));\n' +
-        'console.log(JSON.stringify({ held: held.length, results: rs.map((r) => [r.status, r.error ?? null]) }));\n' +
-        'await pool.close();\n',
-    );
-    const r = spawnSync(process.execPath, ['--import', 'tsx', script], { encoding: 'utf8' });
+    const [cmd, ...args] = script.argv;
+    const r = spawnSync(cmd, args, { encoding: 'utf8' });
     assert.equal(r.signal, null, `the program itself was killed: ${r.stdout}${r.stderr}`);
     assert.equal(r.status, 0, r.stdout + r.stderr);
     const { results }: { results: [string, string | null][] } = JSON.parse(
@@ -742,7 +740,7 @@ test("when a container's memory runs out, the kernel's OOM killer takes sandboxe
       r.stdout,
     );
   } finally {
-    rmSync(tmp, { recursive: true, force: true });
+    script.remove();
     await removeCgroup(memCg.dir);
   }
 });
@@ -850,21 +848,16 @@ describe('sandbox attacks without namespaces (isolation landlock)', {
 
   test('when the program running the sandbox is killed, nothing a call forked outlives it', async (t) => {
     if (!pool) return t.skip(why); // no pid namespace here ends them: the zygote does, seeing its broker gone
-    const dir = mkdtempSync(join(tmpdir(), 'rstar2-orphans-'));
+    const script = poolScript(
+      "const pool = await SandboxPool.start({ isolation: 'landlock', slots: 1, log: () => {} });\n" +
+        'const code = "import os, time\\nif os.fork() == 0:\\n    if os.fork() == 0:\\n        time.sleep(60)\\n' +
+        '    os._exit(0)\\nprint(os.getuid(), flush=True)\\ntime.sleep(30)";\n' +
+        'void pool.run({ code, timeoutMs: 40000 });\n' +
+        'setInterval(() => console.log(pool.info.uidBase), 200);\n',
+    );
     try {
-      const script = join(dir, 'run.mts');
-      writeFileSync(
-        script,
-        `import { SandboxPool } from ${JSON.stringify(join(import.meta.dirname, '../../src/sandbox/pool.ts'))};\n` +
-          "const pool = await SandboxPool.start({ isolation: 'landlock', slots: 1, log: () => {} });\n" +
-          'const code = "import os, time\\nif os.fork() == 0:\\n    if os.fork() == 0:\\n        time.sleep(60)\\n' +
-          '    os._exit(0)\\nprint(os.getuid(), flush=True)\\ntime.sleep(30)";\n' +
-          'void pool.run({ code, timeoutMs: 40000 });\n' +
-          'setInterval(() => console.log(pool.info.uidBase), 200);\n',
-      );
-      const child = spawn(process.execPath, ['--import', 'tsx', script], {
-        stdio: ['ignore', 'pipe', 'inherit'],
-      });
+      const [cmd, ...args] = script.argv;
+      const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'inherit'] });
       let out = '';
       child.stdout.on('data', (d) => (out += d));
       const uidBase = await new Promise<number>((res) => {
@@ -885,7 +878,7 @@ describe('sandbox attacks without namespaces (isolation landlock)', {
       }
       assert.deepEqual(left, []);
     } finally {
-      rmSync(dir, { recursive: true, force: true });
+      script.remove();
     }
   });
 

@@ -1,4 +1,7 @@
 import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { CodeRunner, RunRequest, RunResult } from '../../src/sandbox/types.js';
 import { findPython } from '../../src/util/python.js';
 
@@ -119,5 +122,18 @@ export async function startRedis(
         proc.on('exit', () => resolve());
         proc.kill('SIGTERM');
       }),
+  };
+}
+
+/** A script in a temporary dir that runs `body` with SandboxPool imported, for tests that need the pool in a
+ * process of its own (killed, under limits, in a cgroup): the command line that runs it, and the dir's removal. */
+export function poolScript(body: string): { argv: string[]; remove(): void } {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-script-'));
+  const path = join(dir, 'run.mts');
+  const pool = JSON.stringify(join(import.meta.dirname, '../../src/sandbox/pool.ts'));
+  writeFileSync(path, `import { SandboxPool } from ${pool};\n${body}`);
+  return {
+    argv: [process.execPath, '--import', 'tsx', path],
+    remove: () => rmSync(dir, { recursive: true, force: true }),
   };
 }

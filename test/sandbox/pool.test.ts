@@ -1,11 +1,9 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { findBwrap } from '../../src/sandbox/isolation.js';
 import { SandboxPool } from '../../src/sandbox/pool.js';
+import { poolScript } from './helpers.js';
 
 const skip = findBwrap() ? false : 'bubblewrap not installed';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -409,24 +407,17 @@ describe('open-file limits (bwrap)', {
   // a pool in a process of its own under the given RLIMIT_NOFILE (soft:hard; Node raises the soft limit to the
   // hard one at start, and the sandbox inherits it) with these options, running 4 calls at once
   function runUnder(nofile: string, options: string) {
-    const dir = mkdtempSync(join(tmpdir(), 'rstar2-nofile-'));
+    const script = poolScript(
+      `const pool = await SandboxPool.start(${options}).catch((e) => { console.log(e.message); process.exit(2); });\n` +
+        "const rs = await Promise.all([1, 2, 3, 4].map(() => pool.run({ code: 'print(1)' })));\n" +
+        'const ok = rs.filter((r) => r.stdout === "1\\n").length;\n' +
+        'console.log(JSON.stringify({ ok, slots: pool.info.slots, restarts: pool.stats().restarts }));\n' +
+        'await pool.close();\n',
+    );
     try {
-      const script = join(dir, 'run.mts');
-      const pool = JSON.stringify(join(import.meta.dirname, '../../src/sandbox/pool.ts'));
-      writeFileSync(
-        script,
-        `import { SandboxPool } from ${pool};\n` +
-          `const pool = await SandboxPool.start(${options}).catch((e) => { console.log(e.message); process.exit(2); });\n` +
-          "const rs = await Promise.all([1, 2, 3, 4].map(() => pool.run({ code: 'print(1)' })));\n" +
-          'const ok = rs.filter((r) => r.stdout === "1\\n").length;\n' +
-          'console.log(JSON.stringify({ ok, slots: pool.info.slots, restarts: pool.stats().restarts }));\n' +
-          'await pool.close();\n',
-      );
-      return spawnSync('prlimit', [`--nofile=${nofile}`, process.execPath, '--import', 'tsx', script], {
-        encoding: 'utf8',
-      });
+      return spawnSync('prlimit', [`--nofile=${nofile}`, ...script.argv], { encoding: 'utf8' });
     } finally {
-      rmSync(dir, { recursive: true, force: true });
+      script.remove();
     }
   }
 
