@@ -1,11 +1,14 @@
-"""GPU checks run by bench/gpu-check.sh: `python -m rstar2_worker.gpu_check preflight|parity|throughput`.
+"""GPU checks run by bench/gpu-check.sh: `python -m rstar2_worker.gpu_check preflight|parity|generate|...`.
 
 parity: random-init Qwen2 and Qwen3 models built by transformers, saved with save_pretrained, loaded by the
 worker; logits and one SFT step's loss are compared with transformers' own, and the worker's sharded save is
-loaded back by transformers' from_pretrained. hf-backend: model.backend 'transformers' on an architecture the
-built-in model lacks (Llama): the worker's log-probs and SFT loss against transformers' own. throughput: bf16 training steps on
-a random ~0.5B model (Qwen2.5-0.5B's shape) at 4K and 8K tokens, tokens/s and MFU.
+loaded back by transformers' from_pretrained. generate: the embedded engine's greedy tokens against
+transformers' generate, and its sampled log-probs against its own scoring. hf-backend: model.backend
+'transformers' on an architecture the built-in model lacks (Llama): the worker's log-probs and SFT loss against
+transformers' own. throughput: bf16 training steps on a random ~0.5B model (Qwen2.5-0.5B's shape) at 4K and 8K
+tokens, tokens/s and MFU.
 """
+import json
 import os
 import sys
 import tempfile
@@ -62,9 +65,12 @@ def parity():
         torch.manual_seed(0)
         hf = cls(conf_cls(**SMALL, **extra)).float().eval()
         with tempfile.TemporaryDirectory() as d:
-            hf.save_pretrained(d, safe_serialization=True)
+            hf.save_pretrained(d)  # safetensors: the default since transformers 4.35
+            with open(os.path.join(d, "config.json")) as f:
+                saved = json.load(f)
             p = Policy()
             p.load(d)
+        rope_keys = "rope_parameters" if "rope_parameters" in saved else "rope_theta/rope_scaling"
         ids = torch.randint(0, SMALL["vocab_size"], (2, 64))
         with torch.no_grad(), tempfile.TemporaryDirectory() as d:
             ref = hf(ids).logits.float()[:, :-1]
@@ -78,7 +84,7 @@ def parity():
         st = p.train_step("sft", [seq], [[0] + [1] * (len(seq) - 1)], [None], [0.0], {"lr": 0.0})
         dloss = abs(st["loss"] - ref_loss)
         ok = diff < 2e-2 and dloss < 1e-3  # bf16-level tolerance on fp32 models: kernels differ, not the math
-        print(f"parity {kind}: max |logits diff| {diff:.2e}, loss {st['loss']:.5f} vs transformers {ref_loss:.5f} {'ok' if ok else 'FAIL'}")
+        print(f"parity {kind} (config.json with {rope_keys}): max |logits diff| {diff:.2e}, loss {st['loss']:.5f} vs transformers {ref_loss:.5f} {'ok' if ok else 'FAIL'}")
         if not ok:
             bad.append(kind)
     if bad:
@@ -93,7 +99,7 @@ def hf_backend():
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**SMALL)).float().eval()
     ids = torch.randint(0, SMALL["vocab_size"], (1, 64))
     with tempfile.TemporaryDirectory() as d:
-        hf.save_pretrained(d, safe_serialization=True)
+        hf.save_pretrained(d)  # safetensors: the default since transformers 4.35
         p = Policy()
         p.backend = "transformers"
         p.load(d)
@@ -111,6 +117,36 @@ def hf_backend():
         sys.exit(1)
 
 
+def generate():
+    """The embedded engine on the GPU: greedy tokens as transformers' generate picks them (prompts of two lengths,
+    so the batch is left-padded), and sampled log-probs as the worker's own scoring gives them (the RL ratio)."""
+    torch, Policy = on_gpu()
+    import transformers
+
+    torch.manual_seed(0)
+    hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**SMALL, head_dim=64)).float().eval()
+    with tempfile.TemporaryDirectory() as d:
+        hf.save_pretrained(d)
+        p = Policy()
+        p.load(d)
+    prompts = [torch.randint(0, SMALL["vocab_size"], (n,)).tolist() for n in (17, 40)]
+    ours, _, _ = p.generate(prompts, {"temperature": 0.0, "maxNewTokens": 32})
+    same = 0
+    for prompt, got in zip(prompts, ours):
+        with torch.no_grad():
+            ref = hf.generate(torch.tensor([prompt]), max_new_tokens=32, min_new_tokens=32, do_sample=False)
+        want = ref[0, len(prompt) :].tolist()
+        same += next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(want)) == len(want)
+    ids, lps, _ = p.generate(prompts, {"temperature": 1.0, "maxNewTokens": 64, "seed": 1})
+    scored = p.logprobs([q + o for q, o in zip(prompts, ids)])[0]
+    diff = max(abs(a - b) for q, o, lp, sc in zip(prompts, ids, lps, scored) for a, b in zip(lp, sc[len(q) :]))
+    ok = same == len(prompts) and diff < 1e-3
+    print(f"generate: greedy equal to transformers' for {same}/{len(prompts)} prompts; sampled vs scored log-probs "
+          f"max diff {diff:.2e} {'ok' if ok else 'FAIL'}")
+    if not ok:
+        sys.exit(1)
+
+
 # Qwen2.5-0.5B's shape, random weights
 HALF_B = dict(model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
               num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
@@ -120,40 +156,44 @@ PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}  # dense bf16
 
 def throughput():
     torch, Policy = on_gpu()
-    p = Policy()
-    info = p.init(HALF_B, 0)
-    p.model.to(torch.bfloat16)
-    n = info["params"] - HALF_B["vocab_size"] * HALF_B["hidden_size"]  # the embedding lookup is no matmul
     name = torch.cuda.get_device_name()
     peak = float(os.environ.get("RSTAR2_PEAK_TFLOPS") or next((v for k, v in PEAK_TFLOPS.items() if k in name), 0))
     L, h = HALF_B["num_hidden_layers"], HALF_B["hidden_size"]
-    for T in (4096, 8192):
-        seq = torch.randint(0, HALF_B["vocab_size"], (T,)).tolist()
-        args = ("sft", [seq], [[0] + [1] * (T - 1)], [None], [0.0], {"lr": 1e-5, "microBatchTokens": T})
-        try:
-            p.train_step(*args)  # warm-up: allocator, kernels
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(3):
-                t0 = time.time()
-                p.train_step(*args)
+    for precision in ("bf16", "bf16-mixed"):  # bf16 weights and AdamW state; fp32 weights, bf16 matmuls
+        os.environ["RSTAR2_PRECISION"] = precision
+        p = Policy()
+        info = p.init(HALF_B, 0)
+        n = info["params"] - HALF_B["vocab_size"] * HALF_B["hidden_size"]  # the embedding lookup is no matmul
+        torch.cuda.reset_peak_memory_stats()
+        for T in (4096, 8192):
+            seq = torch.randint(0, HALF_B["vocab_size"], (T,)).tolist()
+            args = ("sft", [seq], [[0] + [1] * (T - 1)], [None], [0.0], {"lr": 1e-5, "microBatchTokens": T})
+            try:
+                p.train_step(*args)  # warm-up: allocator, kernels
                 torch.cuda.synchronize()
-                times.append(time.time() - t0)
-        except torch.cuda.OutOfMemoryError as e:
-            print(f"throughput {T} tokens: out of memory ({str(e).splitlines()[0]})")
-            torch.cuda.empty_cache()
-            continue
-        dt = sorted(times)[1]
-        tok_s = T / dt
-        flops = (6 * n + 12 * L * h * T) * tok_s  # PaLM's count: weights, plus causal attention's scores
-        mfu = f", MFU {100 * flops / (peak * 1e12):.1f}% of {peak:.0f} TFLOP/s" if peak else ""
-        mem = torch.cuda.max_memory_allocated() / 2**30
-        print(f"throughput {T} tokens: {tok_s:,.0f} tokens/s (median of 3){mfu}; peak memory {mem:.1f} GiB")
+                times = []
+                for _ in range(3):
+                    t0 = time.time()
+                    p.train_step(*args)
+                    torch.cuda.synchronize()
+                    times.append(time.time() - t0)
+            except torch.cuda.OutOfMemoryError as e:
+                print(f"throughput {precision} {T} tokens: out of memory ({str(e).splitlines()[0]})")
+                torch.cuda.empty_cache()
+                continue
+            dt = sorted(times)[1]
+            tok_s = T / dt
+            flops = (6 * n + 12 * L * h * T) * tok_s  # PaLM's count: weights, plus causal attention's scores
+            mfu = f", MFU {100 * flops / (peak * 1e12):.1f}% of {peak:.0f} TFLOP/s" if peak else ""
+            mem = torch.cuda.max_memory_allocated() / 2**30
+            print(f"throughput {precision} {T} tokens: {tok_s:,.0f} tokens/s (median of 3){mfu}; peak memory {mem:.1f} GiB")
+        del p
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""
-    fns = {"preflight": preflight, "parity": parity, "hf-backend": hf_backend, "throughput": throughput}
+    fns = {"preflight": preflight, "parity": parity, "generate": generate, "hf-backend": hf_backend, "throughput": throughput}
     if what not in fns:
         fail(f"usage: python -m rstar2_worker.gpu_check {'|'.join(fns)}")
     fns[what]()

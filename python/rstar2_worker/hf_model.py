@@ -90,6 +90,8 @@ class HFCausalLM(nn.Module):
 def load(directory):
     """(config, model) for a Hugging Face model directory, in fp32 on the CPU (the policy places it)."""
     transformers = import_transformers()
-    hf = transformers.AutoModelForCausalLM.from_pretrained(directory, torch_dtype=torch.float32)
+    # `dtype` since transformers 4.56, where `torch_dtype` became its deprecated spelling
+    new = tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (4, 56)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(directory, **{"dtype" if new else "torch_dtype": torch.float32})
     cfg = HFConfig(hf.config.to_dict())
     return cfg, HFCausalLM(hf, cfg)

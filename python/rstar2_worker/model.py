@@ -25,7 +25,14 @@ class Config:
         self.num_attention_heads = int(d["num_attention_heads"])
         self.num_key_value_heads = int(d.get("num_key_value_heads") or self.num_attention_heads)
         self.head_dim = int(d.get("head_dim") or self.hidden_size // self.num_attention_heads)
-        self.rope_theta = float(d.get("rope_theta", 10000.0))
+        # transformers >= 5 writes rope_theta and the scaling into one `rope_parameters` dict; older configs
+        # (every Qwen checkpoint published so far) keep them apart as `rope_theta` and `rope_scaling`
+        rp = d.get("rope_parameters") or {}
+        if any(isinstance(v, dict) for v in rp.values()):
+            raise ValueError(f"per-layer-type rope_parameters are not supported: {rp!r}")
+        if float(rp.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0))) != 1.0:
+            raise ValueError("partial_rotary_factor other than 1 is not supported")
+        self.rope_theta = float(rp.get("rope_theta", d.get("rope_theta", 10000.0)))
         self.rms_norm_eps = float(d.get("rms_norm_eps", 1e-6))
         self.max_position_embeddings = int(d.get("max_position_embeddings", 4096))
         self.tie_word_embeddings = bool(d.get("tie_word_embeddings", False))
@@ -37,7 +44,7 @@ class Config:
             raise ValueError(f"unsupported hidden_act {d.get('hidden_act')!r} (only silu)")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
-        self.rope_scaling = dict(d.get("rope_scaling") or {})
+        self.rope_scaling = dict(d.get("rope_scaling") or {k: v for k, v in rp.items() if k != "rope_theta"})
         # "type" is the older spelling (Qwen2.5's published YaRN config uses it, Qwen3's "rope_type")
         self.rope_type = self.rope_scaling.get("rope_type", self.rope_scaling.get("type")) or "default"
         if self.rope_type not in ROPE_TYPES:
@@ -264,7 +271,9 @@ class CausalLM(nn.Module):
                 elif name.endswith(".bias"):
                     p.zero_()
                 else:
-                    p.copy_(torch.randn(p.shape, generator=g) * std)
+                    # drawn on the CPU whatever the default device (CUDA ranks set it): the generator is a CPU
+                    # one, and the same seed then gives the same weights on every device
+                    p.copy_(torch.randn(p.shape, generator=g, device="cpu") * std)
 
     def hidden(self, ids, pos, bias, caches=None, cache_at=0, seqlens=None):
         """Final hidden states [B, T, H]. `bias` None: causal; `seqlens`: ids is one packed row of sequences

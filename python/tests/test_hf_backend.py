@@ -4,7 +4,6 @@ builds the Llama-style layout (`model` + `lm_head`) around the built-in decoder.
 bench/gpu-check.sh (gpu_check.py parity). Run: python -m unittest tests.test_hf_backend (from python/)."""
 import importlib.util
 import os
-import sys
 import tempfile
 import types
 import unittest
@@ -42,9 +41,11 @@ class Decoder(nn.Module):  # transformers' decoder call: input_ids, position_ids
 
 class FakeAuto:
     loaded = []
+    kwargs = []
 
     @staticmethod
-    def from_pretrained(directory, torch_dtype=None):
+    def from_pretrained(directory, **kw):
+        FakeAuto.kwargs.append(kw)
         p = Policy()
         p.backend = "native"
         p.load(directory)
@@ -79,8 +80,11 @@ class TransformersBackend(unittest.TestCase):
 
     def test_scores_trains_and_saves_like_the_native_model(self):
         stub = types.ModuleType("transformers")
-        stub.AutoModelForCausalLM = FakeAuto
-        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as d2, mock.patch.dict(sys.modules, {"transformers": stub}):
+        stub.AutoModelForCausalLM, stub.__version__ = FakeAuto, "5.0.0"
+        # not mock.patch.dict(sys.modules): leaving it drops every module imported meanwhile, and torch >= 2
+        # refuses to import its op libraries a second time
+        stubbed = mock.patch.object(hf_model, "import_transformers", lambda: stub)
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as d2, stubbed:
             native = Policy()
             native.init({**CFG}, 3)
             native.save(d, False)
@@ -88,6 +92,7 @@ class TransformersBackend(unittest.TestCase):
             hf.backend = "transformers"
             info = hf.load(d)
             self.assertEqual(FakeAuto.loaded[-1], d)
+            self.assertEqual(FakeAuto.kwargs[-1], {"dtype": torch.float32})  # torch_dtype is deprecated from 4.56
             self.assertIsInstance(hf.model, hf_model.HFCausalLM)
             self.assertEqual(info["params"], M.count_params(native.model))
             want, got = native.logprobs(ROWS), hf.logprobs(ROWS)

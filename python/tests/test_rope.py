@@ -86,6 +86,22 @@ class RopeScaling(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "needs a numeric factor"):
             M.Config({**QWEN, "rope_scaling": {"type": "yarn"}})
 
+    def test_transformers_5_rope_parameters_read_as_the_older_keys(self):
+        # transformers >= 5 saves {"rope_parameters": {"rope_type", "rope_theta", factor...}} and no rope_theta
+        legacy = {k: v for k, v in QWEN.items() if k not in ("rope_theta", "rope_scaling")}
+        v5 = M.Config({**legacy, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
+                                                     "original_max_position_embeddings": 32768}})
+        old = M.Config(QWEN)
+        self.assertEqual((v5.rope_theta, v5.rope_type), (1e6, "yarn"))
+        for a, b in zip(M.rope_parameters(v5), M.rope_parameters(old)):
+            self.assertTrue(torch.equal(torch.as_tensor(a), torch.as_tensor(b)))
+        plain = M.Config({**legacy, "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}})
+        self.assertEqual((plain.rope_theta, plain.rope_type), (5e5, "default"))
+        with self.assertRaisesRegex(ValueError, "per-layer-type rope_parameters"):
+            M.Config({**legacy, "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6}}})
+        with self.assertRaisesRegex(ValueError, "partial_rotary_factor"):
+            M.Config({**legacy, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}})
+
     def test_a_yarn_model_runs(self):
         cfg = M.Config({**QWEN, "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2})
         m = M.CausalLM(cfg)
