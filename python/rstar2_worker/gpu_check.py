@@ -5,8 +5,8 @@ worker; logits and one SFT step's loss are compared with transformers' own, and 
 loaded back by transformers' from_pretrained. generate: the embedded engine's greedy tokens against
 transformers' generate, and its sampled log-probs against its own scoring. hf-backend: model.backend
 'transformers' on an architecture the built-in model lacks (Llama): the worker's log-probs and SFT loss against
-transformers' own. throughput: bf16 training steps on a random ~0.5B model (Qwen2.5-0.5B's shape) at 4K and 8K
-tokens, tokens/s and MFU.
+transformers' own. throughput: bf16 and bf16-mixed training steps on a random ~0.5B model (Qwen2.5-0.5B's shape):
+one sequence of 4K and of 8K tokens, and a GRPO batch of 32 packed sequences; tokens/s and MFU.
 """
 import json
 import os
@@ -154,39 +154,55 @@ HALF_B = dict(model_type="qwen2", vocab_size=151936, hidden_size=896, intermedia
 PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}  # dense bf16
 
 
+def timed(torch, p, args):
+    """Median seconds of 3 train steps after a warm-up (allocator, kernels); None when out of memory."""
+    try:
+        p.train_step(*args)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(3):
+            t0 = time.time()
+            p.train_step(*args)
+            torch.cuda.synchronize()
+            times.append(time.time() - t0)
+    except torch.cuda.OutOfMemoryError as e:
+        print(f"  out of memory ({str(e).splitlines()[0]})")
+        torch.cuda.empty_cache()
+        return None
+    return sorted(times)[1]
+
+
 def throughput():
     torch, Policy = on_gpu()
     name = torch.cuda.get_device_name()
     peak = float(os.environ.get("RSTAR2_PEAK_TFLOPS") or next((v for k, v in PEAK_TFLOPS.items() if k in name), 0))
-    L, h = HALF_B["num_hidden_layers"], HALF_B["hidden_size"]
+    L, h, V = HALF_B["num_hidden_layers"], HALF_B["hidden_size"], HALF_B["vocab_size"]
+    g = torch.Generator().manual_seed(0)
+    lens = torch.randint(256, 2049, (32,), generator=g, device="cpu").tolist()
+    rl = [torch.randint(0, V, (n,), generator=g, device="cpu").tolist() for n in lens]  # an RL batch: 128-token prompts
+    cases = [(f"{T} tokens, one sequence", ("sft", [seq], [[0] + [1] * (T - 1)], [None], [0.0], {"microBatchTokens": T}))
+             for T in (4096, 8192) for seq in [torch.randint(0, V, (T,), generator=g, device="cpu").tolist()]]
+    cases.append((
+        f"GRPO, {len(rl)} sequences of 256-2048 tokens ({sum(lens):,}) packed to 16K, checkpointing",
+        ("grpo", rl, [[0] * 128 + [1] * (n - 128) for n in lens], [None] * len(rl), [(-1.0) ** i for i in range(len(rl))],
+         {"maxTokensPerMicroBatch": 16384, "gradientCheckpointing": True}),
+    ))
     for precision in ("bf16", "bf16-mixed"):  # bf16 weights and AdamW state; fp32 weights, bf16 matmuls
         os.environ["RSTAR2_PRECISION"] = precision
         p = Policy()
         info = p.init(HALF_B, 0)
-        n = info["params"] - HALF_B["vocab_size"] * HALF_B["hidden_size"]  # the embedding lookup is no matmul
-        torch.cuda.reset_peak_memory_stats()
-        for T in (4096, 8192):
-            seq = torch.randint(0, HALF_B["vocab_size"], (T,)).tolist()
-            args = ("sft", [seq], [[0] + [1] * (T - 1)], [None], [0.0], {"lr": 1e-5, "microBatchTokens": T})
-            try:
-                p.train_step(*args)  # warm-up: allocator, kernels
-                torch.cuda.synchronize()
-                times = []
-                for _ in range(3):
-                    t0 = time.time()
-                    p.train_step(*args)
-                    torch.cuda.synchronize()
-                    times.append(time.time() - t0)
-            except torch.cuda.OutOfMemoryError as e:
-                print(f"throughput {precision} {T} tokens: out of memory ({str(e).splitlines()[0]})")
-                torch.cuda.empty_cache()
+        n = info["params"] - V * h  # the embedding lookup is no matmul
+        for label, (kind, seqs, masks, olds, advs, opts) in cases:
+            torch.cuda.reset_peak_memory_stats()
+            dt = timed(torch, p, (kind, seqs, masks, olds, advs, {"lr": 1e-5, **opts}))
+            if dt is None:
                 continue
-            dt = sorted(times)[1]
-            tok_s = T / dt
-            flops = (6 * n + 12 * L * h * T) * tok_s  # PaLM's count: weights, plus causal attention's scores
+            tokens = sum(len(x) for x in seqs)
+            # PaLM's count: weights, plus causal attention's scores within each sequence (no recomputation)
+            flops = (6 * n * tokens + 12 * L * h * sum(len(x) ** 2 for x in seqs)) / dt
             mfu = f", MFU {100 * flops / (peak * 1e12):.1f}% of {peak:.0f} TFLOP/s" if peak else ""
             mem = torch.cuda.max_memory_allocated() / 2**30
-            print(f"throughput {precision} {T} tokens: {tok_s:,.0f} tokens/s (median of 3){mfu}; peak memory {mem:.1f} GiB")
+            print(f"throughput {precision}, {label}: {tokens / dt:,.0f} tokens/s (median of 3){mfu}; peak memory {mem:.1f} GiB")
         del p
         torch.cuda.empty_cache()
 
