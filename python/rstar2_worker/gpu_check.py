@@ -3,7 +3,7 @@
 parity: random-init Qwen2 and Qwen3 models built by transformers, saved with save_pretrained, loaded by the
 worker; logits and one SFT step's loss are compared with transformers' own, and the worker's sharded save is
 loaded back by transformers' from_pretrained. generate: the embedded engine's greedy tokens against
-transformers' generate, and its sampled log-probs against its own scoring. hf-backend: model.backend
+transformers' generate, a stop token, and its sampled log-probs against its own scoring. hf-backend: model.backend
 'transformers' on an architecture the built-in model lacks (Llama): the worker's log-probs and SFT loss against
 transformers' own. throughput: bf16 and bf16-mixed training steps on a random ~0.5B model (Qwen2.5-0.5B's shape):
 one sequence of 4K and of 8K tokens, and a GRPO batch of 32 packed sequences; tokens/s and MFU.
@@ -137,12 +137,18 @@ def generate():
             ref = hf.generate(torch.tensor([prompt]), max_new_tokens=32, min_new_tokens=32, do_sample=False)
         want = ref[0, len(prompt) :].tolist()
         same += next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(want)) == len(want)
-    ids, lps, _ = p.generate(prompts, {"temperature": 1.0, "maxNewTokens": 64, "seed": 1})
+    # a stop token that ends the first row early, so the batch drops a finished row and goes on with the other
+    stop = ours[0][5]
+    cut, _, finish = p.generate(prompts, {"temperature": 0.0, "maxNewTokens": 32, "stopTokenIds": [stop]})
+    want = [o[: o.index(stop) + 1] if stop in o else o for o in ours]
+    stops = cut == want and finish[0] == "stop"
+    ids, lps, _ = p.generate(prompts, {"temperature": 1.0, "topK": 50, "topP": 0.9, "maxNewTokens": 64, "seed": 1})
     scored = p.logprobs([q + o for q, o in zip(prompts, ids)])[0]
     diff = max(abs(a - b) for q, o, lp, sc in zip(prompts, ids, lps, scored) for a, b in zip(lp, sc[len(q) :]))
-    ok = same == len(prompts) and diff < 1e-3
-    print(f"generate: greedy equal to transformers' for {same}/{len(prompts)} prompts; sampled vs scored log-probs "
-          f"max diff {diff:.2e} {'ok' if ok else 'FAIL'}")
+    ok = same == len(prompts) and stops and diff < 1e-3
+    print(f"generate: greedy equal to transformers' for {same}/{len(prompts)} prompts; a stop token ends its row "
+          f"{'as it should' if stops else 'WRONG'}; top-k/top-p sampled vs scored log-probs max diff {diff:.2e} "
+          f"{'ok' if ok else 'FAIL'}")
     if not ok:
         sys.exit(1)
 

@@ -200,14 +200,16 @@ class Policy:
             return out_ids, out_lp, finish
         P = max(len(p) for p in prompts)
         dev = self.device
-        ids = torch.zeros(B, P, dtype=torch.long)
+        ids = torch.zeros(B, P, dtype=torch.long, device="cpu")  # filled on the CPU, copied over once
         for i, p in enumerate(prompts):
-            ids[i, P - len(p) :] = torch.tensor(p, dtype=torch.long)
+            ids[i, P - len(p) :] = torch.tensor(p, dtype=torch.long, device="cpu")
         ids = ids.to(dev)
         pad_left = torch.tensor([P - len(p) for p in prompts], dtype=torch.long, device=dev)
         caches = model.new_cache(B, P + max_new, torch.float32 if self.precision == "fp32" else torch.bfloat16, dev)
-        rows = torch.arange(B)  # original index of each live batch row
-        stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long) if stop_ids else None
+        # the bookkeeping stays on the CPU, where sample() returns tokens; device="cpu" because a CUDA rank sets
+        # CUDA as the default device
+        rows = torch.arange(B, device="cpu")  # original index of each live batch row
+        stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long, device="cpu") if stop_ids else None
         max_stop = max((len(s) for s in stop_strs), default=0)
         with torch.no_grad(), self._autocast():
             idx = torch.arange(P, device=dev)
@@ -217,7 +219,7 @@ class Policy:
             for step in range(max_new):
                 # sampled on the CPU: one generator (saved in optimizer.pt) whatever device the model is on
                 tok, lp = sample(logits.float().cpu(), temperature, top_k, top_p, gen)
-                done = torch.zeros(len(rows), dtype=torch.bool)
+                done = torch.zeros(len(rows), dtype=torch.bool, device="cpu")
                 if stop_tensor is not None:
                     done |= (tok.unsqueeze(1) == stop_tensor.unsqueeze(0)).any(1)
                 tl, ll, rl = tok.tolist(), lp.tolist(), rows.tolist()

@@ -2,12 +2,14 @@
 checkpointing, the SDPA call, bf16 on CPU. Run by test/worker/memory.test.ts (python -m unittest)."""
 import math
 import os
+import sys
 import tempfile
 import types
 import unittest
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from rstar2_worker import model as M
 from rstar2_worker import policy as P
@@ -198,10 +200,10 @@ class AttentionSelection(unittest.TestCase):
         self.assertLess(max(abs(a - b) for x, y in zip(sdpa_gen[1], eager_gen[1]) for a, b in zip(x, y)), 1e-5)
 
 
-def generate(m, prompts):
+def generate(m, prompts, stop=()):
     pol = P.Policy()
     pol.cfg, pol.model, pol.device = m.cfg, m, torch.device("cpu")  # m stays on the CPU on a GPU host too
-    ids, lps, _ = pol.generate(prompts, {"temperature": 0, "maxNewTokens": 5})
+    ids, lps, _ = pol.generate(prompts, {"temperature": 0, "maxNewTokens": 5, "stopTokenIds": list(stop)})
     return ids, lps
 
 
@@ -222,6 +224,32 @@ class DeviceAndPrecision(unittest.TestCase):
             os.environ.pop("LOCAL_RANK", None)
             if old is not None:
                 os.environ["LOCAL_RANK"] = old
+
+    def test_generate_names_the_device_of_every_tensor_it_makes(self):
+        # A CUDA rank makes CUDA the default device, so a tensor made without one lands there: generate's
+        # bookkeeping (rows, stop ids) then met sample()'s CPU tokens and the first stop token failed on a GPU.
+        # Here every factory call made by generate itself must name its device.
+        factories = {torch.tensor, torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.rand,
+                     torch.randn, torch.randint, torch.randperm}
+        unnamed = []
+
+        class Watch(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                if func in factories and "device" not in kwargs:
+                    f = sys._getframe(1)
+                    while f and (f.f_code.co_filename.startswith(os.path.dirname(torch.__file__)) or f.f_code is
+                                 Watch.__torch_function__.__code__):
+                        f = f.f_back
+                    if f and f.f_code is P.Policy.generate.__code__:
+                        unnamed.append(f"torch.{func.__name__} at policy.py:{f.f_lineno}")
+                return func(*args, **kwargs)
+
+        m = new_model(8)
+        with Watch():
+            ids, _ = generate(m, [[3, 4, 5, 6], [7, 8]], stop=[5])
+        self.assertEqual(unnamed, [])
+        self.assertTrue(ids[0] and ids[1])
 
     def test_unknown_precision_is_named(self):
         with self.assertRaisesRegex(ValueError, "precision must be one of fp32, bf16-mixed, bf16, got 'fp16'"):
