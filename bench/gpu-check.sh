@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 PY=${RSTAR2_PYTHON:-$(command -v python3 || true)}
 [ -n "$PY" ] && command -v "$PY" >/dev/null || { echo "gpu-check: no python at '${PY:-python3}'; set RSTAR2_PYTHON" >&2; exit 2; }
 command -v node >/dev/null || { echo "gpu-check: node is not on PATH (step 3 runs the TypeScript launcher)" >&2; exit 2; }
+node --import tsx -e '' 2>/dev/null || { echo "gpu-check: node cannot load tsx here; run npm ci (step 3 needs it)" >&2; exit 2; }
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" RSTAR2_PYTHON="$PY"
 "$PY" -m rstar2_worker.gpu_check preflight
 "$PY" -m rstar2_worker.gpu_check parity
