@@ -43,47 +43,57 @@ export type Precision = (typeof PRECISIONS)[number];
 export type PlanSharding = (typeof SHARDINGS)[number];
 
 // Bytes per parameter (ZeRO's accounting). bf16-mixed: bf16 weights and gradients, fp32 master weights and
-// AdamW moments (the optimizer's 12). bf16: everything in bf16, moments included.
-const BYTES: Record<Precision, { weights: number; grads: number; optimizer: number; act: number }> = {
-  fp32: { weights: 4, grads: 4, optimizer: 8, act: 4 },
-  'bf16-mixed': { weights: 2, grads: 2, optimizer: 12, act: 2 },
-  bf16: { weights: 2, grads: 2, optimizer: 4, act: 2 },
+// AdamW moments (the optimizer's 12). bf16: everything in bf16, moments included. `act`: what the matrix
+// products keep; `residual`: the residual stream and the norms' weights (fp32 under bf16-mixed's autocast).
+const BYTES: Record<
+  Precision,
+  { weights: number; grads: number; optimizer: number; act: number; residual: number }
+> = {
+  fp32: { weights: 4, grads: 4, optimizer: 8, act: 4, residual: 4 },
+  'bf16-mixed': { weights: 2, grads: 2, optimizer: 12, act: 2, residual: 4 },
+  bf16: { weights: 2, grads: 2, optimizer: 4, act: 2, residual: 2 },
 };
+
+/** The worker's log-prob slices when `logitsChunkTokens` is unset: 128 MiB of fp32 logits (model.py). */
+export const workerLogprobChunk = (vocab: number) => Math.max(1, Math.floor(2 ** 27 / (4 * vocab)));
 
 export interface PlanInput {
   config: Config;
   gpus: number;
   gpuMemGiB: number;
   maxTokens: number; // tokens in one micro-batch on one rank
-  logprobChunk?: number; // tokens per log-prob chunk (default 1024)
+  logprobChunk?: number; // tokens per log-prob slice (default: the worker's)
 }
 
 export interface Activations {
-  full: number; // every layer's saved tensors, logits of the whole micro-batch
-  ckpt: number; // per-layer checkpointing: layer inputs + one layer recomputed, whole-batch logits
-  ckptChunked: number; // checkpointing and log-probs computed chunk by chunk
+  full: number; // every layer's saved tensors
+  ckpt: number; // per-layer checkpointing: every layer's input, one layer's saved tensors while it is recomputed
 }
 
 /**
- * Activation bytes of one micro-batch. A layer keeps, per token: both RMSNorms' input and output (4h), q, k, v
- * and the attention output (2q + 2kv, fused attention: no T×T scores), Qwen3's q/k-norm inputs (q + kv), and
- * the MLP's gate, up, silu(gate) and product (4 × intermediate). The head keeps the final norm's input and
- * output (2h) and the logits: in the compute dtype, as fp32 and their log-softmax (fp32: the copy is the
- * logits themselves).
+ * Activation bytes of one micro-batch as the worker trains it (log-probs always in slices). Per token, a
+ * layer keeps for each RMSNorm its input in fp32, the normalised values in the residual dtype and the next
+ * matrix product's input; q, k, v and the attention output (2q + 2kv, fused attention: no T×T scores);
+ * Qwen3's q/k-norm inputs (q + kv); and the MLP's gate, up, silu(gate) and product (4 × intermediate). The
+ * head keeps the final norm's tensors; its backward holds one slice of logits (compute dtype, fp32 and their
+ * softmax or log-softmax) and the lm_head's gradient in fp32. Checked against the peaks an H200 measured
+ * (docs/DECISIONS.md: `rstar2 plan` accounting).
  */
-export function activationBytes(c: Config, precision: Precision, tokens: number, chunk = 1024): Activations {
+export function activationBytes(
+  c: Config,
+  precision: Precision,
+  tokens: number,
+  chunk?: number,
+): Activations {
   const { h, q, kv, qwen3 } = dims(c);
-  const a = BYTES[precision].act;
-  const perLayer = (4 * h + 2 * q + 2 * kv + (qwen3 ? q + kv : 0) + 4 * c.intermediate_size) * a * tokens;
-  const head = 2 * h * a * tokens;
-  const logitsPerToken = (a === 4 ? 8 : a + 8) * c.vocab_size;
+  const { act: a, residual: r } = BYTES[precision];
+  const norm = (4 + r + a) * h;
+  const perLayer =
+    (2 * norm + (2 * q + 2 * kv + (qwen3 ? q + kv : 0) + 4 * c.intermediate_size) * a) * tokens;
+  const slice = Math.min(chunk ?? workerLogprobChunk(c.vocab_size), tokens);
+  const head = norm * tokens + (a === 4 ? 8 : a + 8) * c.vocab_size * slice + 4 * c.vocab_size * h;
   const L = c.num_hidden_layers;
-  const ckptLayers = L * h * a * tokens + perLayer;
-  return {
-    full: L * perLayer + head + logitsPerToken * tokens,
-    ckpt: ckptLayers + head + logitsPerToken * tokens,
-    ckptChunked: ckptLayers + head + logitsPerToken * Math.min(chunk, tokens),
-  };
+  return { full: L * perLayer + head, ckpt: L * h * r * tokens + perLayer + head };
 }
 
 export interface PlanRow {
@@ -126,7 +136,7 @@ export function plan(input: PlanInput): PlanRow[] {
         weights = grads = optimizer = 0;
       }
       const state = weights + grads + optimizer + workingSet;
-      const total = { full: state + act.full, ckpt: state + act.ckpt, ckptChunked: state + act.ckptChunked };
+      const total = { full: state + act.full, ckpt: state + act.ckpt };
       rows.push({
         precision,
         sharding,
@@ -137,11 +147,7 @@ export function plan(input: PlanInput): PlanRow[] {
         state,
         cpu,
         total,
-        fits: {
-          full: total.full <= budget,
-          ckpt: total.ckpt <= budget,
-          ckptChunked: total.ckptChunked <= budget,
-        },
+        fits: { full: total.full <= budget, ckpt: total.ckpt <= budget },
       });
     }
   }
@@ -152,37 +158,37 @@ const gib = (bytes: number, width = 7) => (bytes / 2 ** 30).toFixed(1).padStart(
 
 export function formatPlan(input: PlanInput): string[] {
   const c = input.config;
-  const chunk = input.logprobChunk ?? 1024;
-  const rows = plan(input);
+  const chunk = input.logprobChunk ?? workerLogprobChunk(c.vocab_size);
+  const rows = plan({ ...input, logprobChunk: chunk });
   const out = [
     `${c.model_type ?? 'qwen2'}: ${(parameterCount(c) / 1e9).toFixed(2)}B parameters; ${input.gpus} GPU(s) × ${input.gpuMemGiB} GiB ` +
-      `(${USABLE * 100}% usable); ${input.maxTokens} tokens per micro-batch per rank`,
+      `(${USABLE * 100}% usable); ${input.maxTokens} tokens per micro-batch per rank; log-probs in slices of ${chunk} tokens`,
     '',
-    `activations per micro-batch, GiB   no savings  per-layer ckpt  ckpt + chunked log-probs (${chunk} tokens)`,
+    'activations per micro-batch, GiB   no checkpointing  per-layer checkpointing',
   ];
   for (const p of PRECISIONS) {
     const a = activationBytes(c, p, input.maxTokens, chunk);
-    out.push(`  ${p.padEnd(32)} ${gib(a.full, 10)} ${gib(a.ckpt, 15)} ${gib(a.ckptChunked, 15)}`);
+    out.push(`  ${p.padEnd(32)} ${gib(a.full, 16)} ${gib(a.ckpt, 23)}`);
   }
   out.push(
     '',
-    'per rank, GiB (ok = fits)     weights   grads   optim gathered   state |  no savings        ckpt  ckpt+chunked |   host',
+    'per rank, GiB (ok = fits)     weights   grads   optim gathered   state |  no ckpt       ckpt |   host',
   );
-  const cell = (v: number, ok: boolean) => `${gib(v, 9)} ${ok ? 'ok' : '--'}`;
+  const cell = (v: number, ok: boolean) => `${gib(v, 7)} ${ok ? 'ok' : '--'}`;
   for (const r of rows) {
     out.push(
       `  ${r.precision.padEnd(11)} ${r.sharding.padEnd(13)} ${gib(r.weights)} ${gib(r.grads)} ${gib(r.optimizer)} ` +
         `${gib(r.workingSet, 8)} ${gib(r.state)} | ${cell(r.total.full, r.fits.full)} ${cell(r.total.ckpt, r.fits.ckpt)} ` +
-        `${cell(r.total.ckptChunked, r.fits.ckptChunked)} | ${gib(r.cpu, 6)}`,
+        `| ${gib(r.cpu, 6)}`,
     );
   }
-  const fit = rows.filter((r) => r.fits.ckptChunked);
+  const fit = rows.filter((r) => r.fits.ckpt);
   out.push(
     '',
     fit.length === 0
       ? 'nothing fits: more GPUs, fewer tokens per micro-batch (--max-tokens-per-micro-batch) or a smaller model'
-      : `fits with checkpointing and chunked log-probs: ${fit.map((r) => `${r.precision}/${r.sharding}`).join(', ')}`,
-    'fsdp-offload keeps shards, gradients and AdamW on the host ("host"); estimates, not measurements (docs/DECISIONS.md)',
+      : `fits with per-layer checkpointing: ${fit.map((r) => `${r.precision}/${r.sharding}`).join(', ')}`,
+    'fsdp-offload keeps shards, gradients and AdamW on the host ("host"); estimates (docs/DECISIONS.md)',
   );
   return out;
 }
@@ -205,14 +211,18 @@ export function registerPlanCommand(program: Command): void {
       'tokens in one micro-batch on one rank (model.maxTokensPerMicroBatch in a recipe)',
       positiveInt(),
     )
-    .option('--logprob-chunk <n>', 'tokens per chunk of chunked log-probs', positiveInt(), 1024)
+    .option(
+      '--logprob-chunk <n>',
+      "tokens per log-prob slice (TrainOptions.logitsChunkTokens; default: the worker's 128 MiB of fp32 logits)",
+      positiveInt(),
+    )
     .action(
       (o: {
         model: string;
         gpus: number;
         gpuMem: number;
         maxTokensPerMicroBatch: number;
-        logprobChunk: number;
+        logprobChunk?: number;
       }) => {
         const path = join(o.model, 'config.json');
         let config: Config;

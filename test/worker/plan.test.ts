@@ -4,7 +4,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { activationBytes, parameterCount, plan } from '../../src/worker/plan.js';
+import { activationBytes, parameterCount, plan, workerLogprobChunk } from '../../src/worker/plan.js';
 import { QWEN3_14B } from './helpers.js';
 
 const q14 = QWEN3_14B;
@@ -32,25 +32,38 @@ test('Qwen3-14B: parameter count, state per rank and activations match the hand 
   assert.deepEqual([off.weights, off.grads, off.optimizer, off.cpu], [0, 0, 0, 2 * P]);
   assert.equal(row('bf16', 'ddp').state, 8 * P);
 
-  // activations, bf16, 8192 tokens: per layer and token 4·5120 + 2·5120 + 2·1024 + (5120 + 1024) + 4·17408
-  // = 108,544 values = 217,088 bytes; head 2·5120·2; logits (2 + 8) bytes × 151936 per token
+  // activations, bf16-mixed, 8192 tokens, per token: each RMSNorm keeps its fp32 input, the normalised values in
+  // fp32 (the residual dtype under autocast) and the bf16 input of the next product: (4 + 4 + 2) × 5120 bytes;
+  // the rest in bf16: 2·5120 + 2·1024 + (5120 + 1024) + 4·17408 = 88,064 values. The head: its norm, one
+  // 1024-token slice of logits ((2 + 8) bytes × 151936) and the lm_head's fp32 gradient (4 × 151936 × 5120).
   const T = 8192;
-  const layer = 217_088 * T;
-  const head = 2 * 5120 * 2 * T;
+  const norm = 10 * 5120;
+  const layer = (2 * norm + 88_064 * 2) * T;
+  const head = norm * T + 10 * 151_936 * 1024 + 4 * 151_936 * 5120;
   const a = activationBytes(q14, 'bf16-mixed', T, 1024);
-  assert.equal(a.full, 40 * layer + head + 10 * 151_936 * T);
-  assert.equal(a.ckpt, 40 * 5120 * 2 * T + layer + head + 10 * 151_936 * T);
-  assert.equal(a.ckptChunked, 40 * 5120 * 2 * T + layer + head + 10 * 151_936 * 1024);
-  // fp32 logits are already fp32: logits + log-softmax = 8 bytes a vocabulary entry
+  assert.equal(layer, 278_528 * T);
+  assert.equal(a.full, 40 * layer + head);
+  assert.equal(a.ckpt, 40 * 5120 * 4 * T + layer + head); // the layer inputs are the fp32 residual stream
+  // fp32: everything 4 bytes, the logits already fp32 (logits + log-softmax = 8 bytes a vocabulary entry)
   const a32 = activationBytes(q14, 'fp32', T, 1024);
-  assert.equal(a32.full, 2 * 40 * layer + 2 * head + 8 * 151_936 * T);
+  const norm32 = 12 * 5120;
+  assert.equal(
+    a32.full,
+    40 * (2 * norm32 + 88_064 * 4) * T + norm32 * T + 8 * 151_936 * 1024 + 4 * 151_936 * 5120,
+  );
+  // without a chunk the worker's own: 128 MiB of fp32 logits, 220 tokens at this vocabulary
+  assert.equal(workerLogprobChunk(151_936), 220);
+  assert.equal(activationBytes(q14, 'bf16-mixed', T).full - a.full, 10 * 151_936 * (220 - 1024));
 
   // what fits on 8 × 80 GiB at 90 %: a 14.8B replica never does (bf16 DDP state alone is 110 GiB);
-  // bf16-mixed FSDP fits only with checkpointing (its full activations are 66 GiB + 11.6 GiB of logits)
-  assert.ok(rows.filter((r) => r.sharding === 'ddp').every((r) => !r.fits.ckptChunked));
-  assert.deepEqual(fsdp.fits, { full: false, ckpt: true, ckptChunked: true });
-  assert.ok(Math.abs(fsdp.total.ckptChunked / GiB - (2 * P + fsdp.workingSet + a.ckptChunked) / GiB) < 1e-9);
-  assert.ok(fsdp.total.ckptChunked <= 0.9 * 80 * GiB && fsdp.total.full > 0.9 * 80 * GiB);
+  // bf16-mixed FSDP fits only with checkpointing (every layer's activations are 85 GiB)
+  assert.ok(rows.filter((r) => r.sharding === 'ddp').every((r) => !r.fits.ckpt));
+  assert.deepEqual(fsdp.fits, { full: false, ckpt: true });
+  const fsdpCkpt = plan({ config: q14, gpus: 8, gpuMemGiB: 80, maxTokens: T, logprobChunk: 1024 }).find(
+    (r) => r.precision === 'bf16-mixed' && r.sharding === 'fsdp',
+  )!;
+  assert.ok(Math.abs(fsdpCkpt.total.ckpt / GiB - (2 * P + fsdp.workingSet + a.ckpt) / GiB) < 1e-9);
+  assert.ok(fsdp.total.ckpt <= 0.9 * 80 * GiB && fsdp.total.full > 0.9 * 80 * GiB);
 });
 
 test('rstar2 plan reads config.json, prints the table and names bad input', () => {
@@ -73,7 +86,8 @@ test('rstar2 plan reads config.json, prints the table and names bad input', () =
     assert.equal(ok.status, 0, ok.stderr);
     assert.match(ok.stdout, /qwen3: 14\.77B parameters; 8 GPU\(s\) × 80 GiB/);
     assert.match(ok.stdout, /fp32 +ddp +55\.0 +55\.0 +110\.0 +0\.0 +220\.1 \|/);
-    assert.match(ok.stdout, /fits with checkpointing and chunked log-probs: .*bf16-mixed\/fsdp/);
+    assert.match(ok.stdout, /fits with per-layer checkpointing: .*bf16-mixed\/fsdp/);
+    assert.match(ok.stdout, /log-probs in slices of 220 tokens/);
     const bad = run(
       '--model',
       join(dir, 'q14'),
