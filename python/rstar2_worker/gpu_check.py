@@ -193,6 +193,8 @@ def throughput():
         ("grpo", rl, [[0] * 128 + [1] * (n - 128) for n in lens], [None] * len(rl), [(-1.0) ** i for i in range(len(rl))],
          {"maxTokensPerMicroBatch": 16384, "gradientCheckpointing": True}),
     ))
+    from .policy import pack
+
     for precision in ("bf16", "bf16-mixed"):  # bf16 weights and AdamW state; fp32 weights, bf16 matmuls
         os.environ["RSTAR2_PRECISION"] = precision
         p = Policy()
@@ -209,6 +211,13 @@ def throughput():
             mfu = f", MFU {100 * flops / (peak * 1e12):.1f}% of {peak:.0f} TFLOP/s" if peak else ""
             mem = torch.cuda.max_memory_allocated() / 2**30
             print(f"throughput {precision}, {label}: {tokens / dt:,.0f} tokens/s (median of 3){mfu}; peak memory {mem:.1f} GiB")
+            if os.environ.get("RSTAR2_GPU_PEAKS"):  # for bench/gpu-plan.ts: rstar2 plan against these peaks
+                budget = opts.get("maxTokensPerMicroBatch")
+                mbs = pack(seqs, budget) if budget else [range(len(seqs))]
+                with open(os.environ["RSTAR2_GPU_PEAKS"], "a") as f:
+                    f.write(json.dumps({"config": HALF_B, "precision": precision, "peakGiB": mem,
+                                        "checkpointing": bool(opts.get("gradientCheckpointing")),
+                                        "tokens": max(sum(len(seqs[i]) for i in mb) for mb in mbs)}) + "\n")
         del p
         torch.cuda.empty_cache()
 

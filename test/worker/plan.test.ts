@@ -4,7 +4,13 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { activationBytes, parameterCount, plan, workerLogprobChunk } from '../../src/worker/plan.js';
+import {
+  activationBytes,
+  type Precision,
+  parameterCount,
+  plan,
+  workerLogprobChunk,
+} from '../../src/worker/plan.js';
 import { QWEN3_14B } from './helpers.js';
 
 const q14 = QWEN3_14B;
@@ -113,5 +119,40 @@ test('rstar2 plan reads config.json, prints the table and names bad input', () =
     assert.match(none.stderr, /--model: cannot read .*nope\/config.json/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+// Peaks `bench/gpu-check.sh` measured on an H200 (2026-11-26, torch 2.11; torch.cuda.max_memory_allocated, one
+// rank, Qwen2.5-0.5B's shape with random weights): [precision, tokens in the largest micro-batch, per-layer
+// checkpointing, GiB]. The single sequences trained unpacked, the GRPO batch packed to 16K.
+const QWEN25_05B = {
+  model_type: 'qwen2',
+  vocab_size: 151936,
+  hidden_size: 896,
+  intermediate_size: 4864,
+  num_hidden_layers: 24,
+  num_attention_heads: 14,
+  num_key_value_heads: 2,
+  tie_word_embeddings: true,
+};
+const H200_PEAKS: [Precision, number, boolean, number][] = [
+  ['bf16', 4096, false, 9.9],
+  ['bf16', 8192, false, 15.5],
+  ['bf16', 16304, true, 6.0],
+  ['bf16-mixed', 4096, false, 14.4],
+  ['bf16-mixed', 8192, false, 20.9],
+  ['bf16-mixed', 16304, true, 10.7],
+];
+
+test('the plan for one rank lands within 10 % of the peaks an H200 measured', () => {
+  for (const [precision, tokens, ckpt, measured] of H200_PEAKS) {
+    const row = plan({ config: QWEN25_05B, gpus: 1, gpuMemGiB: 141, maxTokens: tokens }).find(
+      (r) => r.precision === precision && r.sharding === 'ddp',
+    )!;
+    const est = (ckpt ? row.total.ckpt : row.total.full) / GiB;
+    assert.ok(
+      Math.abs(est / measured - 1) <= 0.1,
+      `${precision} ${tokens}${ckpt ? ' ckpt' : ''}: ${est} vs ${measured}`,
+    );
   }
 });
