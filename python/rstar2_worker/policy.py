@@ -283,7 +283,12 @@ class Policy:
     def _optimizer(self, o):
         params = unique_params(self.forward_module)
         if self.opt is None:
-            self.opt = torch.optim.AdamW(params, lr=o["lr"], betas=o["betas"], eps=o["eps"], weight_decay=o["weightDecay"])
+            # fused on a GPU: the default (foreach) keeps each parameter's step count in a tensor, made on the
+            # GPU under this worker's default device, and read back twice per parameter per step (582 waits
+            # on the GPU per step of a 0.5B model on an H200). Not under offload, which keeps the parameters and
+            # their optimizer on the CPU
+            fused = {"fused": True} if self.device.type == "cuda" and not self.r.offload else {}
+            self.opt = torch.optim.AdamW(params, lr=o["lr"], betas=o["betas"], eps=o["eps"], weight_decay=o["weightDecay"], **fused)
             if self.pending_opt_state is not None:
                 if self.r.sharding == "fsdp":
                     ranks.load_optimizer_state(self.wrapped, self.opt, self.pending_opt_state)
