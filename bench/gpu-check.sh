@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks this repository's CPU machines cannot run (README: "GPU path"): (1) transformers-built Qwen2/Qwen3
 # models load into the worker with matching logits and SFT loss, the embedded engine generates as transformers
-# does, and model.backend transformers scores and trains a Llama as transformers does, (2) bf16 training
+# does, model.backend transformers scores and trains a Llama as transformers does, and the log-prob slices'
+# bf16 gradients match full fp32 logits, (2) bf16 training
 # throughput and MFU of a random ~0.5B model at 4K and 8K tokens, with `rstar2 plan`'s memory estimate against
 # each case's measured peak, (3) sharding: fsdp, world size 1, through the same launcher as DDP.
 # Needs CUDA, torch >= 2 (>= 2.2 for step 3) and transformers in $RSTAR2_PYTHON (default python3).
@@ -17,6 +18,7 @@ export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" RSTAR2_PYTHON="$PY"
 "$PY" -m rstar2_worker.gpu_check parity
 "$PY" -m rstar2_worker.gpu_check generate
 "$PY" -m rstar2_worker.gpu_check hf-backend
+"$PY" -m rstar2_worker.gpu_check logprob-grad
 PEAKS=$(mktemp); trap 'rm -f "$PEAKS"' EXIT
 RSTAR2_GPU_PEAKS="$PEAKS" "$PY" -m rstar2_worker.gpu_check throughput
 node --import tsx bench/gpu-plan.ts "$PEAKS"

@@ -5,8 +5,9 @@ worker; logits and one SFT step's loss are compared with transformers' own, and 
 loaded back by transformers' from_pretrained. generate: the embedded engine's greedy tokens against
 transformers' generate, a stop token, and its sampled log-probs against its own scoring. hf-backend: model.backend
 'transformers' on an architecture the built-in model lacks (Llama): the worker's log-probs and SFT loss against
-transformers' own. throughput: bf16 and bf16-mixed training steps on a random ~0.5B model (Qwen2.5-0.5B's shape):
-one sequence of 4K and of 8K tokens, and a GRPO batch of 32 packed sequences; tokens/s and MFU.
+transformers' own. logprob-grad: the chunked log-prob gradients in bf16 against full fp32 logits. throughput:
+bf16 and bf16-mixed training steps on a random ~0.5B model (Qwen2.5-0.5B's shape): one sequence of 4K and of 8K
+tokens, and a GRPO batch of 32 packed sequences; tokens/s and MFU.
 """
 import json
 import os
@@ -153,6 +154,39 @@ def generate():
         sys.exit(1)
 
 
+def logprob_grad():
+    """The log-prob slices' gradients in bf16 (bf16 weights, and fp32 weights under autocast as bf16-mixed
+    trains) against full fp32 logits: the lm_head's gradient is accumulated inside each slice's product."""
+    torch, _ = on_gpu()
+    import torch.nn.functional as F
+
+    from . import model as M
+
+    torch.manual_seed(0)
+    V, H, N = 151936, 896, 1000  # Qwen's vocabulary; 1,000 tokens are 5 of the default slices
+    w32 = torch.randn(V, H) * 0.02
+    h32, t, g = torch.randn(N, H), torch.randint(0, V, (N,)), torch.randn(N)
+    h_ref, w_ref = h32.clone().requires_grad_(), w32.clone().requires_grad_()
+    ref = torch.log_softmax(F.linear(h_ref, w_ref), -1).gather(-1, t[:, None])[:, 0]
+    (ref * g).sum().backward()
+    bad = []
+    for mode in ("bf16", "bf16-mixed"):
+        dt = torch.bfloat16 if mode == "bf16" else torch.float32
+        h, w = h32.to(dt).requires_grad_(), w32.to(dt).requires_grad_()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "bf16-mixed"):
+            lp, _, _ = M.ChunkedLogprobs.apply(h, w, t, 1.0, M.LOGITS_CHUNK_BYTES // (4 * V))
+        (lp * g).sum().backward()
+        rel = [((a.grad.float() - b.grad).abs().max() / b.grad.abs().max()).item() for a, b in ((h, h_ref), (w, w_ref))]
+        ok = max(rel) < 2e-2  # bf16 products against fp32 ones
+        print(f"logprob-grad {mode}: relative max diff vs fp32 full logits, hidden {rel[0]:.1e}, lm_head {rel[1]:.1e}; "
+              f"lm_head gradient accumulated {'inside the product' if M.MM_OUT_DTYPE[0] else 'by cast and add (no addmm out_dtype in this torch)'} "
+              f"{'ok' if ok else 'FAIL'}")
+        if not ok:
+            bad.append(mode)
+    if bad:
+        sys.exit(1)
+
+
 # Qwen2.5-0.5B's shape, random weights
 HALF_B = dict(model_type="qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
               num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
@@ -224,7 +258,8 @@ def throughput():
 
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""
-    fns = {"preflight": preflight, "parity": parity, "generate": generate, "hf-backend": hf_backend, "throughput": throughput}
+    fns = {"preflight": preflight, "parity": parity, "generate": generate, "hf-backend": hf_backend,
+           "logprob-grad": logprob_grad, "throughput": throughput}
     if what not in fns:
         fail(f"usage: python -m rstar2_worker.gpu_check {'|'.join(fns)}")
     fns[what]()

@@ -398,7 +398,7 @@ class ChunkedLogprobs(torch.autograd.Function):
         return gh, None if gw is None else gw.to(weight.dtype), None, None, None
 
 
-MM_OUT_DTYPE = [True]  # until this torch or device refuses addmm's out_dtype (recent torch, CUDA only)
+MM_OUT_DTYPE = [None]  # whether this torch's addmm takes out_dtype here (recent torch, CUDA); None: not tried
 
 
 def add_product(acc, a, b):
@@ -408,11 +408,14 @@ def add_product(acc, a, b):
     if a.dtype == acc.dtype:
         acc.addmm_(a, b)
         return
-    if a.is_cuda and MM_OUT_DTYPE[0]:
+    if a.is_cuda and MM_OUT_DTYPE[0] is not False:
         try:
             torch.addmm(acc, a, b, out_dtype=acc.dtype, out=acc)
+            MM_OUT_DTYPE[0] = True
             return
         except (TypeError, RuntimeError):
+            if MM_OUT_DTYPE[0]:  # it worked before: this is a real failure (out of memory, say)
+                raise
             MM_OUT_DTYPE[0] = False
     acc += (a @ b).float()
 
