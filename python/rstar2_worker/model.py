@@ -3,6 +3,9 @@
 Module and parameter names follow Hugging Face's Qwen2ForCausalLM / Qwen3ForCausalLM, so a state dict
 from a real checkpoint loads directly. Config keys are HF `config.json` keys.
 """
+import functools
+import inspect
+import itertools
 import math
 
 import torch
@@ -171,6 +174,8 @@ class Attention(nn.Module):
             k, v = kc[:, :, : cache_at + T], vc[:, :, : cache_at + T]
         if seqlens is None:
             out = self.attend(q, k, v, bias)
+        elif VARLEN is not None and varlen_ok(q):
+            out = self.attend_varlen(q, k, v, seqlens)
         else:
             # a packed row: each sequence attends causally to itself only (block-diagonal), one block at a
             # time, so attention costs Σ len² instead of (Σ len)². split, not slicing: a slice's backward
@@ -178,6 +183,18 @@ class Attention(nn.Module):
             parts = zip(q.split(seqlens, 2), k.split(seqlens, 2), v.split(seqlens, 2))
             out = torch.cat([self.attend(qs, ks, vs, None) for qs, ks, vs in parts], 2)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+    def attend_varlen(self, q, k, v, seqlens):
+        """A packed row [1, H, T, D] in one flash-attention call over its sequences (torch's varlen_attn),
+        instead of one call per sequence."""
+        rep = self.cfg.num_attention_heads // self.cfg.num_key_value_heads
+        if not VARLEN_GQA:
+            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        q, k, v = (x[0].transpose(0, 1).contiguous() for x in (q, k, v))  # [T, H, D]
+        cu = cumulative(tuple(seqlens), q.device)
+        kw = {"enable_gqa": True} if VARLEN_GQA else {}
+        out = VARLEN(q, k, v, cu, cu, max(seqlens), max(seqlens), **VARLEN_CAUSAL, **kw)
+        return out.transpose(0, 1).unsqueeze(0)
 
     def attend(self, q, k, v, bias):
         """q [B, H, T, D], k/v [B, nkv, S, D] → [B, H, T, D]. `bias`: additive [B, 1, T, S] mask, or None for
@@ -207,6 +224,31 @@ def attention_impl(functional=F):
 
 
 ATTENTION = attention_impl()
+
+
+def varlen_impl():
+    """torch's varlen flash attention (torch.nn.attention.varlen, from 2.10) and how this version asks for a
+    causal mask (`is_causal` in 2.10, a (-1, 0) window later) and for grouped kv heads; None where it is absent."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None, {}, False
+    params = inspect.signature(varlen_attn).parameters
+    causal = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)} if "window_size" in params else None
+    return (varlen_attn, causal, "enable_gqa" in params) if causal is not None else (None, {}, False)
+
+
+VARLEN, VARLEN_CAUSAL, VARLEN_GQA = varlen_impl()
+
+
+def varlen_ok(q):
+    return q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)  # flash kernels only
+
+
+@functools.lru_cache(maxsize=8)
+def cumulative(seqlens, device):
+    """[0, l0, l0 + l1, ...] as int32 on `device`: made once per packed micro-batch, not once per layer."""
+    return torch.tensor([0, *itertools.accumulate(seqlens)], dtype=torch.int32, device=device)
 
 
 class MLP(nn.Module):

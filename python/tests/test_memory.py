@@ -123,6 +123,35 @@ class Packing(unittest.TestCase):
         alone = loss_and_grads(m, [[5, 6, 7]], True)[0]
         self.assertLess(float((alone - a[3:]).abs().max()), 1e-5)  # positions restart at 0
 
+    def test_varlen_flash_call_equals_one_call_per_sequence(self):
+        # torch's varlen_attn runs only on a GPU; here a stand-in with its published contract ([T, H, D]
+        # inputs, int32 cumulative starts, causal as a (-1, 0) window, [T, H, D] out) checks what the model
+        # hands it and does with the answer, against the per-sequence path
+        calls = []
+
+        def varlen(q, k, v, cu_q, cu_k, max_q, max_k, window_size):
+            calls.append((cu_q.tolist(), max_q, window_size, cu_q.dtype))
+            out = []
+            for a, b in zip(cu_q[:-1].tolist(), cu_q[1:].tolist()):
+                qs, ks, vs = (x[a:b].transpose(0, 1) for x in (q, k, v))
+                att = qs @ ks.transpose(-1, -2) / math.sqrt(q.shape[-1])
+                att = att.masked_fill(torch.ones(b - a, b - a, dtype=torch.bool).triu(1), float("-inf"))
+                out.append((torch.softmax(att, -1) @ vs).transpose(0, 1))
+            return torch.cat(out)
+
+        m = new_model(6)
+        loop = loss_and_grads(m, ROWS, True)
+        saved = M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok
+        M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok = varlen, {"window_size": (-1, 0)}, False, lambda q: True
+        try:
+            flash = loss_and_grads(m, ROWS, True)
+        finally:
+            M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok = saved
+        self.assertEqual(calls[0], ([0, 7, 10, 11, 16, 18], 7, (-1, 0), torch.int32))
+        self.assertEqual(len(calls), CFG["num_hidden_layers"])
+        self.assertLess(float((loop[0] - flash[0]).abs().max()), 1e-5)
+        self.assertLess(max_diff(loop[3], flash[3]), 1e-5)
+
     def test_pack_fills_to_the_budget_first_fit_decreasing(self):
         seqs = [[0] * n for n in (3, 7, 2, 5, 9, 1)]
         mbs = P.pack(seqs, 10)
