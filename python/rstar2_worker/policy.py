@@ -98,7 +98,10 @@ class Policy:
         restored = False
         opt_path = os.path.join(directory, "optimizer.pt")
         if os.path.exists(opt_path):
-            st = torch.load(opt_path)
+            # onto the CPU: rank 0 wrote it from its GPU, and every rank reading it would otherwise put a whole
+            # copy of the optimizer state on that GPU first (or fail on a host without one); load_state_dict
+            # moves each tensor to its parameter's device
+            st = torch.load(opt_path, map_location="cpu")
             self.pending_opt_state = st.get("optimizer")
             if st.get("shards"):  # FSDP: this rank's part, written by the rank that held it
                 self.pending_opt_state = torch.load(self._opt_shard(directory, st["shards"]), weights_only=False)
