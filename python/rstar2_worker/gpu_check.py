@@ -212,6 +212,17 @@ def timed(torch, p, args):
     return sorted(times)[1]
 
 
+def waits(torch, p, args):
+    """How often one train step waits on the GPU (cudaStreamSynchronize): each wait lets the GPU run dry
+    while Python catches up; 616 a step (AdamW's step counts, rope) cost the H200 a fifth of its throughput."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as pr:
+        p.train_step(*args)
+        torch.cuda.synchronize()
+    return sum(e.count for e in pr.key_averages() if e.key == "cudaStreamSynchronize")
+
+
 def throughput():
     torch, Policy = on_gpu()
     name = torch.cuda.get_device_name()
@@ -227,8 +238,10 @@ def throughput():
         ("grpo", rl, [[0] * 128 + [1] * (n - 128) for n in lens], [None] * len(rl), [(-1.0) ** i for i in range(len(rl))],
          {"maxTokensPerMicroBatch": 16384, "gradientCheckpointing": True}),
     ))
+    from . import model as M
     from .policy import pack
 
+    print(f"throughput: packed micro-batches attend {'in one varlen flash call per layer' if M.VARLEN else 'one sequence at a time'}")
     for precision in ("bf16", "bf16-mixed"):  # bf16 weights and AdamW state; fp32 weights, bf16 matmuls
         os.environ["RSTAR2_PRECISION"] = precision
         p = Policy()
@@ -244,7 +257,8 @@ def throughput():
             flops = (6 * n * tokens + 12 * L * h * sum(len(x) ** 2 for x in seqs)) / dt
             mfu = f", MFU {100 * flops / (peak * 1e12):.1f}% of {peak:.0f} TFLOP/s" if peak else ""
             mem = torch.cuda.max_memory_allocated() / 2**30
-            print(f"throughput {precision}, {label}: {tokens / dt:,.0f} tokens/s (median of 3){mfu}; peak memory {mem:.1f} GiB")
+            print(f"throughput {precision}, {label}: {tokens / dt:,.0f} tokens/s (median of 3){mfu}; peak memory {mem:.1f} GiB; "
+                  f"{waits(torch, p, (kind, seqs, masks, olds, advs, {'lr': 1e-5, **opts}))} waits on the GPU a step")
             if os.environ.get("RSTAR2_GPU_PEAKS"):  # for bench/gpu-plan.ts: rstar2 plan against these peaks
                 budget = opts.get("maxTokensPerMicroBatch")
                 mbs = pack(seqs, budget) if budget else [range(len(seqs))]
