@@ -7,6 +7,7 @@ import functools
 import inspect
 import itertools
 import math
+import sys
 
 import torch
 import torch.nn as nn
@@ -174,26 +175,34 @@ class Attention(nn.Module):
             k, v = kc[:, :, : cache_at + T], vc[:, :, : cache_at + T]
         if seqlens is None:
             out = self.attend(q, k, v, bias)
-        elif VARLEN is not None and varlen_ok(q):
-            out = self.attend_varlen(q, k, v, seqlens)
         else:
-            # a packed row: each sequence attends causally to itself only (block-diagonal), one block at a
-            # time, so attention costs Σ len² instead of (Σ len)². split, not slicing: a slice's backward
-            # writes into a zeroed copy of the whole tensor, once per sequence
-            parts = zip(q.split(seqlens, 2), k.split(seqlens, 2), v.split(seqlens, 2))
-            out = torch.cat([self.attend(qs, ks, vs, None) for qs, ks, vs in parts], 2)
+            out = self.attend_varlen(q, k, v, seqlens) if VARLEN is not None and varlen_ok(q) else None
+            if out is None:
+                # a packed row: each sequence attends causally to itself only (block-diagonal), one block at a
+                # time, so attention costs Σ len² instead of (Σ len)². split, not slicing: a slice's backward
+                # writes into a zeroed copy of the whole tensor, once per sequence
+                parts = zip(q.split(seqlens, 2), k.split(seqlens, 2), v.split(seqlens, 2))
+                out = torch.cat([self.attend(qs, ks, vs, None) for qs, ks, vs in parts], 2)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
     def attend_varlen(self, q, k, v, seqlens):
         """A packed row [1, H, T, D] in one flash-attention call over its sequences (torch's varlen_attn),
-        instead of one call per sequence."""
+        instead of one call per sequence. None if the kernel refuses its first call (flash attention needs an
+        Ampere or newer GPU): the process then attends one sequence at a time."""
         rep = self.cfg.num_attention_heads // self.cfg.num_key_value_heads
         if not VARLEN_GQA:
             k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
         q, k, v = (x[0].transpose(0, 1).contiguous() for x in (q, k, v))  # [T, H, D]
         cu = cumulative(tuple(seqlens), q.device)
         kw = {"enable_gqa": True} if VARLEN_GQA else {}
-        out = VARLEN(q, k, v, cu, cu, max(seqlens), max(seqlens), **VARLEN_CAUSAL, **kw)
+        try:
+            out = VARLEN(q, k, v, cu, cu, max(seqlens), max(seqlens), **VARLEN_CAUSAL, **kw)
+        except RuntimeError as e:
+            if VARLEN_RAN[0] or isinstance(e, torch.cuda.OutOfMemoryError):  # a real failure, not a refusal
+                raise
+            refuse_varlen(e)
+            return None
+        VARLEN_RAN[0] = True
         return out.transpose(0, 1).unsqueeze(0)
 
     def attend(self, q, k, v, bias):
@@ -239,6 +248,16 @@ def varlen_impl():
 
 
 VARLEN, VARLEN_CAUSAL, VARLEN_GQA = varlen_impl()
+
+
+VARLEN_RAN = [False]
+
+
+def refuse_varlen(e):
+    global VARLEN
+    VARLEN = None
+    print(f"rstar2 worker: varlen flash attention refused ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+          "packed rows attend one sequence at a time", file=sys.stderr)
 
 
 def varlen_ok(q):

@@ -1,5 +1,7 @@
 """The worker's memory paths against the plain ones: chunked log-probs, packed micro-batches, activation
 checkpointing, the SDPA call, bf16 on CPU. Run by test/worker/memory.test.ts (python -m unittest)."""
+import contextlib
+import io
 import math
 import os
 import sys
@@ -141,16 +143,36 @@ class Packing(unittest.TestCase):
 
         m = new_model(6)
         loop = loss_and_grads(m, ROWS, True)
-        saved = M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok
+        saved = M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok, M.VARLEN_RAN[0]
         M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok = varlen, {"window_size": (-1, 0)}, False, lambda q: True
         try:
             flash = loss_and_grads(m, ROWS, True)
         finally:
-            M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok = saved
+            M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok, M.VARLEN_RAN[0] = saved
         self.assertEqual(calls[0], ([0, 7, 10, 11, 16, 18], 7, (-1, 0), torch.int32))
         self.assertEqual(len(calls), CFG["num_hidden_layers"])
         self.assertLess(float((loop[0] - flash[0]).abs().max()), 1e-5)
         self.assertLess(max_diff(loop[3], flash[3]), 1e-5)
+
+    def test_a_varlen_kernel_that_refuses_its_first_call_leaves_the_per_sequence_path(self):
+        # flash attention refuses GPUs older than Ampere; packed training must still run there
+        def refuses(*a, **kw):
+            raise RuntimeError("FlashAttention only supports Ampere GPUs or newer.")
+
+        m = new_model(6)
+        loop = loss_and_grads(m, ROWS, True)
+        saved = M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok, M.VARLEN_RAN[0]
+        M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok = refuses, {"window_size": (-1, 0)}, False, lambda q: True
+        M.VARLEN_RAN[0] = False
+        try:
+            with contextlib.redirect_stderr(io.StringIO()) as err:
+                got = loss_and_grads(m, ROWS, True)
+            self.assertIsNone(M.VARLEN)
+        finally:
+            M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok, M.VARLEN_RAN[0] = saved
+        self.assertIn("varlen flash attention refused (FlashAttention only supports Ampere", err.getvalue())
+        self.assertLess(float((loop[0] - got[0]).abs().max()), 1e-6)
+        self.assertLess(max_diff(loop[3], got[3]), 1e-6)
 
     def test_pack_fills_to_the_budget_first_fit_decreasing(self):
         seqs = [[0] * n for n in (3, 7, 2, 5, 9, 1)]
