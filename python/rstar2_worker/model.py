@@ -240,17 +240,16 @@ def varlen_impl():
     causal mask (`is_causal` in 2.10, a (-1, 0) window later) and for grouped kv heads; None where it is absent."""
     try:
         from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
+
+        params = inspect.signature(varlen_attn).parameters
+    except (ImportError, ValueError, TypeError):
         return None, {}, False
-    params = inspect.signature(varlen_attn).parameters
     causal = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)} if "window_size" in params else None
     return (varlen_attn, causal, "enable_gqa" in params) if causal is not None else (None, {}, False)
 
 
 VARLEN, VARLEN_CAUSAL, VARLEN_GQA = varlen_impl()
-
-
-VARLEN_RAN = [False]
+VARLEN_RAN = [False]  # once it has run in this process, a failure is a real one, not a refusal
 
 
 def refuse_varlen(e):
