@@ -3,7 +3,7 @@
 // Run: node --import tsx bench/gpu-plan.ts PEAKS.jsonl   (lines written by gpu_check throughput when
 // RSTAR2_GPU_PEAKS names a file)
 import { readFileSync } from 'node:fs';
-import { type Precision, plan } from '../src/worker/plan.js';
+import { type Precision, rankBytes } from '../src/worker/plan.js';
 import type { ModelConfig } from '../src/worker/types.js';
 import { benchArgs } from './args.js';
 
@@ -19,10 +19,7 @@ for (const line of readFileSync(positionals[0], 'utf8').split('\n').filter(Boole
     checkpointing: boolean;
     peakGiB: number;
   };
-  const row = plan({ config: m.config, gpus: 1, gpuMemGiB: 1e6, maxTokens: m.tokens }).find(
-    (r) => r.precision === m.precision && r.sharding === 'ddp',
-  )!;
-  const est = (m.checkpointing ? row.total.ckpt : row.total.full) / GiB;
+  const est = rankBytes(m.config, m.precision, m.tokens, m.checkpointing) / GiB;
   const ok = Math.abs(est / m.peakGiB - 1) <= 0.15;
   bad += ok ? 0 : 1;
   console.log(

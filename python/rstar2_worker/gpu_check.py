@@ -137,7 +137,7 @@ def generate():
         with torch.no_grad():
             ref = hf.generate(torch.tensor([prompt]), max_new_tokens=32, min_new_tokens=32, do_sample=False)
         want = ref[0, len(prompt) :].tolist()
-        same += next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), len(want)) == len(want)
+        same += got == want
     # a stop token that ends the first row early, so the batch drops a finished row and goes on with the other
     stop = ours[0][5]
     cut, _, finish = p.generate(prompts, {"temperature": 0.0, "maxNewTokens": 32, "stopTokenIds": [stop]})
@@ -248,7 +248,8 @@ def throughput():
         n = info["params"] - V * h  # the embedding lookup is no matmul
         for label, (kind, seqs, masks, olds, advs, opts) in cases:
             torch.cuda.reset_peak_memory_stats()
-            dt = timed(torch, p, (kind, seqs, masks, olds, advs, {"lr": 1e-5, **opts}))
+            args = (kind, seqs, masks, olds, advs, {"lr": 1e-5, **opts})
+            dt = timed(torch, p, args)
             if dt is None:
                 continue
             tokens = sum(len(x) for x in seqs)
@@ -257,7 +258,7 @@ def throughput():
             mfu = f", MFU {100 * flops / (peak * 1e12):.1f}% of {peak:.0f} TFLOP/s" if peak else ""
             mem = torch.cuda.max_memory_allocated() / 2**30
             print(f"throughput {precision}, {label}: {tokens / dt:,.0f} tokens/s (median of 3){mfu}; peak memory {mem:.1f} GiB; "
-                  f"{waits(torch, p, (kind, seqs, masks, olds, advs, {'lr': 1e-5, **opts}))} waits on the GPU a step")
+                  f"{waits(torch, p, args)} waits on the GPU a step")
             if os.environ.get("RSTAR2_GPU_PEAKS"):  # for bench/gpu-plan.ts: rstar2 plan against these peaks
                 budget = opts.get("maxTokensPerMicroBatch")
                 mbs = pack(seqs, budget) if budget else [range(len(seqs))]

@@ -473,8 +473,8 @@ def add_product(acc, a, b):
             torch.addmm(acc, a, b, out_dtype=acc.dtype, out=acc)
             MM_OUT_DTYPE[0] = True
             return
-        except (TypeError, RuntimeError):
-            if MM_OUT_DTYPE[0]:  # it worked before: this is a real failure (out of memory, say)
+        except (TypeError, RuntimeError) as e:
+            if MM_OUT_DTYPE[0] or isinstance(e, torch.cuda.OutOfMemoryError):  # a real failure, not a refusal
                 raise
             MM_OUT_DTYPE[0] = False
     acc += (a @ b).float()

@@ -198,8 +198,7 @@ def no_setsid_prepare():
     ld, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
     prog = [(ld, 0, 0, 4), (jeq, 0, 3, arch), (ld, 0, 0, 0), (jeq, 2, 0, nr), (jeq, 1, 0, nr | 0x40000000),
             (ret, 0, 0, 0x7FFF0000), (ret, 0, 0, 0x00050000 | 1)]  # ALLOW; ERRNO | EPERM
-    insns = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *i) for i in prog))
-    fprog = ctypes.create_string_buffer(struct.pack("@HP", len(prog), ctypes.addressof(insns)))
+    fprog, insns = sock_fprog(b"".join(struct.pack("=HBBI", *i) for i in prog))
     pid = os.fork()  # tried once in a throwaway child: a kernel without seccomp filters must not fail every call
     if pid == 0:
         os._exit(0 if _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0) == 0 else 1)
@@ -209,13 +208,18 @@ def no_setsid_prepare():
     NO_SETSID = (fprog, insns)  # a ctypes array is passed as its address
 
 
+def sock_fprog(code):
+    """(struct sock_fprog, its instructions) for classic BPF code (struct sock_filter[], 8 bytes each); the
+    instructions must outlive every prctl that passes the program."""
+    insns = ctypes.create_string_buffer(code, len(code))
+    return ctypes.create_string_buffer(struct.pack("@HP", len(code) // 8, ctypes.addressof(insns))), insns
+
+
 def install_filter(path):
     """Loads a compiled seccomp program (seccomp_filter.py's) on this process, for isolation landlock, where no
     bubblewrap loads it: the zygote's children and sessions inherit it."""
     with open(path, "rb") as f:
-        data = f.read()
-    insns = ctypes.create_string_buffer(data, len(data))  # struct sock_filter[]: 8 bytes each
-    fprog = ctypes.create_string_buffer(struct.pack("@HP", len(data) // 8, ctypes.addressof(insns)))
+        fprog, insns = sock_fprog(f.read())
     if _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "seccomp filter")
 

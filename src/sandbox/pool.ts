@@ -881,6 +881,19 @@ export class SandboxPool implements CodeRunner {
     }
   }
 
+  /** Which bound a call killed with reason 4 crossed, from the broker's counts (mf, md, ms, mk). */
+  private limitError(h: Record<string, number>, memoryMb: number): string {
+    const o = this.options;
+    const mb = (kb = 0) => Math.round(kb / 1024);
+    if (h.mf === -1) return 'file limit: the call nested directories more than 64 deep in its scratch';
+    if (h.mf)
+      return `file limit: the call held ${h.mf} files and directories in its scratch (limit ${o.scratchFiles})`;
+    if (h.md) return `disk limit: the call held ${mb(h.md)} MB in its scratch (limit ${o.scratchMb} MB)`;
+    if ((h.ms ?? 0) > o.shmMb * 1024)
+      return `memory limit: the call held ${mb(h.ms)} MB in /dev/shm (its share: ${o.shmMb} MB)`;
+    return `memory limit: the call's processes held ${mb(h.mk)} MB together (limit ${memoryMb} MB)`;
+  }
+
   private onResult(
     id: number,
     h: Record<string, number>,
@@ -908,17 +921,7 @@ export class SandboxPool implements CodeRunner {
     else if (h.r === 4) {
       status = 'oom';
       oom = true;
-      const mb = (kb = 0) => Math.round(kb / 1024);
-      error =
-        h.mf === -1
-          ? 'file limit: the call nested directories more than 64 deep in its scratch'
-          : h.mf
-            ? `file limit: the call held ${h.mf} files and directories in its scratch (limit ${this.options.scratchFiles})`
-            : h.md
-              ? `disk limit: the call held ${mb(h.md)} MB in its scratch (limit ${this.options.scratchMb} MB)`
-              : (h.ms ?? 0) > this.options.shmMb * 1024
-                ? `memory limit: the call held ${mb(h.ms)} MB in /dev/shm (its share: ${this.options.shmMb} MB)`
-                : `memory limit: the call's processes held ${mb(h.mk)} MB together (limit ${item.memoryMb} MB)`;
+      error = this.limitError(h, item.memoryMb);
     } else if (h.r === 5) {
       status = 'internal_error'; // no process could be forked for the call within its time limit
       error = String(h.x);

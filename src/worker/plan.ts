@@ -154,6 +154,20 @@ export function plan(input: PlanInput): PlanRow[] {
   return rows;
 }
 
+/** One DDP rank's estimated bytes for `tokens`-token micro-batches, with or without per-layer checkpointing: the
+ * number to hold against a measured peak (torch.cuda.max_memory_allocated). */
+export function rankBytes(
+  config: Config,
+  precision: Precision,
+  tokens: number,
+  checkpointing: boolean,
+): number {
+  const row = plan({ config, gpus: 1, gpuMemGiB: 1, maxTokens: tokens }).find(
+    (r) => r.precision === precision && r.sharding === 'ddp',
+  )!;
+  return checkpointing ? row.total.ckpt : row.total.full;
+}
+
 const gib = (bytes: number, width = 7) => (bytes / 2 ** 30).toFixed(1).padStart(width);
 
 export function formatPlan(input: PlanInput): string[] {
