@@ -8,7 +8,7 @@ import sys
 import torch
 import torch.nn as nn
 
-from .model import CausalLM, next_tokens, pad_right
+from .model import CausalLM, next_tokens, pad_right, predicting_rows, to_device
 
 
 def import_transformers():
@@ -82,8 +82,8 @@ class HFCausalLM(nn.Module):
         # right padding: a causal model never looks right, so the pads change no real position
         ids, valid = pad_right(rows)
         B, T = ids.shape
-        h = self.hidden(ids.to(device), torch.arange(T, device=device).expand(B, T))
-        h = h[:, :-1][valid[:, 1:].to(device)]
+        h = self.hidden(to_device(ids, device), to_device(torch.arange(T, device="cpu"), device).expand(B, T))
+        h = predicting_rows(h, valid, device)
         return (*self.token_logprobs(h, next_tokens(rows, device), temperature, chunk), ids.numel())
 
 

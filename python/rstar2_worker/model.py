@@ -266,7 +266,16 @@ def varlen_ok(q):
 @functools.lru_cache(maxsize=8)
 def cumulative(seqlens, device):
     """[0, l0, l0 + l1, ...] as int32 on `device`: made once per packed micro-batch, not once per layer."""
-    return torch.tensor([0, *itertools.accumulate(seqlens)], dtype=torch.int32, device=device)
+    return to_device(torch.tensor([0, *itertools.accumulate(seqlens)], dtype=torch.int32, device="cpu"), device)
+
+
+def to_device(t, device):
+    """A CPU tensor onto `device` without waiting on the GPU: torch copies from ordinary memory only after
+    the GPU has finished all its queued work (a wait per copy: ~12 per micro-batch on an H200 before this);
+    from pinned memory the copy is queued like a kernel."""
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 class MLP(nn.Module):
@@ -335,11 +344,12 @@ class CausalLM(nn.Module):
                     # one, and the same seed then gives the same weights on every device
                     p.copy_(torch.randn(p.shape, generator=g, device="cpu") * std)
 
-    def hidden(self, ids, pos, bias, caches=None, cache_at=0, seqlens=None):
+    def hidden(self, ids, pos, bias, caches=None, cache_at=0, seqlens=None, max_pos=None):
         """Final hidden states [B, T, H]. `bias` None: causal; `seqlens`: ids is one packed row of sequences
-        of these lengths (pos restarting at 0 for each)."""
+        of these lengths (pos restarting at 0 for each). `max_pos`: pos.max() where the caller knows it
+        (reading it from a GPU tensor waits on the GPU)."""
         x = self.model.embed_tokens(ids)
-        self.rope.tables(int(pos.max()) + 1, x.device)
+        self.rope.tables((int(pos.max()) if max_pos is None else max_pos) + 1, x.device)
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and caches is None
         for i, layer in enumerate(self.model.layers):
             if recompute:
@@ -374,33 +384,41 @@ class CausalLM(nn.Module):
 def predicting_hidden(model, rows, packed, device):
     """Final hidden states at every position that predicts a next token of its own sequence, sequence after
     sequence ([Σ (len - 1), H]), and how many positions the forward computed. Packed: one row, no padding,
-    positions restarting at 0 per sequence, attention inside each sequence only. Else: right-padded rows."""
+    positions restarting at 0 per sequence, attention inside each sequence only. Else: right-padded rows.
+    Everything is indexed on the CPU and copied over, so nothing here waits on the GPU."""
     if packed:
         lens = [len(r) for r in rows if r]
-        ids = torch.tensor([t for r in rows for t in r], dtype=torch.long, device=device).unsqueeze(0)
-        pos = torch.cat([torch.arange(n) for n in lens]).to(device).unsqueeze(0)
-        h = model.hidden(ids, pos, None, seqlens=lens)[0]
-        keep = torch.ones(ids.shape[1], dtype=torch.bool)
-        keep[torch.tensor(lens).cumsum(0) - 1] = False  # a sequence's last token predicts nothing
-        return h[keep.to(device)], ids.shape[1]
+        ids = to_device(torch.tensor([t for r in rows for t in r], dtype=torch.long, device="cpu"), device).unsqueeze(0)
+        pos = to_device(torch.cat([torch.arange(n, device="cpu") for n in lens]), device).unsqueeze(0)
+        h = model.hidden(ids, pos, None, seqlens=lens, max_pos=max(lens) - 1)[0]
+        keep = torch.ones(ids.shape[1], dtype=torch.bool, device="cpu")
+        keep[torch.tensor(lens, device="cpu").cumsum(0) - 1] = False  # a sequence's last token predicts nothing
+        return h.index_select(0, to_device(keep.nonzero().squeeze(1), device)), ids.shape[1]
     ids, valid = pad_right(rows)
     B, T = ids.shape
-    h = model.hidden(ids.to(device), torch.arange(T, device=device).expand(B, T), None)
-    return h[:, :-1][valid[:, 1:].to(device)], ids.numel()
+    h = model.hidden(to_device(ids, device), to_device(torch.arange(T, device="cpu"), device).expand(B, T), None, max_pos=T - 1)
+    return predicting_rows(h, valid, device), ids.numel()
+
+
+def predicting_rows(h, valid, device):
+    """The rows of right-padded hidden states h [B, T, H] that predict a real next token ([Σ (len - 1), H])."""
+    at = valid[:, 1:].reshape(-1).nonzero().squeeze(1)
+    return h[:, :-1].reshape(-1, h.shape[-1]).index_select(0, to_device(at, device))
 
 
 def next_tokens(rows, device):
     """The targets predicting_hidden's rows are scored against: ids[1:] of each sequence, concatenated."""
-    return torch.tensor([t for r in rows for t in r[1:]], dtype=torch.long, device=device)
+    return to_device(torch.tensor([t for r in rows for t in r[1:]], dtype=torch.long, device="cpu"), device)
 
 
 def pad_right(rows, dtype=torch.long):
+    """Rows right-padded with zeros, and where they are real; on the CPU (a GPU rank's default device is its GPU)."""
     T = max(len(r) for r in rows)
-    t = torch.zeros(len(rows), T, dtype=dtype)
-    valid = torch.zeros(len(rows), T, dtype=torch.bool)
+    t = torch.zeros(len(rows), T, dtype=dtype, device="cpu")
+    valid = torch.zeros(len(rows), T, dtype=torch.bool, device="cpu")
     for i, r in enumerate(rows):
         if len(r):
-            t[i, : len(r)] = torch.tensor(r, dtype=dtype)
+            t[i, : len(r)] = torch.tensor(r, dtype=dtype, device="cpu")
             valid[i, : len(r)] = True
     return t, valid
 

@@ -11,7 +11,7 @@ from . import dist as ranks
 from . import hf_model
 from .checkpoint import read_config, read_state_dict, write_json, write_state_dict
 from .detok import Detok
-from .model import CausalLM, Config, attn_bias, count_params
+from .model import CausalLM, Config, attn_bias, count_params, to_device
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 MODEL_BACKENDS = ("native", "transformers")
@@ -217,7 +217,7 @@ class Policy:
         with torch.no_grad(), self._autocast():
             idx = torch.arange(P, device=dev)
             pos = (idx.unsqueeze(0) - pad_left.unsqueeze(1)).clamp(min=0)
-            h = model.hidden(ids, pos, attn_bias(pad_left, idx, idx), caches, 0)
+            h = model.hidden(ids, pos, attn_bias(pad_left, idx, idx), caches, 0, max_pos=P - 1)
             logits = model.lm_head(h[:, -1])
             for step in range(max_new):
                 # sampled on the CPU: one generator (saved in optimizer.pt) whatever device the model is on
@@ -250,7 +250,7 @@ class Policy:
                 cur = P + step
                 pos = (cur - pad_left).unsqueeze(1)
                 bias = attn_bias(pad_left, torch.tensor([cur], device=dev), torch.arange(cur + 1, device=dev))
-                h = model.hidden(tok.unsqueeze(1).to(dev), pos, bias, caches, cur)
+                h = model.hidden(tok.unsqueeze(1).to(dev), pos, bias, caches, cur, max_pos=cur)
                 logits = model.lm_head(h[:, -1])
         return out_ids, out_lp, finish
 
@@ -343,8 +343,9 @@ class Policy:
             raise ValueError("train batch has no mask=1 tokens")
         lo, hi = self.rank * n_global // self.world, (self.rank + 1) * n_global // self.world
         mine = list(range(lo, hi))
-        # stats: loss, clipped tokens, entropy sum, trained tokens, all tokens, computed tokens (padding included)
-        stats = torch.zeros(6, dtype=torch.float64)
+        # stats: loss, clipped tokens, entropy sum, trained tokens, all tokens, computed tokens (padding included);
+        # summed on the device and read once a step (reading them per micro-batch waited on the GPU each time)
+        stats = torch.zeros(6, dtype=torch.float64, device=self.device)
         packed = o["maxTokensPerMicroBatch"] is not None
         model.gradient_checkpointing = o["gradientCheckpointing"]
         mine_seqs = [seqs[i] for i in mine]
@@ -361,18 +362,19 @@ class Policy:
             rows = [seqs[i] for i in idx]
             tokens = sum(len(r) for r in rows)
             # per predicted token (ids[1:] of each sequence, sequence after sequence)
-            mask = torch.tensor([m for i in idx for m in masks[i][1:]], dtype=torch.float32, device=dev)
+            mask = to_device(torch.tensor([m for i in idx for m in masks[i][1:]], dtype=torch.float32, device="cpu"), dev)
             with ranks.no_sync(self.r, self.wrapped, last), self._autocast():
                 logp, ent, _, computed = self.wrapped(rows=rows, packed=packed, chunk=o["logitsChunkTokens"], device=dev)
             if kind == "grpo":
                 n_pred = [max(len(seqs[i]) - 1, 0) for i in idx]
                 old = torch.tensor(
                     [x for i, n in zip(idx, n_pred) for x in (olds[i][1:] if olds[i] is not None else [0.0] * n)],
-                    dtype=torch.float32, device=dev,
+                    dtype=torch.float32, device="cpu",
                 )
-                has_old = torch.tensor([olds[i] is not None for i, n in zip(idx, n_pred) for _ in range(n)], device=dev)
-                old = torch.where(has_old, old, logp.detach())
-                adv = torch.tensor([advs[i] for i, n in zip(idx, n_pred) for _ in range(n)], dtype=torch.float32, device=dev)
+                has_old = torch.tensor([olds[i] is not None for i, n in zip(idx, n_pred) for _ in range(n)], device="cpu")
+                old = torch.where(to_device(has_old, dev), to_device(old, dev), logp.detach())
+                adv = torch.tensor([advs[i] for i, n in zip(idx, n_pred) for _ in range(n)], dtype=torch.float32, device="cpu")
+                adv = to_device(adv, dev)
                 tok_loss, clipped = grpo_token_loss(logp, old, adv, o["clipLow"], o["clipHigh"], o["dualClip"])
             else:
                 tok_loss, clipped = -logp, torch.zeros_like(logp)
@@ -383,10 +385,10 @@ class Policy:
                 loss = msum / mask.sum().clamp(min=1) * (len(idx) / n_global)
             with ranks.no_sync(self.r, self.wrapped, last):
                 loss.backward()
-            stats += torch.tensor(
-                [loss.item(), float((clipped * mask).sum()), float((ent * mask).sum()), float(mask.sum()), tokens, computed],
-                dtype=torch.float64,
-            )
+            with torch.no_grad():
+                stats[:4] += torch.stack([loss, (clipped * mask).sum(), (ent * mask).sum(), mask.sum()]).double()
+            stats[4] += tokens
+            stats[5] += computed
         params = unique_params(model)
         if self.world > 1:
             dist.all_reduce(stats)
