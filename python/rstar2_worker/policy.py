@@ -354,10 +354,25 @@ class Policy:
         idle = [mb for mb in mbs if all(len(mine_seqs[j]) < 2 for j in mb)]  # nothing to predict
         stats[4] += sum(len(mine_seqs[j]) for mb in idle for j in mb)
         mbs = [mb for mb in mbs if mb not in idle]
-        if not mbs:  # nothing to train on this rank: a zero-weight pass still joins the gradient reduction
-            (self.wrapped(rows=[[0, 0]], device=dev)[0].sum() * 0.0).backward()
-        for k, mb in enumerate(mbs):
-            last = k == len(mbs) - 1  # DDP reads no_sync at the forward, FSDP at the backward
+        passes = len(mbs)
+        if self.world > 1:
+            # every rank runs as many forward/backward passes as the busiest one: FSDP's forward and backward
+            # gather each layer's weights from every rank, so a rank with fewer micro-batches would leave the
+            # others waiting for it until the collective timed out. Zero-weight passes fill the difference (DDP
+            # needs only the last one, the gradient reduction). Counted on the CPU group: no wait on a GPU
+            n = torch.tensor([passes], device="cpu")
+            dist.all_reduce(n, op=dist.ReduceOp.MAX, group=self.r.control)
+            passes = int(n)
+        passes = max(passes, 1)  # a rank with nothing to train still joins the gradient reduction
+        for k in range(passes):
+            last = k == passes - 1  # DDP reads no_sync at the forward, FSDP at the backward
+            if k >= len(mbs):  # nothing left to train on this rank: a zero-weight pass
+                with ranks.no_sync(self.r, self.wrapped, last), self._autocast():
+                    idle_loss = self.wrapped(rows=[[0, 0]], device=dev)[0].sum() * 0.0
+                with ranks.no_sync(self.r, self.wrapped, last):
+                    idle_loss.backward()
+                continue
+            mb = mbs[k]
             idx = [mine[j] for j in mb]
             rows = [seqs[i] for i in idx]
             tokens = sum(len(r) for r in rows)
@@ -413,7 +428,7 @@ class Policy:
             "tokensPerS": tokens / dt if dt > 0 else 0.0,
             "lr": lr,
             "step": self.step,
-            "microBatches": len(mbs),
+            "microBatches": passes,
             "timeS": dt,
         }
 

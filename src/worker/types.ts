@@ -107,7 +107,7 @@ export interface TrainStats {
   tokensPerS: number;
   lr: number; // learning rate applied in this step
   step: number; // optimizer steps completed (after this one)
-  microBatches: number; // on rank 0
+  microBatches: number; // forward/backward passes each rank ran (every rank runs as many as the busiest)
   timeS: number;
 }
 

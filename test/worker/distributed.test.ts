@@ -96,6 +96,40 @@ test('a batch with fewer sequences than ranks: the rank without data still joins
   assert.ok(maxAbsDiff(lps[0], lps[1]) < 1e-5);
 });
 
+test('ranks with different numbers of micro-batches run as many passes each (FSDP gathers weights in every one)', {
+  timeout: 120_000,
+}, async () => {
+  // rank 0 gets the two short sequences (one micro-batch of 12 tokens), rank 1 the two long ones (two)
+  const uneven: TrainBatch = {
+    loss: 'sft',
+    sequences: [
+      { ids: [1, 2, 3], mask: [0, 1, 1] },
+      { ids: [4, 5, 6, 7], mask: [0, 1, 1, 1] },
+      { ids: [8, 9, 10, 11, 12, 13, 14, 15, 16, 17], mask: [0, 0, 1, 1, 1, 1, 1, 1, 1, 1] },
+      { ids: [18, 19, 20, 21, 22, 23, 24, 25, 26, 27], mask: [0, 1, 1, 1, 1, 1, 1, 1, 1, 0] },
+    ],
+  };
+  const got: TrainStats[][] = [];
+  for (const ranks of [1, 2]) {
+    const w = await PolicyWorker.start({ ranks, threads: 1 });
+    try {
+      await w.init(TEST_CONFIG, 4);
+      got.push([]);
+      for (let i = 0; i < 2; i++)
+        got[got.length - 1].push(await w.trainStep(uneven, { lr: 1e-2, microBatchTokens: 12 }));
+    } finally {
+      await w.close();
+    }
+  }
+  const [one, two] = got;
+  assert.equal(two[0].microBatches, 2, 'rank 0 ran a zero-weight pass to match rank 1');
+  for (let i = 0; i < 2; i++) {
+    assert.ok(Math.abs(one[i].loss - two[i].loss) < 1e-5, `step ${i}: ${one[i].loss} vs ${two[i].loss}`);
+    assert.ok(Math.abs(one[i].gradNorm - two[i].gradNorm) < 1e-4, `step ${i} grad norm`);
+  }
+  assert.ok(one[1].loss < one[0].loss, 'the step trained');
+});
+
 test('a rank other than 0 dying fails the call in flight with its own report; the next call restarts all ranks', {
   timeout: 120_000,
 }, async () => {
