@@ -4,6 +4,7 @@ import os
 import shutil
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -257,24 +258,50 @@ class Policy:
     # ---- scoring ---------------------------------------------------------------------------------
 
     def logprobs(self, seqs, temperature=1.0, budget=8192, chunk=None):
+        """(log p, entropy, target is the argmax) per token of each sequence, 0 at its first token, as numpy
+        arrays. Every rank scores its share of `seqs`; rank 0 returns them all, the other ranks Nones."""
         self._need_model()
         self.model.eval()
-        out = [([], [], [])] * len(seqs)
+        lo, hi = self.share(len(seqs))
+        mine = seqs[lo:hi]
+        zero = (np.zeros(1, np.float32), np.zeros(1, np.float32), np.zeros(1, np.int32))
+        out = [tuple(z[: len(r)] for z in zero) for r in mine]  # a sequence of 0 or 1 tokens predicts nothing
+        mbs = [mb for mb in micro_batches(mine, budget) if any(len(mine[i]) > 1 for i in mb)]
         with torch.no_grad(), self._autocast():
-            for mb in micro_batches(seqs, budget):
-                rows = [seqs[i] for i in mb]
-                if all(len(r) < 2 for r in rows):
-                    lp = ent = top = []
-                else:
-                    lp, ent, top, _ = self.forward_module(rows=rows, temperature=temperature, chunk=chunk, device=self.device)
-                    lp, ent, top = lp.tolist(), ent.tolist(), top.int().tolist()
+            for k in range(self.most_passes(len(mbs))):
+                if k >= len(mbs):  # FSDP: a forward for each of the busiest rank's
+                    self.forward_module(rows=[[0, 0]], device=self.device)
+                    continue
+                rows = [mine[i] for i in mbs[k]]
+                lp, ent, top, _ = self.forward_module(rows=rows, temperature=temperature, chunk=chunk, device=self.device)
+                got = lp.cpu().numpy(), ent.cpu().numpy(), top.int().cpu().numpy()
                 at = 0
-                for i, r in zip(mb, rows):
+                for i, r in zip(mbs[k], rows):
                     n = len(r) - 1
-                    if n >= 0:
-                        out[i] = ([0.0] + lp[at : at + n], [0.0] + ent[at : at + n], [0] + top[at : at + n])
+                    if n > 0:
+                        out[i] = tuple(np.concatenate((z, x[at : at + n])) for z, x in zip(zero, got))
                         at += n
+        if self.world > 1:
+            every = [None] * self.world if self.rank == 0 else None
+            dist.gather_object(out, every, dst=0, group=self.r.control)
+            if self.rank != 0:
+                return None, None, None
+            out = [x for part in every for x in part]
         return [x[0] for x in out], [x[1] for x in out], [x[2] for x in out]
+
+    def share(self, n):
+        """This rank's slice [lo, hi) of a batch of n sequences."""
+        return self.rank * n // self.world, (self.rank + 1) * n // self.world
+
+    def most_passes(self, n):
+        """The most forward passes any rank has to run, n this rank's: every rank runs as many, since FSDP's
+        forward and backward gather each layer's weights from all ranks (a rank that stopped early would leave
+        the others waiting until the collective timed out). Counted on the CPU group: no wait on a GPU."""
+        if self.world == 1:
+            return n
+        t = torch.tensor([n], device="cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.r.control)
+        return int(t)
 
     # ---- training --------------------------------------------------------------------------------
 
@@ -341,7 +368,7 @@ class Policy:
         trained_global = sum(sum(m[1:]) for m in masks)
         if trained_global == 0:
             raise ValueError("train batch has no mask=1 tokens")
-        lo, hi = self.rank * n_global // self.world, (self.rank + 1) * n_global // self.world
+        lo, hi = self.share(n_global)
         mine = list(range(lo, hi))
         # stats: loss, clipped tokens, entropy sum, trained tokens, all tokens, computed tokens (padding included);
         # summed on the device and read once a step (reading them per micro-batch waited on the GPU each time)
@@ -354,16 +381,9 @@ class Policy:
         idle = [mb for mb in mbs if all(len(mine_seqs[j]) < 2 for j in mb)]  # nothing to predict
         stats[4] += sum(len(mine_seqs[j]) for mb in idle for j in mb)
         mbs = [mb for mb in mbs if mb not in idle]
-        passes = len(mbs)
-        if self.world > 1:
-            # every rank runs as many forward/backward passes as the busiest one: FSDP's forward and backward
-            # gather each layer's weights from every rank, so a rank with fewer micro-batches would leave the
-            # others waiting for it until the collective timed out. Zero-weight passes fill the difference (DDP
-            # needs only the last one, the gradient reduction). Counted on the CPU group: no wait on a GPU
-            n = torch.tensor([passes], device="cpu")
-            dist.all_reduce(n, op=dist.ReduceOp.MAX, group=self.r.control)
-            passes = int(n)
-        passes = max(passes, 1)  # a rank with nothing to train still joins the gradient reduction
+        # zero-weight passes where this rank has fewer micro-batches than another (most_passes); DDP needs only the
+        # last one, where gradients are reduced, which a rank with nothing to train also joins
+        passes = max(self.most_passes(len(mbs)), 1)
         for k in range(passes):
             last = k == passes - 1  # DDP reads no_sync at the forward, FSDP at the backward
             if k >= len(mbs):  # nothing left to train on this rank: a zero-weight pass

@@ -11,13 +11,13 @@ from .protocol import ragged, read_frame, write_frame
 
 
 # ops every rank runs (rank 0 forwards them); the others run on rank 0 alone unless the model is sharded
-ALL_RANKS = {"init", "load", "reset_optimizer", "save", "train_step"}
+ALL_RANKS = {"init", "load", "reset_optimizer", "save", "train_step", "logprobs"}  # logprobs: each rank its share
 
 
 def serve(inp, out, r):
     policy = Policy(r)
     # under FSDP every rank holds a shard, so reading the full weights (for a broadcast too) takes them all
-    sharded = {"logprobs", "generate", "weights_join", "weights_broadcast"}
+    sharded = {"generate", "weights_join", "weights_broadcast"}
     everywhere = ALL_RANKS | (sharded if r.sharding == "fsdp" else set())
     while True:
         if r.rank == 0:
@@ -72,6 +72,8 @@ def handle(policy, h, a):
         if chunk is not None and not (isinstance(chunk, int) and chunk >= 1):
             raise ValueError(f"logitsChunkTokens must be a positive integer, got {chunk!r}")
         lps, ents, tops = policy.logprobs(seqs, float(h.get("temperature", 1.0)), int(h.get("microBatchTokens", 8192)), chunk)
+        if lps is None:  # a rank other than 0: its share went to rank 0
+            return {}, None
         return {}, {
             "logprobs": ("f32", np.concatenate([np.asarray(x, dtype=np.float32) for x in lps])),
             "entropy": ("f32", np.concatenate([np.asarray(x, dtype=np.float32) for x in ents])),

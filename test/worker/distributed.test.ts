@@ -96,7 +96,7 @@ test('a batch with fewer sequences than ranks: the rank without data still joins
   assert.ok(maxAbsDiff(lps[0], lps[1]) < 1e-5);
 });
 
-test('ranks with different numbers of micro-batches run as many passes each (FSDP gathers weights in every one)', {
+test('ranks with different numbers of micro-batches run as many passes each (FSDP gathers weights in every one); scoring is shared out', {
   timeout: 120_000,
 }, async () => {
   // rank 0 gets the two short sequences (one micro-batch of 12 tokens), rank 1 the two long ones (two)
@@ -110,6 +110,9 @@ test('ranks with different numbers of micro-batches run as many passes each (FSD
     ],
   };
   const got: TrainStats[][] = [];
+  const scored: number[][][] = [];
+  // scoring is shared out too: each rank scores its share (here 2 and 3 sequences, one of them a single token)
+  const rows = [...uneven.sequences.map((s) => s.ids), [5]];
   for (const ranks of [1, 2]) {
     const w = await PolicyWorker.start({ ranks, threads: 1 });
     try {
@@ -117,10 +120,16 @@ test('ranks with different numbers of micro-batches run as many passes each (FSD
       got.push([]);
       for (let i = 0; i < 2; i++)
         got[got.length - 1].push(await w.trainStep(uneven, { lr: 1e-2, microBatchTokens: 12 }));
+      scored.push((await w.logprobs(rows, { microBatchTokens: 12 })).map((r) => r.logprobs));
     } finally {
       await w.close();
     }
   }
+  rows.forEach((r, j) => {
+    assert.equal(scored[1][j].length, r.length);
+    const d = maxAbsDiff(scored[0][j], scored[1][j]);
+    assert.ok(d < 1e-5, `row ${j}: max abs diff ${d}`);
+  });
   const [one, two] = got;
   assert.equal(two[0].microBatches, 2, 'rank 0 ran a zero-weight pass to match rank 1');
   for (let i = 0; i < 2; i++) {
