@@ -402,8 +402,9 @@ def predicting_hidden(model, rows, packed, device):
 
 def predicting_rows(h, valid, device):
     """The rows of right-padded hidden states h [B, T, H] that predict a real next token ([Σ (len - 1), H])."""
-    at = valid[:, 1:].reshape(-1).nonzero().squeeze(1)
-    return h[:, :-1].reshape(-1, h.shape[-1]).index_select(0, to_device(at, device))
+    at = torch.zeros_like(valid)
+    at[:, :-1] = valid[:, 1:]  # position t predicts t + 1
+    return h.reshape(-1, h.shape[-1]).index_select(0, to_device(at.reshape(-1).nonzero().squeeze(1), device))
 
 
 def next_tokens(rows, device):
