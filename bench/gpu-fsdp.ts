@@ -1,5 +1,5 @@
 // GPU check (bench/gpu-check.sh step 3): sharding: fsdp through the same launcher as DDP, world size 1.
-// Trains 3 steps under DDP and under FSDP from the same init and compares the losses; then saves under FSDP
+// Scores a batch, then trains 3 steps under DDP and under FSDP from the same init and compares the losses; then saves under FSDP
 // (consolidated HF shards + a sharded optimizer), reloads and checks the next step matches an unbroken run.
 // Run: node --import tsx bench/gpu-fsdp.ts   (needs CUDA and torch >= 2.2 for RSTAR2_PYTHON)
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
@@ -33,6 +33,9 @@ async function run(sharding: 'ddp' | 'fsdp', dir?: string): Promise<number[]> {
   const w = await PolicyWorker.start({ sharding, threads: 4 });
   try {
     await w.init(config, 3);
+    // scored first, as oldLogprobs: recompute does: FSDP2 leaves the root's weights gathered after a forward
+    // without backward, and an optimizer made then would never train them (the losses would part from DDP's)
+    await w.logprobs(batch(0).sequences.map((s) => s.ids));
     const losses = [];
     for (let k = 0; k < 3; k++) {
       losses.push((await w.trainStep(batch(k), opts)).loss);

@@ -7,8 +7,12 @@ from . import PROTOCOL_VERSION
 
 
 def main():
-    out = sys.stdout.buffer
-    sys.stdout = sys.stderr  # stray prints must never corrupt the frame stream
+    # frames go to a copy of fd 1, and fd 1 itself becomes stderr: stray prints, and C libraries writing to
+    # stdout (NCCL_DEBUG's log does), must never land in the frame stream
+    sys.stdout.flush()
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     inp = sys.stdin.buffer
     from .protocol import write_frame
 

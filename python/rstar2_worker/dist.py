@@ -78,7 +78,8 @@ def init(r):
     if r.world == 1 and r.sharding == "ddp":
         return
     timeout = datetime.timedelta(seconds=env_int("RSTAR2_DIST_TIMEOUT_S", 600))
-    backend = "nccl" if cuda else "gloo"
+    # CPU tensors get gloo beside NCCL: under optimizer offload the gradient norm is reduced from the CPU
+    backend = "cuda:nccl,cpu:gloo" if cuda else "gloo"
     if r.world == 1 and not os.environ.get("MASTER_ADDR"):  # FSDP on one rank started by hand
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     else:
@@ -86,12 +87,16 @@ def init(r):
     # followers wait here between requests, which may be hours apart (rollouts only use rank 0)
     r.control = dist.new_group(backend="gloo", timeout=datetime.timedelta(days=7)) if r.world > 1 else None
     if r.control is not None:  # nodes launched by hand can disagree; find out now, not in the first step
-        mine = (r.sharding, r.offload)
+        # a node on torch 2.3 would run FSDP1 beside FSDP2 elsewhere, a node without a GPU gloo: other collectives
+        mine = (r.sharding, r.offload, r.fsdp, torch.__version__.split("+")[0], cuda)
         every = [None] * r.world
         dist.all_gather_object(every, mine, group=r.control)
         odd = next((i for i, x in enumerate(every) if tuple(x) != mine), None)
         if odd is not None:
-            raise ValueError(f"rank {r.rank} has sharding {mine} but rank {odd} has {tuple(every[odd])}: start every node alike")
+            raise ValueError(
+                f"rank {r.rank} has (sharding, offload, fsdp, torch, cuda) {mine} but rank {odd} has {tuple(every[odd])}: "
+                "start every node alike"
+            )
 
 
 def forward_request(r, frame):
@@ -165,6 +170,14 @@ def wrap_fsdp(r, model):  # GPU path: checked by bench/gpu-check.sh, not by the 
         device_id=torch.cuda.current_device() if torch.cuda.is_available() else None,
         use_orig_params=True,
     )
+
+
+def reshard(r, wrapped):
+    """FSDP2 leaves the root module's own weights (embeddings, final norm, lm_head) gathered after a forward
+    until a backward reshards them; after a forward without one (scoring) they would stay whole, and an
+    optimizer made then would hold the whole tensors instead of this rank's shards, never updated."""
+    if r.fsdp == "fsdp2":
+        wrapped.reshard()
 
 
 def clip_grad_norm(r, wrapped, params, max_norm):

@@ -50,7 +50,7 @@ class Policy:
         self.model.to(self.device, torch.bfloat16 if self.precision == "bf16" else torch.float32)
 
     def _info(self, restored=False):
-        out = {"config": self.cfg.raw, "params": count_params(self.model), "restoredOptimizer": restored}
+        out = {"config": self.cfg.raw, "params": self.n_params, "restoredOptimizer": restored}
         out.update(device=str(self.device), precision=self.precision)
         if self.src_dir:
             out["dir"] = self.src_dir
@@ -68,6 +68,7 @@ class Policy:
         return self._info()
 
     def _wrap(self):
+        self.n_params = count_params(self.model)  # counted whole: FSDP1's parameters become views of shards
         # FSDP shards at once so no rank holds a full replica longer than the load; DDP waits for a train step
         self.wrapped = ranks.wrap(self.r, self.model) if self.r.sharding == "fsdp" else None
 
@@ -110,6 +111,16 @@ class Policy:
             torch.set_rng_state(st["torch_rng"])
             self.gen.set_state(st["gen_rng"])
             restored = True
+        if self.world > 1:  # a node reading a stale or partial copy of the directory would train apart, or hang
+            mine = (restored, self.step)
+            every = [None] * self.world
+            dist.all_gather_object(every, mine, group=self.r.control)
+            odd = next((i for i, x in enumerate(every) if tuple(x) != tuple(every[0])), None)
+            if odd is not None:
+                raise ValueError(
+                    f"{directory}: rank {odd} read (optimizer restored, step) {tuple(every[odd])} but rank 0 "
+                    f"{tuple(every[0])}: every node must see the same checkpoint"
+                )
         return self._info(restored)
 
     def save(self, directory, with_optimizer, shards=None, max_shard_bytes=None):
@@ -281,6 +292,8 @@ class Policy:
                     if n > 0:
                         out[i] = tuple(np.concatenate((z, x[at : at + n])) for z, x in zip(zero, got))
                         at += n
+        if self.wrapped is not None:
+            ranks.reshard(self.r, self.wrapped)
         if self.world > 1:
             every = [None] * self.world if self.rank == 0 else None
             dist.gather_object(out, every, dst=0, group=self.r.control)
@@ -311,6 +324,8 @@ class Policy:
         return {"step": 0}
 
     def _optimizer(self, o):
+        if self.opt is None and self.wrapped is not None:
+            ranks.reshard(self.r, self.wrapped)  # the shards, not gathered weights, go to the optimizer
         params = unique_params(self.forward_module)
         if self.opt is None:
             # fused on a GPU: the default (foreach) keeps each parameter's step count in a tensor, made on the

@@ -1,4 +1,5 @@
 """Request loop: one frame in, one frame out, in order."""
+import os
 import sys
 import traceback
 
@@ -12,6 +13,8 @@ from .protocol import ragged, read_frame, write_frame
 
 # ops every rank runs (rank 0 forwards them); the others run on rank 0 alone unless the model is sharded
 ALL_RANKS = {"init", "load", "reset_optimizer", "save", "train_step", "logprobs"}  # logprobs: each rank its share
+# ops with collectives part-way through, where one rank's failure can leave the others waiting in one
+MIDWAY = {"train_step", "logprobs", "save", "weights_join", "weights_broadcast"}
 
 
 def serve(inp, out, r):
@@ -37,6 +40,14 @@ def serve(inp, out, r):
         except Exception as e:  # report, keep serving
             traceback.print_exc(file=sys.stderr)
             err = f"{header.get('op')}: {type(e).__name__}: {e}"
+            if shared and r.world > 1 and header.get("op") in MIDWAY and not isinstance(e, (ValueError, OSError)):
+                # raised part-way (out of memory): the other ranks may be inside a collective this rank will never
+                # join, and the shards may be out of step. A bad request (ValueError, found before any collective,
+                # alike on every rank) and a file error (after them) are answered; here the process ends, and
+                # the client, seeing a rank die, fails the call and restarts every rank
+                print(f"rstar2_worker: rank {r.rank}: {err}; exiting so that every rank restarts", file=sys.stderr)
+                sys.stderr.flush()
+                os._exit(3)
         if shared:  # a rank that failed where rank 0 did not (a file missing on one node) must not pass silently
             errs = [None] * r.world
             torch.distributed.all_gather_object(errs, err, group=r.control)
@@ -49,8 +60,13 @@ def serve(inp, out, r):
                 write_frame(out, {"id": rid, "result": reply}, reply_arrays)
 
 
+FAIL = os.environ.get("RSTAR2_WORKER_FAIL")  # tests: "OP:RANK" makes that rank fail OP as out of memory would
+
+
 def handle(policy, h, a):
     op = h.get("op")
+    if FAIL == f"{op}:{policy.rank}":
+        raise RuntimeError(f"RSTAR2_WORKER_FAIL={FAIL}")
     if op == "init":
         return policy.init(h["config"], int(h.get("seed", 0))), None
     if op == "load":
@@ -113,6 +129,8 @@ def handle(policy, h, a):
         from .bare_bench import BareBench
 
         policy._need_model()
+        if policy.r.sharding == "fsdp":  # rank 0 alone on sharded weights would wait for the others forever
+            raise ValueError("bare_bench needs the whole model on rank 0: not under sharding fsdp")
         if getattr(policy, "bare", None) is None or policy.bare.model is not policy.model:
             policy.bare = BareBench(policy.model)
         if h["kind"] == "generate":

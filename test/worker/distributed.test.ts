@@ -139,6 +139,22 @@ test('ranks with different numbers of micro-batches run as many passes each (FSD
   assert.ok(one[1].loss < one[0].loss, 'the step trained');
 });
 
+test('a rank failing part-way through a shared op ends every rank instead of leaving them in a collective', {
+  timeout: 120_000,
+}, async () => {
+  const w = await PolicyWorker.start({ ranks: 2, threads: 1, env: { RSTAR2_WORKER_FAIL: 'train_step:1' } });
+  try {
+    await w.init(TEST_CONFIG, 4);
+    const before = (await w.logprobs(probe))[0].logprobs;
+    // rank 0 goes on into the step's collectives; without the exit it would wait there for rank 1
+    await assert.rejects(w.trainStep(batch, { lr: 1e-2 }), /rank 1 .*died with exit code 3/);
+    assert.deepEqual((await w.logprobs(probe))[0].logprobs, before, 'restarted from the last state');
+    assert.equal(w.restarts, 1);
+  } finally {
+    await w.close();
+  }
+});
+
 test('a rank other than 0 dying fails the call in flight with its own report; the next call restarts all ranks', {
   timeout: 120_000,
 }, async () => {
