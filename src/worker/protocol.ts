@@ -39,6 +39,12 @@ export class FrameReader {
     const out: Frame[] = [];
     while (this.buf.length >= 4) {
       const len = this.buf.readUInt32LE(0);
+      // a frame's JSON header follows its two lengths: anything else is stray output on the stream, which read
+      // as a length would otherwise leave the reader waiting for gigabytes that never come
+      if (this.buf.length >= 9 && (this.buf[8] !== 0x7b || this.buf.readUInt32LE(4) > len)) {
+        const text = JSON.stringify(this.buf.subarray(0, 40).toString('latin1'));
+        throw new Error(`worker protocol: stray bytes on the frame stream, not a frame: ${text}`);
+      }
       if (this.buf.length < 4 + len) break;
       out.push(decodeBody(this.buf.subarray(4, 4 + len)));
       this.buf = this.buf.subarray(4 + len);

@@ -28,3 +28,13 @@ test('ragged packing keeps order and lengths, and rejects non-integers', () => {
   assert.deepEqual(unpackRagged(flat, lens), seqs);
   assert.throws(() => packRagged([[1, 2.5]], 'prompts'), /prompts\[0\]\[1\] = 2.5 is not a 32-bit integer/);
 });
+
+test('stray output on the frame stream is named at once, not read as a length to wait for', () => {
+  const r = new FrameReader();
+  assert.equal(r.push(encodeFrame({ op: 'hello', id: 0 })).length, 1);
+  // "NCCL" read as a little-endian length would be ~1.3 GB
+  assert.throws(
+    () => r.push(Buffer.from('NCCL INFO Bootstrap : Using eth0\n')),
+    /stray bytes on the frame stream.*NCCL INFO/,
+  );
+});
