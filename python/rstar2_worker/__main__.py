@@ -22,15 +22,11 @@ def main():
         import numpy  # noqa: F401
         import torch
     except ImportError as e:
-        write_frame(
+        hello_error(
             out,
-            {
-                "op": "hello",
-                "id": 0,
-                "version": version,
-                "error": f"PyTorch is not importable by {sys.executable} ({e}). Install it with "
-                "`apt-get install python3-torch python3-numpy`, or set RSTAR2_PYTHON to a Python that has torch.",
-            },
+            version,
+            f"PyTorch is not importable by {sys.executable} ({e}). Install it with "
+            "`apt-get install python3-torch python3-numpy`, or set RSTAR2_PYTHON to a Python that has torch.",
         )
         return 1
     torch.set_num_threads(int(os.environ.get("RSTAR2_THREADS", "2")))
@@ -45,7 +41,7 @@ def main():
         pick_backend(os.environ.get("RSTAR2_MODEL_BACKEND") or "native")  # transformers missing: say so now
     except Exception as e:  # bad env, sharding this torch cannot do, unreachable master: say so, don't hang
         traceback.print_exc()
-        write_frame(out, {"op": "hello", "id": 0, "version": version, "error": f"{type(e).__name__}: {e}"})
+        hello_error(out, version, f"{type(e).__name__}: {e}")
         return 1
     if r.world > 1 or r.sharding != "ddp":
         print(f"rstar2_worker: rank {r.rank}/{r.world} (local {r.local_rank}) joined, sharding {r.sharding}", file=sys.stderr)
@@ -57,6 +53,17 @@ def main():
         traceback.print_exc()
         return 2
     return 0
+
+
+def hello_error(out, version, msg):
+    """Why this rank cannot start: a frame from rank 0; the others say it on stderr and exit, since under
+    torchrun, Slurm or on a second node their stdout is shared with rank 0's frames."""
+    from .protocol import write_frame
+
+    if os.environ.get("RANK", "0") == "0":
+        write_frame(out, {"op": "hello", "id": 0, "version": version, "error": msg})
+    else:
+        print(f"rstar2_worker rank {os.environ['RANK']}: {msg}", file=sys.stderr)
 
 
 if __name__ == "__main__":
