@@ -8,7 +8,7 @@ import sys
 import torch
 import torch.nn as nn
 
-from .model import CausalLM, next_tokens, pad_right, predicting_rows, to_device
+from .model import CausalLM, next_tokens, predicting_hidden
 
 
 def import_transformers():
@@ -66,7 +66,7 @@ class HFCausalLM(nn.Module):
             hf.gradient_checkpointing_enable() if on else hf.gradient_checkpointing_disable()
             self._checkpointing = on
 
-    def hidden(self, ids, pos, bias=None, caches=None, cache_at=0, seqlens=None):
+    def hidden(self, ids, pos, bias=None, caches=None, cache_at=0, seqlens=None, max_pos=None):  # max_pos: no tables here
         if caches is not None or seqlens is not None or bias is not None:
             raise ValueError(UNSUPPORTED)
         return self.model(input_ids=ids, position_ids=pos, use_cache=False).last_hidden_state
@@ -80,11 +80,8 @@ class HFCausalLM(nn.Module):
         if packed:
             raise ValueError(UNSUPPORTED)
         # right padding: a causal model never looks right, so the pads change no real position
-        ids, valid = pad_right(rows)
-        B, T = ids.shape
-        h = self.hidden(to_device(ids, device), to_device(torch.arange(T, device="cpu"), device).expand(B, T))
-        h = predicting_rows(h, valid, device)
-        return (*self.token_logprobs(h, next_tokens(rows, device), temperature, chunk), ids.numel())
+        h, computed = predicting_hidden(self, rows, False, device)
+        return (*self.token_logprobs(h, next_tokens(rows, device), temperature, chunk), computed)
 
 
 def load(directory):

@@ -423,8 +423,7 @@ class Policy:
                 )
                 has_old = torch.tensor([olds[i] is not None for i, n in zip(idx, n_pred) for _ in range(n)], device="cpu")
                 old = torch.where(to_device(has_old, dev), to_device(old, dev), logp.detach())
-                adv = torch.tensor([advs[i] for i, n in zip(idx, n_pred) for _ in range(n)], dtype=torch.float32, device="cpu")
-                adv = to_device(adv, dev)
+                adv = to_device(torch.tensor([advs[i] for i, n in zip(idx, n_pred) for _ in range(n)], dtype=torch.float32, device="cpu"), dev)
                 tok_loss, clipped = grpo_token_loss(logp, old, adv, o["clipLow"], o["clipHigh"], o["dualClip"])
             else:
                 tok_loss, clipped = -logp, torch.zeros_like(logp)

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
@@ -257,19 +257,25 @@ test('writes to fd 1 from C code (NCCL_DEBUG logs there) never reach the frame s
   timeout: 60_000,
 }, async () => {
   // sitecustomize runs before the worker's main: a thread writing straight to fd 1, as a C library would, from
-  // 0.5 s on (the worker moves fd 1 within its first 0.1 s)
+  // 0.5 s on (the worker moves fd 1 within its first 0.1 s), then leaving a mark that it ran
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-fd1-'));
+  const mark = join(dir, 'wrote');
   writeFileSync(
     join(dir, 'sitecustomize.py'),
     'import os, threading, time\n' +
       'def spam():\n    time.sleep(0.5)\n    for _ in range(400):\n        os.write(1, b"NCCL INFO junk\\n"); time.sleep(0.005)\n' +
+      `    open(${JSON.stringify(mark)}, "w").close()\n` +
       'threading.Thread(target=spam, daemon=True).start()\n',
   );
   const v = await PolicyWorker.start({ threads: 1, env: { PYTHONPATH: dir } });
   try {
     await v.init(TEST_CONFIG, 11);
-    for (let i = 0; i < 5; i++)
+    for (let i = 0; i < 100 && !existsSync(mark); i++) {
       assert.equal((await v.logprobs(prompts))[0].logprobs.length, prompts[0].length);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(existsSync(mark), 'the fd 1 writer never finished: the test proved nothing');
+    assert.equal((await v.logprobs(prompts))[0].logprobs.length, prompts[0].length);
   } finally {
     await v.close();
     rmSync(dir, { recursive: true, force: true });
