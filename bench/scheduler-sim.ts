@@ -14,7 +14,7 @@
 //
 // Run: flock /tmp/bench.lock npx tsx bench/scheduler-sim.ts [--regime NAME] [--budget 8192|12288]
 //        [--seeds 1,2,3] [--calibrate samples.jsonl] [--order evidence|plain|oracle|oracle-lengths|oracle-peak]
-//        [--prompt-share 0.5]
+//        [--prompt-share 0.5] [--replay RUN_DIR|EVAL_DIR|T.jsonl[,…]]
 // --calibrate fits the regime's time constants (src/engines/calibrate.ts) from {batch, kv, ms} decode-step and
 // {tokens, ms} prefill lines measured on your engine; --order plain ranks waiting prompts without their
 // in-flight siblings' progress (the ablation of kv-predict's evidence ordering); --order oracle admits each
@@ -22,10 +22,17 @@
 // and oracle-peak admits while the engine's true peak KV (from every placed trajectory's true remaining length)
 // stays under 98 % of its pool: what perfect length prediction would buy. --prompt-share: how much of the
 // log-length variance is the prompt's (default 0.5, assumed); a training run logs its own as rollout.prompt_share.
-import { readFileSync } from 'node:fs';
+// --replay draws each seed's trajectories from a real rollout instead of the assumed lengths: whole prompt groups,
+// with replacement, each sample's prompt tokens, generated and tool tokens per turn and tool times as recorded
+// (a run's trajectories/*.jsonl, an eval's trajectories.jsonl, `rstar2 rollout --out`); --budget defaults to
+// the longest response there, and a longer response is cut at --budget.
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Trajectory } from '../src/agent/trajectory.js';
 import { fitEngineModel, parseSamples } from '../src/engines/calibrate.js';
 import { LengthModel, Overcommit } from '../src/engines/predict.js';
 import { AUTO_PREDICT_MIN_KV, KvLedger } from '../src/engines/scheduler.js';
+import { streamJsonl } from '../src/util/jsonl.js';
 import { Rng } from '../src/util/rng.js';
 import { benchArgs } from './args.js';
 
@@ -89,11 +96,11 @@ const { values: args } = benchArgs(import.meta.url, {
     calibrate: { type: 'string' },
     order: { type: 'string', default: 'evidence' },
     'prompt-share': { type: 'string', default: '0.5' },
+    replay: { type: 'string' },
   },
 });
 if (!['evidence', 'plain', 'oracle', 'oracle-lengths', 'oracle-peak'].includes(args.order as string))
   throw new Error(`--order: evidence, plain, oracle, oracle-lengths or oracle-peak, not ${args.order}`);
-const MAX_TURNS = 5; // max_assistant_turns
 const GROUP = 16; // GRPO samples per prompt, adjacent in the batch (verl interleave=True)
 // share of the log-length variance that belongs to the prompt: an assumption; a training run measures its own
 // (metrics.jsonl rollout.prompt_share)
@@ -172,6 +179,102 @@ function makeTrajectories(seed: number, n: number, budget: number): Traj[] {
       engine: -1,
     };
   });
+}
+
+interface Sample {
+  prompt: number;
+  turns: Turn[];
+}
+
+/** The trajectory files behind one --replay entry: a file, a run dir's trajectories/, or an eval dir's file. */
+function replayFiles(path: string): string[] {
+  if (!existsSync(path)) throw new Error(`--replay: ${path} does not exist`);
+  if (!statSync(path).isDirectory()) return [path];
+  const steps = join(path, 'trajectories');
+  if (existsSync(steps) && statSync(steps).isDirectory()) {
+    const files = readdirSync(steps)
+      .filter((f) => f.endsWith('.jsonl'))
+      .sort()
+      .map((f) => join(steps, f));
+    if (files.length) return files;
+  }
+  if (existsSync(join(path, 'trajectories.jsonl'))) return [join(path, 'trajectories.jsonl')];
+  throw new Error(
+    `--replay: ${path} holds neither trajectories/*.jsonl (a run) nor trajectories.jsonl (an eval)`,
+  );
+}
+
+/** A recorded trajectory as the simulation runs it: one turn per generation, each followed by its tool's
+ *  result (tokens and time) if it had one. */
+function replaySample(t: Trajectory, where: string): Sample {
+  if (!Array.isArray(t.promptIds) || !Array.isArray(t.events) || typeof t.promptId !== 'string')
+    throw new Error(`--replay: ${where} is not a trajectory record (promptId, promptIds, events)`);
+  const turns: Turn[] = [];
+  for (const e of t.events) {
+    if (e.kind === 'generation') turns.push({ gen: e.end - e.start, toolMs: 0, toolTokens: 0 });
+    else if (e.kind === 'tool_result' && turns.length) {
+      const last = turns[turns.length - 1];
+      last.toolTokens += e.end - e.start;
+      last.toolMs += e.ms;
+    }
+  }
+  return { prompt: t.promptIds.length, turns };
+}
+
+async function readReplay(spec: string) {
+  const groups = new Map<string, Sample[]>();
+  let skipped = 0;
+  const files = spec.split(',').flatMap(replayFiles);
+  for (const f of files) {
+    let line = 0;
+    for await (const t of streamJsonl<Trajectory>(f)) {
+      line++;
+      const s = replaySample(t, `${f}:${line}`);
+      if (t.finish === 'error' || !s.turns.length) {
+        skipped++; // an engine failure: its lengths say nothing about the policy's
+        continue;
+      }
+      const g = groups.get(t.promptId) ?? [];
+      g.push(s);
+      groups.set(t.promptId, g);
+    }
+  }
+  const all = [...groups.values()];
+  if (!all.length) throw new Error(`--replay: no trajectory without an error in ${files.join(', ')}`);
+  return { groups: all, files, skipped };
+}
+
+/** One step's batch drawn from the replay: whole groups, with replacement, until n samples; the last group may
+ *  be cut short. A response longer than the budget is cut there, as the budget would have ended it. */
+function drawReplay(groups: Sample[][], seed: number, n: number, budget: number): Traj[] {
+  const rng = new Rng(seed);
+  const out: Traj[] = [];
+  for (let k = 0; out.length < n; k++) {
+    for (const s of rng.pick(groups)) {
+      if (out.length === n) break;
+      let left = budget;
+      const turns: Turn[] = [];
+      for (const x of s.turns) {
+        if (left <= 0) break;
+        const gen = Math.max(1, Math.min(x.gen, left));
+        left -= gen + x.toolTokens;
+        turns.push({ ...x, gen });
+      }
+      out.push({
+        id: out.length,
+        group: `p${k}`,
+        prompt: s.prompt,
+        turns,
+        turn: 0,
+        ctx: s.prompt,
+        computed: 0,
+        turnStart: s.prompt,
+        left: 0,
+        engine: -1,
+      });
+    }
+  }
+  return out;
 }
 
 const respLen = (t: Traj) => t.turns.reduce((a, x) => a + x.gen + x.toolTokens, 0);
@@ -470,7 +573,7 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
         }
         residentDel(e, t);
         const turn = t.turns[t.turn];
-        if (t.turn === t.turns.length - 1 || t.turn + 1 >= MAX_TURNS) {
+        if (t.turn === t.turns.length - 1) {
           finish(t);
           continue;
         }
@@ -543,7 +646,9 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
 const regimeNames = args.regime ? [args.regime] : Object.keys(REGIMES);
 for (const n of regimeNames)
   if (!REGIMES[n]) throw new Error(`unknown --regime ${n} (${Object.keys(REGIMES).join(', ')})`);
-const budgets = args.budget ? [Number(args.budget)] : [8192, 12288];
+const replay = args.replay ? await readReplay(args.replay) : undefined;
+const longest = replay ? Math.max(...replay.groups.flat().map((x) => respLen(x as Traj))) : 0;
+const budgets = args.budget ? [Number(args.budget)] : replay ? [longest] : [8192, 12288];
 const seeds = (args.seeds as string).split(',').map(Number);
 for (const [k, xs] of Object.entries({ budget: budgets, seeds }))
   if (!xs.every((x) => Number.isInteger(x) && x > 0))
@@ -569,10 +674,15 @@ const kiloRange = (xs: number[]) => {
   return lo === hi ? lo : `${lo}–${hi}`;
 };
 
+const lengths = replay
+  ? `lengths replayed from ${replay.groups.flat().length} trajectories of ${replay.groups.length} prompts in ` +
+    `${replay.files.length} file(s)${replay.skipped ? ` (${replay.skipped} with an engine error left out)` : ''}, ` +
+    'whole groups drawn with replacement'
+  : `groups of ${GROUP} samples per prompt, response length lognormal median budget/4 σ ${LEN_SIGMA} ` +
+    `(prompt share ${PROMPT_SHARE}), 1–5 turns, tool latency lognormal 200 ms σ 0.8 (≤ 4 s)`;
 console.log(
-  `scheduler-sim: seeds ${seeds.join(',')}; groups of ${GROUP} samples per prompt, response length lognormal ` +
-    `median budget/4 σ ${LEN_SIGMA} (prompt share ${PROMPT_SHARE}), 1–5 turns, tool latency lognormal 200 ms σ 0.8 ` +
-    '(≤ 4 s); engine = SGLang-like (FCFS, new_token_ratio admission with min(max_new, 4096), radix LRU, ' +
+  `scheduler-sim: seeds ${seeds.join(',')}; ${lengths}; ` +
+    'engine = SGLang-like (FCFS, new_token_ratio admission with min(max_new, 4096), radix LRU, ' +
     'tail-only retraction); static = round-robin, all up front; kv-predict learns lengths from the previous ' +
     'step (seed + 100), never this one',
 );
@@ -582,8 +692,12 @@ for (const name of regimeNames) {
   for (const budget of budgets) {
     const measured: number[] = []; // the prompt share as a training run's metrics would report it
     const runs = seeds.map((seed) => {
-      const trajs = makeTrajectories(seed, R.trajectories, budget);
-      const prior = makeTrajectories(seed + 100, R.trajectories, budget).map(respLen);
+      const draw = (k: number) =>
+        replay
+          ? drawReplay(replay.groups, k, R.trajectories, budget)
+          : makeTrajectories(k, R.trajectories, budget);
+      const trajs = draw(seed);
+      const prior = draw(seed + 100).map(respLen);
       const lm = new LengthModel(budget);
       for (const t of trajs) lm.record(t.group, respLen(t));
       measured.push(lm.promptShare() ?? Number.NaN);
