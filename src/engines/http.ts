@@ -114,11 +114,9 @@ export function failure(e: unknown): {
   };
 }
 
-/** Prometheus text: value of the first sample of `name` (any labels), or undefined. */
-export function promValue(
-  text: string,
-  name: string,
-): { value: number; labels: Record<string, string> } | undefined {
+/** Prometheus text: every sample of `name` (one per label set, e.g. per vLLM engine core), in order. */
+export function promValues(text: string, name: string): { value: number; labels: Record<string, string> }[] {
+  const out: { value: number; labels: Record<string, string> }[] = [];
   for (const line of text.split('\n')) {
     if (!line.startsWith(name)) continue;
     const rest = line.slice(name.length);
@@ -131,7 +129,7 @@ export function promValue(
       valuePart = rest.slice(close + 1);
     }
     const value = Number(valuePart.trim().split(/\s+/)[0]);
-    if (Number.isFinite(value)) return { value, labels };
+    if (Number.isFinite(value)) out.push({ value, labels });
   }
-  return undefined;
+  return out;
 }

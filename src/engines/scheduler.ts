@@ -154,6 +154,7 @@ export class Scheduler {
   private constructor(
     readonly engines: Engine[],
     capacities: number[],
+    private readonly blocks: number[], // each engine's KV block: it caches whole blocks only
     opts: SchedulerOptions,
   ) {
     const policy = opts.policy ?? 'auto';
@@ -191,6 +192,7 @@ export class Scheduler {
     return new Scheduler(
       engines,
       loads.map((l) => l.capacityTokens),
+      loads.map((l) => Math.max(1, l.blockTokens ?? 1)),
       opts,
     );
   }
@@ -402,8 +404,10 @@ export class Scheduler {
 
   private account(p: Placed, input: number, r: GenerateResult): void {
     if (r.cachedTokens !== undefined && p.computed > 0) {
-      const lost = Math.min(input, p.computed) - r.cachedTokens;
-      if (lost > 0) {
+      // The last sampled token was never fed back, so its KV was never computed, and an engine caches whole
+      // blocks only: a prefix kept whole still reports up to a block less than that.
+      const lost = Math.min(input, p.computed - 1) - r.cachedTokens;
+      if (lost >= this.blocks[p.index]) {
         this.counters.reprefilled += lost;
         this.counters.misses++;
         this.overcommit.pressure();

@@ -34,6 +34,7 @@ export class SGLangEngine implements WeightSyncEngine {
   // group calls are never repeated: a second join or receive would wait for a trainer that sends once
   private readonly once: HttpClient;
   private capacity?: number;
+  private page = 1;
 
   constructor(url: string, opts: SGLangOptions = {}) {
     this.http = new HttpClient(url, opts);
@@ -52,6 +53,7 @@ export class SGLangEngine implements WeightSyncEngine {
         top_p: s.topP,
         top_k: s.topK,
         min_p: 0,
+        ...NO_PENALTIES,
         stop_token_ids: s.stopTokenIds,
         stop: s.stopStrings,
         no_stop_trim: true, // keep the stop token: the trajectory must hold the exact sampled ids
@@ -75,9 +77,13 @@ export class SGLangEngine implements WeightSyncEngine {
       const cap = findKey(info, 'max_total_num_tokens');
       if (typeof cap !== 'number')
         throw new Error(`${this.name}: /get_server_info has no max_total_num_tokens`);
-      this.capacity = cap;
+      const dp = findKey(info, 'dp_size');
+      // under data parallelism the server reports rank 0's pool; each rank has one of its own
+      this.capacity = cap * (typeof dp === 'number' && dp > 1 ? dp : 1);
+      const page = findKey(info, 'page_size');
+      if (typeof page === 'number' && page > 1) this.page = page;
     }
-    const load: EngineLoad = { capacityTokens: this.capacity };
+    const load: EngineLoad = { capacityTokens: this.capacity, blockTokens: this.page };
     try {
       const r = await this.http.json<{ loads?: Record<string, number>[] }>('GET', '/v1/loads?include=core');
       if (Array.isArray(r.loads) && r.loads.length > 0) {
@@ -90,7 +96,8 @@ export class SGLangEngine implements WeightSyncEngine {
       // an engine that does not answer must fail the poll, so the scheduler can move its trajectories
       if (!(e instanceof HttpError && e.status === 404)) throw e;
     }
-    // older builds: /get_load is {load} or a list per DP rank of {num_reqs, num_waiting_reqs, num_tokens}
+    // older builds: /get_load is {load} (tokens in use plus waiting requests' input tokens) or a list per DP
+    // rank of {num_reqs, num_waiting_reqs, num_tokens}
     let r: unknown;
     try {
       r = await this.http.json<unknown>('GET', '/get_load');
@@ -104,7 +111,7 @@ export class SGLangEngine implements WeightSyncEngine {
       load.running = Math.max(0, sum(rs, 'num_reqs') - sum(rs, 'num_waiting_reqs'));
       load.queued = sum(rs, 'num_waiting_reqs');
     } else if (r && typeof (r as { load?: unknown }).load === 'number')
-      load.running = (r as { load: number }).load;
+      load.usedTokens = (r as { load: number }).load;
     return load;
   }
 
@@ -160,12 +167,13 @@ export class SGLangEngine implements WeightSyncEngine {
       throw new Error(`${this.name}: update_weights_from_distributed failed: ${r.message}`);
   }
 
-  async abortAll(): Promise<void> {
-    await this.http.json('POST', '/abort_request', { abort_all: true });
-  }
-
   async close(): Promise<void> {}
 }
+
+/** Sent with every request on both engines: a server that takes defaults from the model's
+ *  generation_config.json (vLLM's --generation-config auto, the default; SGLang's model sampling defaults)
+ *  would otherwise sample with, say, repetition_penalty 1.05, a distribution the trainer never scores. */
+export const NO_PENALTIES = { repetition_penalty: 1, frequency_penalty: 0, presence_penalty: 0 };
 
 /** SGLang's /init_weights_update_group body; our vLLM worker extension takes the same fields. */
 export function groupRequest(g: WeightGroup, rankOffset: number) {

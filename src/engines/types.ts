@@ -31,6 +31,8 @@ export interface EngineLoad {
   usedTokens?: number; // live usage where the backend reports it
   running?: number;
   queued?: number;
+  /** Tokens per KV block (vLLM block_size, SGLang page_size): the engine caches whole blocks only. */
+  blockTokens?: number;
 }
 
 export interface Engine {
@@ -77,6 +79,4 @@ export interface WeightSyncEngine extends Engine {
   initWeightsUpdateGroup?(g: WeightGroup, rankOffset: number): Promise<void>;
   /** Receives one broadcast of `meta` from rank 0, which sends at the same time. */
   updateWeightsFromDistributed?(meta: WeightMeta, groupName: string, version?: string): Promise<void>;
-  /** Abort every running generation; they come back with finishReason 'abort' and partial output. */
-  abortAll?(): Promise<void>;
 }

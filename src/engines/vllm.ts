@@ -1,5 +1,5 @@
-import { failure, HttpClient, HttpError, type HttpOptions, promValue } from './http.js';
-import { groupRequest } from './sglang.js';
+import { failure, HttpClient, HttpError, type HttpOptions, promValues } from './http.js';
+import { groupRequest, NO_PENALTIES } from './sglang.js';
 import type {
   EngineLoad,
   FinishReason,
@@ -35,6 +35,7 @@ export class VllmEngine implements WeightSyncEngine {
   private readonly once: HttpClient; // group calls are never repeated (see SGLangEngine)
   private model?: string;
   private capacity?: number;
+  private block?: number;
 
   constructor(url: string, opts: VllmOptions = {}) {
     this.http = new HttpClient(url, opts);
@@ -65,6 +66,7 @@ export class VllmEngine implements WeightSyncEngine {
         top_p: s.topP,
         top_k: s.topK,
         min_p: 0,
+        ...NO_PENALTIES,
         stop_token_ids: s.stopTokenIds,
         stop: s.stopStrings,
         include_stop_str_in_output: true,
@@ -90,30 +92,48 @@ export class VllmEngine implements WeightSyncEngine {
 
   async load(): Promise<EngineLoad> {
     const text = await this.http.text('/metrics');
+    // under data parallelism every engine core reports its own sample, labelled engine="N"
+    const engines = promValues(text, 'vllm:cache_config_info');
+    if (this.block === undefined) {
+      const size = Number(engines[0]?.labels.block_size);
+      if (size > 0) this.block = size;
+    }
     if (this.capacity === undefined) {
-      const info = promValue(text, 'vllm:cache_config_info');
-      const blocks = Number(info?.labels.num_gpu_blocks);
-      const size = Number(info?.labels.block_size);
-      if (!(blocks > 0 && size > 0)) {
+      const blocks = engines.map((e) => Number(e.labels.num_gpu_blocks));
+      if (!(blocks.length > 0 && blocks.every((b) => b > 0) && this.block)) {
         throw new Error(
           `${this.name}: /metrics lacks vllm:cache_config_info num_gpu_blocks/block_size; set capacityTokens`,
         );
       }
-      this.capacity = blocks * size;
+      this.capacity = blocks.reduce((a, b) => a + b, 0) * this.block;
     }
-    const usage = promValue(text, 'vllm:kv_cache_usage_perc') ?? promValue(text, 'vllm:gpu_cache_usage_perc');
-    const load: EngineLoad = { capacityTokens: this.capacity };
-    if (usage) load.usedTokens = Math.round(usage.value * this.capacity);
-    const running = promValue(text, 'vllm:num_requests_running');
-    const waiting = promValue(text, 'vllm:num_requests_waiting');
-    if (running) load.running = running.value;
-    if (waiting) load.queued = waiting.value;
+    let usage = promValues(text, 'vllm:kv_cache_usage_perc');
+    if (!usage.length) usage = promValues(text, 'vllm:gpu_cache_usage_perc');
+    const load: EngineLoad = { capacityTokens: this.capacity, blockTokens: this.block };
+    // each core's share of the pool is the same, so the mean fraction is the whole pool's
+    if (usage.length)
+      load.usedTokens = Math.round((usage.reduce((a, u) => a + u.value, 0) / usage.length) * this.capacity);
+    const running = promValues(text, 'vllm:num_requests_running');
+    const waiting = promValues(text, 'vllm:num_requests_waiting');
+    if (running.length) load.running = running.reduce((a, x) => a + x.value, 0);
+    if (waiting.length) load.queued = waiting.reduce((a, x) => a + x.value, 0);
     return load;
   }
 
   /** Re-reads weights from the path the server was started with (dev-mode /collective_rpc). */
   async updateWeightsFromDisk(_path: string): Promise<void> {
     await this.http.json('POST', '/collective_rpc', { method: 'reload_weights' });
+    await this.resetPrefixCache();
+  }
+
+  // Cached prefixes hold the old weights' KV; builds without the route have no prefix cache to drop. vLLM does
+  // not reset while requests run (it answers as if it had): weights change only between rollouts here.
+  private async resetPrefixCache(): Promise<void> {
+    try {
+      await this.http.post('/reset_prefix_cache', {});
+    } catch (e) {
+      if (!(e instanceof HttpError && e.status === 404)) throw e;
+    }
   }
 
   /** One rank per vLLM worker, answered by the worker extension (absent: vLLM was started without it). */
@@ -129,6 +149,13 @@ export class VllmEngine implements WeightSyncEngine {
     }
     if (!Array.isArray(r.results) || r.results.length === 0)
       throw new Error(`${this.name}: /collective_rpc answered no workers`);
+    // under data parallelism /collective_rpc answers for the first engine core only, while every core's
+    // workers would join: the group's size would be wrong
+    const cores = promValues(await this.http.text('/metrics'), 'vllm:cache_config_info').length;
+    if (cores > 1)
+      throw new Error(
+        `${this.name}: ${cores} data-parallel engine cores: broadcast sync covers tensor parallel only`,
+      );
     return r.results.length;
   }
 
@@ -143,16 +170,7 @@ export class VllmEngine implements WeightSyncEngine {
 
   async updateWeightsFromDistributed(meta: WeightMeta, groupName: string): Promise<void> {
     await this.rpc('update_weights_from_distributed', { ...meta, group_name: groupName });
-    // cached prefixes hold the old weights' KV; older builds without the route have no prefix cache to drop
-    try {
-      await this.http.post('/reset_prefix_cache', {});
-    } catch (e) {
-      if (!(e instanceof HttpError && e.status === 404)) throw e;
-    }
-  }
-
-  async abortAll(): Promise<void> {
-    await this.http.json('POST', '/abort_requests', {});
+    await this.resetPrefixCache();
   }
 
   async close(): Promise<void> {}

@@ -17,13 +17,15 @@ export interface Fake {
   url: string;
   modes: Mode[]; // consumed one per generate request; 'ok' when empty
   requests: { path: string; body: Record<string, unknown> }[];
-  /** What the load endpoints report: SGLang /v1/loads (one DP rank) and vLLM /metrics. */
+  /** What the load endpoints report in all: SGLang /v1/loads and vLLM /metrics, split 2:1 over 2 data-parallel
+   *  ranks (engine cores) when dp is 2; each rank has half of the 123,456 (SGLang) or 16,000 (vLLM) KV tokens. */
   load: { used: number; running: number; waiting: number };
+  dp: 1 | 2;
   dead: boolean; // drop every connection, load endpoints included
   cached?: number; // cached prompt tokens to report (SGLang meta_info.cached_tokens, vLLM usage.prompt_tokens_details)
   /** Weight-update group: a python rank (python/tests/fake_engine_rank.py) joins and receives; each update lands in a file. */
   received: string[]; // safetensors files, one per update, in order
-  failInit?: boolean; // answer init_weights_update_group with success: false (without joining)
+  failInit?: boolean; // answer init_weights_update_group with HTTP 400 and success: false (without joining)
   close(): Promise<void>;
 }
 
@@ -101,17 +103,18 @@ export const GEN_PATH: Record<Api, string> = {
 };
 
 export async function fakeServer(api: Api): Promise<Fake> {
-  const f: Partial<Fake> & Pick<Fake, 'modes' | 'requests' | 'load' | 'dead' | 'received'> = {
+  const f: Partial<Fake> & Pick<Fake, 'modes' | 'requests' | 'load' | 'dp' | 'dead' | 'received'> = {
     modes: [],
     requests: [],
     load: { used: 1500, running: 3, waiting: 1 },
+    dp: 1,
     dead: false,
     received: [],
   };
   let rank: GroupRank | undefined;
   let outDir: string | undefined;
   // SGLang's /init_weights_update_group and /update_weights_from_distributed bodies (vLLM: the same fields
-  // as the extension's one JSON argument), answered as SGLang does: {success, message}
+  // as the extension's one JSON argument), answered as SGLang does: {success, message}, HTTP 400 on failure
   const group = async (op: 'init' | 'update', body: Record<string, unknown>) => {
     if (op === 'init' && f.failInit) return { success: false, message: 'init failed (test)' };
     rank ??= new GroupRank();
@@ -142,34 +145,33 @@ export async function fakeServer(api: Api): Promise<Fake> {
         if (mode === 'slow') return void setTimeout(() => json(200, generateBody(api, 'ok')), 400);
         return json(200, generateBody(api, mode, f.cached));
       }
+      // with 2 ranks: 2/3 of each count on rank 0, the rest on rank 1, all waiting on rank 0
+      const share = (k: number, rank: number) => {
+        if (f.dp === 1) return k;
+        const first = Math.round((k * 2) / 3);
+        return rank === 0 ? first : k - first;
+      };
+      const ranks = Array.from({ length: f.dp }, (_, r) => r);
       if (api === 'sglang' && path === '/get_server_info') {
+        // as the DP controller answers: rank 0's pool, not the sum
         return json(200, {
           model_path: 'x',
-          max_total_num_tokens: 123456,
+          max_total_num_tokens: 123456 / f.dp,
           tp_size: 1,
-          dp_size: 1,
+          dp_size: f.dp,
           internal_states: [{ load: 0 }],
         });
       }
       if (api === 'sglang' && path.startsWith('/v1/loads')) {
-        // two DP ranks splitting the load 2:1
-        const part = (k: number, d: number) => Math.round((k * d) / 3);
         const { used, running, waiting } = f.load;
         return json(200, {
-          loads: [
-            {
-              dp_rank: 0,
-              num_running_reqs: part(running, 2),
-              num_waiting_reqs: waiting,
-              num_used_tokens: part(used, 2),
-            },
-            {
-              dp_rank: 1,
-              num_running_reqs: running - part(running, 2),
-              num_waiting_reqs: 0,
-              num_used_tokens: used - part(used, 2),
-            },
-          ],
+          loads: ranks.map((r) => ({
+            dp_rank: r,
+            num_running_reqs: share(running, r),
+            num_waiting_reqs: r === 0 ? waiting : 0,
+            num_used_tokens: share(used, r),
+            max_total_num_tokens: 123456 / f.dp,
+          })),
         });
       }
       if (api === 'sglang' && path === '/update_weights_from_disk')
@@ -177,20 +179,33 @@ export async function fakeServer(api: Api): Promise<Fake> {
       if (api === 'vllm' && path === '/v1/models') return json(200, { data: [{ id: 'tiny-model' }] });
       if (api === 'vllm' && path === '/metrics') {
         res.writeHead(200, { 'content-type': 'text/plain' });
+        // one sample per engine core, each core with its own pool (vLLM V1 under data parallelism)
+        const blocks = 1000 / f.dp;
         return res.end(
           [
             '# HELP vllm:cache_config_info info',
-            'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1000"} 1.0',
-            `vllm:kv_cache_usage_perc{engine="0",model_name="tiny-model"} ${f.load.used / 16_000}`,
-            `vllm:num_requests_running{engine="0",model_name="tiny-model"} ${f.load.running}.0`,
-            `vllm:num_requests_waiting{engine="0",model_name="tiny-model"} ${f.load.waiting}.0`,
+            ...ranks.map(
+              (r) => `vllm:cache_config_info{block_size="16",engine="${r}",num_gpu_blocks="${blocks}"} 1.0`,
+            ),
+            ...ranks.map(
+              (r) =>
+                `vllm:kv_cache_usage_perc{engine="${r}",model_name="tiny-model"} ${share(f.load.used, r) / (blocks * 16)}`,
+            ),
+            ...ranks.map(
+              (r) =>
+                `vllm:num_requests_running{engine="${r}",model_name="tiny-model"} ${share(f.load.running, r)}.0`,
+            ),
+            ...ranks.map(
+              (r) =>
+                `vllm:num_requests_waiting{engine="${r}",model_name="tiny-model"} ${r === 0 ? f.load.waiting : 0}.0`,
+            ),
           ].join('\n'),
         );
       }
       if (api === 'sglang' && path === '/init_weights_update_group')
-        return void group('init', body).then((r) => json(200, r));
+        return void group('init', body).then((r) => json(r.success ? 200 : 400, r));
       if (api === 'sglang' && path === '/update_weights_from_distributed')
-        return void group('update', body).then((r) => json(200, r));
+        return void group('update', body).then((r) => json(r.success ? 200 : 400, r));
       if (api === 'vllm' && path === '/collective_rpc') {
         const arg = () => JSON.parse((body.args as string[])[0]) as Record<string, unknown>;
         // a worker method that raises comes back from vLLM as HTTP 500

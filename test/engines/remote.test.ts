@@ -34,12 +34,16 @@ for (const api of ['sglang', 'vllm', 'llamacpp'] as Api[]) {
         assert.deepEqual(sp.stop_token_ids, [13]);
         assert.equal(sp.no_stop_trim, true);
         assert.equal(sp.skip_special_tokens, false);
+        // neutral penalties, so no model default (generation_config.json) changes what is sampled
+        assert.deepEqual([sp.repetition_penalty, sp.frequency_penalty, sp.presence_penalty], [1, 0, 0]);
       } else if (api === 'vllm') {
         assert.deepEqual(gen.body.prompt, [1, 2, 3]);
         assert.equal(gen.body.model, 'tiny-model');
         assert.equal(gen.body.max_tokens, 16);
         assert.equal(gen.body.return_token_ids, true);
         assert.equal(gen.body.logprobs, 0);
+        const b = gen.body;
+        assert.deepEqual([b.repetition_penalty, b.frequency_penalty, b.presence_penalty], [1, 0, 0]);
       } else {
         assert.deepEqual(gen.body.prompt, [1, 2, 3]);
         assert.equal(gen.body.n_predict, 16);
@@ -119,18 +123,25 @@ test('load(): capacity and live usage from each backend', async () => {
   const vl = await fakeServer('vllm');
   const ll = await fakeServer('llamacpp');
   try {
-    assert.deepEqual(await new SGLangEngine(sg.url).load(), {
-      capacityTokens: 123456,
-      usedTokens: 1500,
-      running: 3,
-      queued: 1,
-    });
-    assert.deepEqual(await new VllmEngine(vl.url).load(), {
-      capacityTokens: 16000,
-      usedTokens: 1500,
-      running: 3,
-      queued: 1,
-    });
+    // one rank, then two data-parallel ranks (engine cores), each with half the pool: the same totals
+    for (const dp of [1, 2] as const) {
+      sg.dp = dp;
+      vl.dp = dp;
+      assert.deepEqual(await new SGLangEngine(sg.url).load(), {
+        capacityTokens: 123456,
+        usedTokens: 1500,
+        running: 3,
+        queued: 1,
+        blockTokens: 1,
+      });
+      assert.deepEqual(await new VllmEngine(vl.url).load(), {
+        capacityTokens: 16000,
+        usedTokens: 1500,
+        running: 3,
+        queued: 1,
+        blockTokens: 16,
+      });
+    }
     assert.deepEqual(await new LlamaCppEngine(ll.url).load(), {
       capacityTokens: 8192,
       running: 1,
@@ -150,9 +161,19 @@ test('weight-update hooks call the documented endpoints', async () => {
     const u = sg.requests.find((q) => q.path === '/update_weights_from_disk');
     assert.deepEqual(u?.body, { model_path: '/ckpt/step-5', weight_version: 'v5' });
     await new VllmEngine(vl.url).updateWeightsFromDisk('/ckpt');
-    assert.deepEqual(vl.requests.find((q) => q.path === '/collective_rpc')?.body, {
-      method: 'reload_weights',
-    });
+    assert.deepEqual(
+      vl.requests.map((q) => q.path),
+      ['/collective_rpc', '/reset_prefix_cache'],
+      'the old weights’ cached prefixes are dropped after the reload',
+    );
+    assert.deepEqual(vl.requests[0].body, { method: 'reload_weights' });
+    // broadcast sync covers tensor-parallel ranks; data-parallel servers are refused by name
+    assert.equal(await new SGLangEngine(sg.url).weightGroupRanks(), 1);
+    assert.equal(await new VllmEngine(vl.url).weightGroupRanks(), 1);
+    sg.dp = 2;
+    vl.dp = 2;
+    await assert.rejects(new SGLangEngine(sg.url).weightGroupRanks(), /dp_size 2/);
+    await assert.rejects(new VllmEngine(vl.url).weightGroupRanks(), /2 data-parallel engine cores/);
   } finally {
     await Promise.all([sg.close(), vl.close()]);
   }
