@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { type BatchGenerator, EmbeddedEngine } from '../engines/embedded.js';
 import { BACKENDS, type Backend, remoteEngine } from '../engines/factory.js';
 import { FakeEngine } from '../engines/fake.js';
@@ -72,6 +74,24 @@ function openTokenizer(o: StackOptions): Tokenizer {
   );
 }
 
+/** A tokenizer that does not belong to the model fails only at the first sample, once per sample: its ids past the
+ *  model's embedding table ("token id outside the vocabulary"), or the model's samples past the tokenizer's ids.
+ *  Models pad vocab_size above the tokenizer's (Qwen2.5: 151,936 for 151,665 ids), never to twice its size. */
+function checkVocab(model: string, tokenizer: Tokenizer, from: string): void {
+  let vocab: unknown;
+  try {
+    const cfg = JSON.parse(readFileSync(join(model, 'config.json'), 'utf8'));
+    vocab = cfg.vocab_size ?? cfg.text_config?.vocab_size;
+  } catch {
+    return; // the worker's load names what is wrong with the directory
+  }
+  if (typeof vocab === 'number' && (tokenizer.vocabSize > vocab || vocab > 2 * tokenizer.vocabSize))
+    throw new Error(
+      `${from} has ${tokenizer.vocabSize} token ids but ${join(model, 'config.json')} has vocab_size ${vocab}: ` +
+        'the tokenizer and the model do not belong together',
+    );
+}
+
 function observed(runner: CodeRunner, onTool: (req: RunRequest, res: RunResult) => void): CodeRunner {
   return {
     run: async (req) => {
@@ -110,6 +130,11 @@ export async function openRolloutStack(o: StackOptions): Promise<RolloutStack> {
         let worker = o.worker;
         if (!worker) {
           if (!o.model) throw new Error('--engines embedded needs --model DIR');
+          checkVocab(
+            o.model,
+            tokenizer,
+            typeof o.tokenizer === 'string' ? o.tokenizer : o.tokenizer ? 'the tokenizer' : o.model,
+          );
           const { PolicyWorker } = await import('../worker/index.js');
           const w = await PolicyWorker.start();
           closers.push(() => w.close());

@@ -124,8 +124,10 @@ async function train(flags: TrainFlags): Promise<void> {
     runDir = flags.resume;
     const cfg = join(runDir, 'config.json');
     if (!existsSync(cfg)) throw new Error(`--resume ${runDir}: no config.json there (not a run directory?)`);
-    if (flags.roc || flags.seed !== undefined || flags.set.length > 0)
-      throw new Error('--roc, --seed and --set cannot change a run being resumed; its config.json decides');
+    if (flags.recipe || flags.roc || flags.seed !== undefined || flags.set.length > 0)
+      throw new Error(
+        '--recipe, --roc, --seed and --set cannot change a run being resumed; its config.json decides',
+      );
     // only --strict-health and --logger are left in `set` here: neither changes what is trained
     recipe = parseRecipe(JSON.parse(readFileSync(cfg, 'utf8')), cfg, { set });
   } else {

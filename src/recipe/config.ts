@@ -455,9 +455,25 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
     const msgs = r.error.issues.map((i) => `  ${i.path.join('.') || '(root)'}: ${i.message}`);
     throw new Error(`invalid recipe ${source}:\n${msgs.join('\n')}`);
   }
+  const filled = new Set<string>();
   for (const s of r.data.stages) {
-    const shared = s.type === 'sft' ? r.data.data.sft : r.data.data.train;
-    if (!s.data.files && shared) s.data.files = [...shared];
+    const key = s.type === 'sft' ? 'sft' : 'train';
+    const shared = r.data.data[key];
+    if (!s.data.files && shared) {
+      s.data.files = [...shared];
+      filled.add(key);
+    }
+  }
+  // the shorthand fills only stages without files of their own: one that fills none would be ignored unseen
+  for (const set of overrides.set ?? []) {
+    const key = /^data\.(sft|train)=/.exec(set)?.[1];
+    const kind = key === 'sft' ? 'sft' : 'rl';
+    const stages = r.data.stages.filter((s) => (s.type === 'sft') === (kind === 'sft'));
+    if (key && !filled.has(key))
+      throw new Error(
+        `--set data.${key}: ${stages.length ? `every ${kind} stage (${stages.map((s) => s.name).join(', ')}) lists its own files` : `the recipe has no ${kind} stage`}, ` +
+          `so it would be ignored; set stages.NAME.data.files instead`,
+      );
   }
   const names = new Set<string>();
   const noData = (where: string, path: string) =>

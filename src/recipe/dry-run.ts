@@ -5,7 +5,7 @@ import { chatSegments } from '../data/index.js';
 import type { WeightSyncEngine } from '../engines/types.js';
 import { SandboxPool } from '../sandbox/pool.js';
 import { ChatTemplate, PYTHON_TOOL_SCHEMA, tokenizerFromFiles } from '../tokenizer/index.js';
-import { parameterCount } from '../worker/plan.js';
+import { parameterCount, plan } from '../worker/plan.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
 import type { ModelConfig } from '../worker/types.js';
 import { recipeTokenizerFiles } from './backend.js';
@@ -27,13 +27,23 @@ export interface DryRunOptions {
 
 const gb = (bytes: number) => `${(bytes / 2 ** 30).toFixed(bytes < 2 ** 30 ? 3 : 1)} GiB`;
 
-/** fp32 weights, gradients and AdamW moments; logits of one micro-batch (the largest activation at big vocab). */
-export function memoryPlan(c: ModelConfig & Record<string, unknown>, microBatchTokens = 8192): string[] {
+/** Memory per rank as the recipe's model section trains it: `rstar2 plan`'s accounting (worker/plan.ts) for its
+ *  precision, sharding, ranks, micro-batch tokens and checkpointing. */
+export function memoryPlan(c: ModelConfig & Record<string, unknown>, m: Recipe['model']): string[] {
   const p = parameterCount(c);
+  const sharding = m.sharding === 'ddp' ? 'ddp' : m.offloadOptimizer ? 'fsdp-offload' : 'fsdp';
+  // padded micro-batches have no fixed size; 8192 tokens stands for one
+  const tokens = m.maxTokensPerMicroBatch ?? 8192;
+  const row = plan({ config: c, gpus: m.nprocPerNode, gpuMemGiB: 1, maxTokens: tokens }).find(
+    (r) => r.precision === m.precision && r.sharding === sharding,
+  )!;
+  const total = m.gradientCheckpointing ? row.total.ckpt : row.total.full;
   return [
     `model: ${c.model_type}, ${(p / 1e6).toFixed(2)}M parameters, vocab ${c.vocab_size}`,
-    `  weights ${gb(4 * p)} + gradients ${gb(4 * p)} + AdamW state ${gb(8 * p)} = ${gb(16 * p)} (fp32, one replica)`,
-    `  logits + log-softmax of a ${microBatchTokens}-token micro-batch: ${gb(2 * 4 * microBatchTokens * c.vocab_size)}`,
+    `  per rank (${m.precision}, ${sharding} over ${m.nprocPerNode}): weights ${gb(row.weights)} + gradients ${gb(row.grads)} + ` +
+      `AdamW state ${gb(row.optimizer)}${row.workingSet ? ` + gathered ${gb(row.workingSet)}` : ''}${row.cpu ? ` (host: ${gb(row.cpu)})` : ''}`,
+    `  in all, with the activations of a ${tokens}-token micro-batch${m.maxTokensPerMicroBatch ? '' : ' (padded: its size depends on the data)'}` +
+      `${m.gradientCheckpointing ? ', checkpointed per layer' : ''}: ${gb(total)} (\`rstar2 plan\` compares layouts)`,
   ];
 }
 
@@ -73,7 +83,7 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
     const preset = MODEL_PRESETS[recipe.model.preset];
     config = { ...preset, vocab_size: tokenizer.vocabSize } as ModelConfig & Record<string, unknown>;
   }
-  for (const l of memoryPlan(config!)) log(l);
+  for (const l of memoryPlan(config!, recipe.model)) log(l);
 
   // data: every stage's rows after each row filter, and its first prompt as the model will see it
   const render = (question: string) => {

@@ -1,4 +1,5 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Command } from 'commander';
 import { positiveInt } from '../cli/options.js';
 import { TEMPLATE_NAMES, type TemplateName } from './templates.js';
@@ -64,6 +65,7 @@ export function registerTokenizerCommands(program: Command): void {
       1024,
     )
     .option('--min-frequency <n>', 'bpe: stop when the best pair occurs fewer times', positiveInt(), 2)
+    .option('--force', 'replace the tokenizer files --out already holds', false)
     .option(
       '--template <name>',
       `chat template stored in the config: ${TEMPLATE_NAMES.join(' | ')}`,
@@ -77,7 +79,12 @@ export function registerTokenizerCommands(program: Command): void {
         vocabSize: number;
         minFrequency: number;
         template: string;
+        force: boolean;
       }) => {
+        // a model directory's tokenizer replaced by one of another vocabulary breaks that model for good
+        const held = ['tokenizer.json', 'tokenizer_config.json'].filter((f) => existsSync(join(o.out, f)));
+        if (held.length && !o.force)
+          throw new Error(`${o.out} already holds ${held.join(' and ')} (pass --force to replace them)`);
         const { buildCharTokenizer, saveTokenizer, trainBpeTokenizer } = await import('./build.js');
         const { Tokenizer } = await import('./tokenizer.js');
         const template = templateOption(o.template);

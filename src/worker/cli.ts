@@ -1,3 +1,5 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Command } from 'commander';
 import { positiveInt, seed } from '../cli/options.js';
 import { registerPlanCommand } from './plan.js';
@@ -51,9 +53,16 @@ export function registerWorkerCommands(program: Command): void {
           tokenizer: o.tokenizer,
           shards,
         });
+        // a shard holds whole tensors, so a small model has fewer shards than asked: say what was written
+        const index = join(o.out, 'model.safetensors.index.json');
+        const written = existsSync(index)
+          ? new Set(Object.values(JSON.parse(readFileSync(index, 'utf8')).weight_map)).size
+          : 1;
         console.log(
           `${o.out}: ${o.config} model, ${(info.params / 1e6).toFixed(2)}M parameters, vocab ${info.config.vocab_size}` +
-            (shards > 1 ? `, ${shards} shards` : ''),
+            (written > 1
+              ? `, ${written} shards${written < shards ? ` (${shards} asked; a shard holds whole tensors)` : ''}`
+              : ''),
         );
       },
     );

@@ -98,3 +98,33 @@ test('a failure while opening leaves passed-in parts open and names the problem'
   );
   await assert.rejects(openRolloutStack({ engines: ['http://127.0.0.1:9'] }), /prompts need a tokenizer/);
 });
+
+test('an embedded model whose tokenizer is not its own is refused before any worker starts', {
+  timeout: 60_000,
+}, async () => {
+  const { mkdtempSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { QWEN3_TOKENIZER_DIR } = await import('../worker/helpers.js');
+  const model = mkdtempSync(join(tmpdir(), 'rstar2-vocab-'));
+  const open = (vocab: number, tokenizer: string) => {
+    writeFileSync(join(model, 'config.json'), JSON.stringify({ model_type: 'qwen3', vocab_size: vocab }));
+    return openRolloutStack({ engines: ['embedded'], model, tokenizer, sandbox: new FakeRunner() });
+  };
+  // Qwen3's 151,669 ids against a model with the char tokenizer's 267
+  await assert.rejects(
+    open(267, QWEN3_TOKENIZER_DIR),
+    /has 151669 token ids but .*config\.json has vocab_size 267/,
+  );
+  // and a model far larger than its tokenizer (a Qwen model dir given a tiny tokenizer)
+  const tiny = mkdtempSync(join(tmpdir(), 'rstar2-vocab-tok-'));
+  const { saveTokenizer } = await import('../../src/tokenizer/build.js');
+  saveTokenizer(buildCharTokenizer(), tiny);
+  await assert.rejects(open(151936, tiny), /has 267 token ids but .*vocab_size 151936/);
+  // a vocabulary padded past the tokenizer's ids is how real checkpoints come: it passes the check (and then
+  // the worker refuses this directory, which holds no weights)
+  await assert.rejects(
+    open(151936, QWEN3_TOKENIZER_DIR),
+    (e: Error) => !/do not belong together/.test(e.message),
+  );
+});

@@ -237,3 +237,32 @@ test('rstar2 rollout with old names: works (exit 0), one deprecation line per ol
     'rstar2 rollout: --n is deprecated and goes away in the next release; use --samples',
   ]);
 });
+
+test('rstar2 verify | head -1: the reader closing the pipe early ends the command quietly', () => {
+  const file = join(mkdtempSync(join(tmpdir(), 'rstar2-cli-')), 'v.jsonl');
+  // enough lines that the writer is still writing when head has gone
+  writeFileSync(file, '{"pred": "\\\\boxed{2}", "gold": "2"}\n'.repeat(20_000));
+  const r = spawnSync('sh', ['-c', `"${process.execPath}" "${bin}" verify "${file}" | head -1`], {
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  assert.equal(r.stdout.split('\n').length, 2, r.stdout.slice(0, 200));
+  assert.equal(r.stderr, '', 'no stack trace, no EPIPE');
+});
+
+test('rstar2 tokenizer build refuses to replace a directory’s tokenizer without --force', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-cli-tok-'));
+  assert.equal(rstar2('tokenizer', 'build', '--out', dir).status, 0);
+  const again = rstar2('tokenizer', 'build', '--out', dir);
+  assert.equal(again.status, 1);
+  assert.match(again.stderr, /already holds tokenizer\.json and tokenizer_config\.json \(pass --force/);
+  assert.equal(rstar2('tokenizer', 'build', '--out', dir, '--force').status, 0);
+});
+
+test('rstar2 train --resume RUN --recipe NAME: refused, the run’s own config.json decides', () => {
+  const run = mkdtempSync(join(tmpdir(), 'rstar2-cli-run-'));
+  writeFileSync(join(run, 'config.json'), '{}');
+  const r = rstar2('train', '--resume', run, '--recipe', 'quickstart');
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /--recipe, --roc, --seed and --set cannot change a run being resumed/);
+});

@@ -65,7 +65,27 @@ test('the memory plan counts parameters as the worker builds them', () => {
   assert.equal(parameterCount(small3), 226_688);
   const q14 = QWEN3_14B; // published size 14.8B
   assert.ok(Math.abs(parameterCount(q14) / 1e9 - 14.77) < 0.01, String(parameterCount(q14)));
-  assert.match(memoryPlan(q14).join('\n'), /= 220\.\d GiB \(fp32, one replica\)/);
+  const model = (m: Record<string, unknown>) =>
+    parseRecipe({ model: m, stages: [{ type: 'sft', steps: 1 }] }).model;
+  const fp32 = memoryPlan(q14, model({})).join('\n');
+  assert.match(
+    fp32,
+    /per rank \(fp32, ddp over 1\): weights 55\.0 GiB \+ gradients 55\.0 GiB \+ AdamW state 110\.0 GiB/,
+  );
+  // the paper's layout: bf16-mixed, sharded over 8 ranks, 20K-token packed micro-batches, checkpointing
+  const paper = model({
+    precision: 'bf16-mixed',
+    sharding: 'fsdp',
+    nprocPerNode: 8,
+    maxTokensPerMicroBatch: 20480,
+    gradientCheckpointing: true,
+  });
+  const lines8 = memoryPlan(q14, paper).join('\n');
+  assert.match(
+    lines8,
+    /per rank \(bf16-mixed, fsdp over 8\): weights 3\.4 GiB \+ gradients 3\.4 GiB \+ AdamW state 20\.6 GiB \+ gathered 8\.3 GiB/,
+  );
+  assert.match(lines8, /a 20480-token micro-batch, checkpointed per layer: /);
 });
 
 test('bad input is named: model dir, data layout, a row without an answer', async () => {

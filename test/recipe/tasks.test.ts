@@ -156,6 +156,16 @@ test('recipes: quickstart loads with defaults, --roc overrides, bad input names 
   const paper = loadRecipe('paper', { set: ['data.sft=s.jsonl', 'data.train=t.parquet'] });
   assert.equal(paper.stages.length, 4);
   assert.ok(paper.stages.every((s) => s.data.files?.[0] === (s.type === 'sft' ? 's.jsonl' : 't.parquet')));
+  // the shorthand where every stage of its kind has files of its own would be ignored: refused by name
+  const own = {
+    eval: { generate: true },
+    stages: [{ name: 'go', type: 'rl', data: { files: ['a.jsonl'] } }],
+  };
+  assert.throws(
+    () => parseRecipe(own, 'r', { set: ['data.train=b.jsonl'] }),
+    /--set data\.train: every rl stage \(go\) lists its own files/,
+  );
+  assert.throws(() => parseRecipe(own, 'r', { set: ['data.sft=b.jsonl'] }), /the recipe has no sft stage/);
   const mem = (r: typeof q) => [
     r.model.precision,
     r.model.gradientCheckpointing,
