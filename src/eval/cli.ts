@@ -1,4 +1,4 @@
-import { resolve } from 'node:path';
+import { basename, dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { deprecatedAliases, float, positiveInt, seed } from '../cli/options.js';
 import type { VerifyProfile } from '../reward/types.js';
@@ -14,10 +14,36 @@ async function benchProblems(spec: string, limit?: number): Promise<BenchProblem
 
 function summary(r: EvalReport): string {
   const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+  const left = `${r.failed ? `, ${r.failed} failed and left out` : ''}${r.complete ? '' : ', INCOMPLETE'}`;
   return (
     `${r.bench}: avg@${r.k} ${pct(r.avgAtK)}  pass@${r.k} ${pct(r.passAtK[String(r.k)] ?? 0)}  maj@${r.k} ${pct(r.majAtK)}  ` +
     `tokens ${r.meanResponseTokens.toFixed(0)}  tool calls ${r.toolCallsPerAnswer.toFixed(2)}  ` +
-    `tool errors ${pct(r.toolErrorRate)}  (${r.problems} problems, ${r.samples} samples, ${r.wallTimeS.toFixed(1)} s)`
+    `tool errors ${pct(r.toolErrorRate)}  (${r.problems} problems, ${r.samples} samples${left}, ${r.wallTimeS.toFixed(1)} s)`
+  );
+}
+
+const failedNote = (r: EvalReport) =>
+  `${r.failed} samples failed for infrastructure reasons (first: ${r.failure}) and are left out of the scores`;
+
+/**
+ * The model part of the default --out, so that two checkpoints evaluated with default flags land in two
+ * directories: a checkpoint under runs/NAME/checkpoints/ is NAME-<checkpoint>, another model dir its name, a
+ * served engine its spec without the URL scheme. Short and safe in a file name.
+ */
+export function modelTag(model?: string, engine?: string): string {
+  let tag = (engine ?? '').replace(/^(\w+\+)?https?:\/\//, '$1');
+  if (model) {
+    const dir = resolve(model);
+    tag =
+      basename(dirname(dir)) === 'checkpoints'
+        ? `${basename(dirname(dirname(dir)))}-${basename(dir)}`
+        : basename(dir);
+  }
+  return (
+    tag
+      .replace(/[^\w.-]+/g, '-')
+      .replace(/^[-.]+|-+$/g, '')
+      .slice(-60) || 'model'
   );
 }
 
@@ -60,10 +86,11 @@ export function registerEvalCommands(program: Command): void {
     .option('--limit <n>', 'only the first n problems', positiveInt())
     .option('--seed <n>', 'base sampling seed', seed(), 0)
     .option('--concurrency <n>', 'trajectories in flight', positiveInt(4096), 64)
-    .option('--out <dir>', 'eval directory (default evals/<bench>-k<samples>-t<temperature>)')
+    .option('--out <dir>', 'eval directory (default evals/<bench>-<model>-k<samples>-t<temperature>)')
     .option(
       '--no-retry-errors',
-      'on resume, keep samples that ended in an engine error instead of regenerating them',
+      'on resume, keep samples that failed for infrastructure reasons (engine error, sandbox unreachable) ' +
+        'instead of regenerating them; they stay left out of the scores',
     )
     .option(
       '--verify-profile <name>',
@@ -84,12 +111,14 @@ export function registerEvalCommands(program: Command): void {
     const dataFile = resolve(o.data ?? resolveBench(o.bench));
     const bench: string = o.bench ?? dataFile.replace(/^.*\//, '').replace(/\.(jsonl|parquet)$/, '');
     const problems = await benchProblems(dataFile, o.limit);
-    const out = resolve(o.out ?? `evals/${bench}-k${o.samples}-t${o.temperature}`);
+    const out = resolve(
+      o.out ?? `evals/${bench}-${modelTag(o.model, o.engine)}-k${o.samples}-t${o.temperature}`,
+    );
     const { openBackend } = await import('./backend.js');
     const { openVerifier } = await import('./verify.js');
     const { runEval } = await import('./run.js');
     const backend = await openBackend({
-      model: o.model,
+      model: o.model && resolve(o.model), // the engine name is resume identity: the same path from any directory
       engine: o.engine,
       backend: o.backend,
       tokenizer: o.tokenizer,
@@ -129,8 +158,15 @@ export function registerEvalCommands(program: Command): void {
         progress: o.progress,
         signal: ac.signal,
       });
-      console.log(summary(report));
+      if (report.samples > 0) console.log(summary(report));
       console.log(`report: ${out}/report.md`);
+      // an eval short of samples is no result: a script running it must not take its numbers as one
+      if (report.failed > 0) {
+        const again = o.retryErrors === false ? 'without --no-retry-errors' : 'the same command';
+        throw new Error(
+          `eval INCOMPLETE: ${failedNote(report)}; fix the cause and re-run ${again} to regenerate them`,
+        );
+      }
     } finally {
       process.off('SIGINT', onSig);
       await backend.close();
@@ -158,13 +194,16 @@ export function registerEvalCommands(program: Command): void {
       });
       let report: EvalReport;
       if (o.reverify) {
-        const verifier = openVerifier((o.verifyProfile ?? config.verifyProfile ?? 'strict') as VerifyProfile);
+        const profile = o.verifyProfile ?? config.verifyProfile ?? 'strict';
+        const verifier = openVerifier(profile as VerifyProfile);
         try {
-          report = await reverifyEvalDir(dir, verifier.verify, problems);
+          report = await reverifyEvalDir(dir, verifier.verify, problems, profile);
         } finally {
           await verifier.close();
         }
       } else report = rescoreEvalDir(dir, problems);
       console.log(summary(report));
+      if (report.failed > 0)
+        console.error(`eval-rescore: ${failedNote(report)}; resume the eval to regenerate them`);
     });
 }

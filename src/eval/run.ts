@@ -1,9 +1,10 @@
+import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Trajectory } from '../agent/trajectory.js';
 import { appendJsonl, writeAtomic } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
-import { type BenchProblem, type EvalReport, renderMarkdown, scoreEval } from './score.js';
+import { type BenchProblem, type EvalReport, failureOf, renderMarkdown, scoreEval } from './score.js';
 import { eachTrajectory, TrajectoryIndex, type TrajSummary } from './trajfile.js';
 import { type VerifyFn, withScore } from './verify.js';
 
@@ -62,9 +63,14 @@ export interface EvalConfig {
   seed: number;
   engine: string;
   limit?: number; // may grow across resumes
+  verifyProfile?: string;
+  dataHash?: string; // written by runEval: problemsHash of the first dataCount problems
+  dataCount?: number;
   [extra: string]: unknown;
 }
 
+// Everything that changes what a saved sample means. The engine spec names the model (an --model path is
+// resolved by the CLI); the data is checked by content below.
 const RESUME_KEYS = [
   'bench',
   'k',
@@ -74,7 +80,57 @@ const RESUME_KEYS = [
   'maxTurns',
   'template',
   'seed',
+  'engine',
+  'verifyProfile',
 ] as const;
+
+/**
+ * The problems by content (id, text, gold answer, order: the per-sample seeds follow the order). Unlike a path
+ * with size and mtime it survives a copied checkout, a touched or re-converted file and a moved eval directory,
+ * and tells apart two files with one name; it covers globs and directories alike.
+ */
+export function problemsHash(ps: BenchProblem[]): string {
+  const h = createHash('sha256');
+  for (const p of ps) h.update(`${JSON.stringify([p.id, p.problem, p.answer])}\n`);
+  return h.digest('hex').slice(0, 16);
+}
+
+/** Why resuming `dir` with `now` would mix in samples of another experiment, or null when it would not. */
+function resumeConflict(
+  dir: string,
+  old: EvalConfig,
+  now: EvalConfig,
+  problems: BenchProblem[],
+): string | null {
+  const differ = (what: string) =>
+    `${dir} holds an eval made with different settings (${what}); use another --out or the same settings to resume`;
+  for (const key of RESUME_KEYS) {
+    if (old[key] === now[key]) continue;
+    // Written by an rstar2 that did not record it: what the samples were made with is unknown, so they cannot
+    // be trusted to match. A verify profile can be made known without regenerating.
+    if (old[key] === undefined)
+      return (
+        `${dir} does not record its ${key} (an older rstar2 wrote it), so its samples cannot be checked against ` +
+        `${key} ${JSON.stringify(now[key])}; ` +
+        (key === 'verifyProfile'
+          ? `re-score them under it first (rstar2 eval-rescore ${dir} --reverify --verify-profile ${now[key]}) or `
+          : '') +
+        'use another --out'
+      );
+    return differ(`${key}: ${JSON.stringify(old[key])} there, ${JSON.stringify(now[key])} now`);
+  }
+  // Before dataHash was recorded the resolved path was the data's identity: the one thing left to compare.
+  if (old.dataHash === undefined)
+    return old.dataFile === now.dataFile ? null : differ(`data: ${old.dataFile} there, ${now.dataFile} now`);
+  const n = old.dataCount ?? 0;
+  if (problems.length < n)
+    return `${dir} holds samples of ${n} problems; the ${problems.length} given now cannot be checked against them: use --limit ${n} or more, or another --out`;
+  if (problemsHash(problems.slice(0, n)) !== old.dataHash)
+    return differ(
+      `data: ${old.dataFile} there, ${now.dataFile} now, whose first ${n} problems differ in content`,
+    );
+  return null;
+}
 
 export interface EvalState {
   wallTimeS: number; // summed over sessions
@@ -106,13 +162,15 @@ export function readEvalDir(dir: string): {
   return { config, samples, state };
 }
 
-/** Latest usable record per (problem, sample): a later non-error record replaces an errored one. */
-export function dedupe<T extends Pick<Trajectory, 'promptId' | 'sample' | 'finish'>>(trajectories: T[]): T[] {
+/** First usable record per (problem, sample): a later model answer replaces a failed record (failureOf). */
+export function dedupe<T extends Pick<Trajectory, 'promptId' | 'sample' | 'finish'> & { failure?: string }>(
+  trajectories: T[],
+): T[] {
   const by = new Map<string, T>();
   for (const t of trajectories) {
     const key = `${t.promptId}#${t.sample}`;
     const prev = by.get(key);
-    if (!prev || (prev.finish === 'error' && t.finish !== 'error')) by.set(key, t);
+    if (!prev || (failureOf(prev) !== undefined && failureOf(t) === undefined)) by.set(key, t);
   }
   return [...by.values()];
 }
@@ -128,7 +186,7 @@ export interface RunEvalOptions {
   problems: BenchProblem[]; // already --limit'ed
   rollout: RolloutFn;
   verify: VerifyFn;
-  retryErrors?: boolean; // regenerate samples whose saved record ended in an engine error (default true)
+  retryErrors?: boolean; // regenerate samples whose saved record failed (failureOf; default true)
   progress?: boolean;
   signal?: AbortSignal;
   log?: (m: string) => void;
@@ -137,7 +195,8 @@ export interface RunEvalOptions {
 }
 
 export async function runEval(o: RunEvalOptions): Promise<EvalReport> {
-  const { outDir, config, problems } = o;
+  const { outDir, problems } = o;
+  const config: EvalConfig = { ...o.config, dataHash: problemsHash(problems), dataCount: problems.length };
   const log = o.log ?? ((m: string) => console.error(m));
   mkdirSync(outDir, { recursive: true });
   const trajPath = join(outDir, 'trajectories.jsonl');
@@ -145,14 +204,8 @@ export async function runEval(o: RunEvalOptions): Promise<EvalReport> {
   let prior: EvalState = { wallTimeS: 0, sessions: 0, updated: '' };
   if (existsSync(cfgPath)) {
     const old = readEvalDir(outDir);
-    for (const key of RESUME_KEYS) {
-      if (old.config[key] !== config[key]) {
-        throw new Error(
-          `${outDir} holds an eval made with different settings (${key}: ${JSON.stringify(old.config[key])} ` +
-            `there, ${JSON.stringify(config[key])} now); use another --out or the same settings to resume`,
-        );
-      }
-    }
+    const conflict = resumeConflict(outDir, old.config, config, problems);
+    if (conflict) throw new Error(conflict);
     prior = old.state;
   }
   writeAtomic(cfgPath, `${JSON.stringify(config, null, 2)}\n`);
@@ -161,7 +214,7 @@ export async function runEval(o: RunEvalOptions): Promise<EvalReport> {
   const saved = dedupe(new TrajectoryIndex(trajPath).refresh().map((e) => e.summary));
   const done = new Set(
     saved
-      .filter((t) => !(o.retryErrors !== false && t.finish === 'error'))
+      .filter((t) => !(o.retryErrors !== false && failureOf(t) !== undefined))
       .map((t) => `${t.promptId}#${t.sample}`),
   );
   const reqs: RolloutRequest[] = [];
@@ -206,6 +259,8 @@ export async function runEval(o: RunEvalOptions): Promise<EvalReport> {
       await o.rollout(
         reqs,
         async (t) => {
+          // cut short by the interrupt: no model answer, and the resume makes it anyway
+          if (o.signal?.aborted && failureOf(t) !== undefined) return;
           const g = gold.get(t.promptId);
           if (g === undefined)
             throw new Error(`rollout returned a trajectory for unknown problem '${t.promptId}'`);
@@ -253,13 +308,17 @@ export function rescoreEvalDir(dir: string, problems?: BenchProblem[]): EvalRepo
   return report;
 }
 
-/** Re-checks every saved answer with `verify`, one record in memory at a time, then re-scores. */
+/**
+ * Re-checks every saved answer with `verify`, one record in memory at a time, then re-scores. `verifyProfile`
+ * names what `verify` checks by and is recorded, so a resume scores new samples the same way.
+ */
 export async function reverifyEvalDir(
   dir: string,
   verify: VerifyFn,
   problems?: BenchProblem[],
+  verifyProfile?: string,
 ): Promise<EvalReport> {
-  readEvalDir(dir); // validates the directory
+  const { config } = readEvalDir(dir);
   const trajPath = join(dir, 'trajectories.jsonl');
   const tmp = `${trajPath}.reverify`;
   writeFileSync(tmp, '');
@@ -267,6 +326,8 @@ export async function reverifyEvalDir(
     appendJsonl(tmp, [await withScore({ ...t, correct: undefined }, t.gold ?? '', verify)]);
   }
   renameSync(tmp, trajPath);
+  if (verifyProfile !== undefined && verifyProfile !== config.verifyProfile)
+    writeAtomic(join(dir, 'config.json'), `${JSON.stringify({ ...config, verifyProfile }, null, 2)}\n`);
   return rescoreEvalDir(dir, problems);
 }
 

@@ -1,13 +1,44 @@
-import type { Trajectory } from '../agent/trajectory.js';
+import type { Trajectory, TurnEvent } from '../agent/trajectory.js';
 
 // Pure scoring over scored trajectories: no engine, no verifier. Re-scoring a saved eval is just
 // reading trajectories.jsonl and calling scoreEval again.
 
-/** What scoring reads from a trajectory; a summary without the id arrays carries the token counts. */
+/**
+ * What scoring reads from a trajectory; a summary without the id arrays carries the token counts, and without
+ * the events carries `failure` (see failureOf).
+ */
 export type ScoredSample = Pick<
   Trajectory,
   'promptId' | 'sample' | 'correct' | 'verify' | 'finish' | 'numToolCalls' | 'numToolErrors' | 'ms'
-> & { responseIds?: number[]; responseMask?: number[]; responseTokens?: number; generatedTokens?: number };
+> & {
+  responseIds?: number[];
+  responseMask?: number[];
+  responseTokens?: number;
+  generatedTokens?: number;
+  error?: string;
+  events?: TurnEvent[];
+  failure?: string;
+};
+
+// Sandbox outcomes where the code never ran for reasons of the sandbox's own (unreachable, crashed, full).
+// A Python exception, a timeout or an OOM is the model's code doing it: those stay tool errors it must answer around.
+const SANDBOX_FAULTS = new Set(['internal_error', 'busy', 'queue_timeout']);
+
+/**
+ * Why a sample is no model answer (engine error, rollout aborted, sandbox fault), or undefined when it is one.
+ * Such samples are left out of the scores and regenerated on resume: an outage is not the model's accuracy.
+ */
+export function failureOf(
+  t: Pick<ScoredSample, 'finish' | 'error' | 'events' | 'failure'>,
+): string | undefined {
+  if (t.failure !== undefined) return t.failure;
+  if (t.finish === 'error') return t.error ?? 'engine error';
+  for (const e of t.events ?? []) {
+    if (e.kind === 'tool_result' && SANDBOX_FAULTS.has(e.status ?? ''))
+      return `sandbox ${e.status}: ${/stderr: (.*)/.exec(e.text)?.[1] ?? e.text}`;
+  }
+  return undefined;
+}
 
 export const responseTokens = (t: ScoredSample) => t.responseIds?.length ?? t.responseTokens ?? 0;
 export const generatedTokens = (t: ScoredSample) =>
@@ -98,14 +129,16 @@ export interface ProblemRow {
   meanResponseTokens: number;
   meanToolCalls: number;
   toolErrors: number;
-  errors: number; // trajectories that ended in an engine error
+  errors: number; // samples left out: failed for infrastructure reasons (failureOf)
 }
 
 export interface EvalReport {
   bench: string;
   k: number; // samples per problem asked for
   problems: number;
-  samples: number;
+  samples: number; // scored: model answers only
+  failed: number; // samples left out of every number below: no model answer (failureOf), regenerated on resume
+  failure?: string; // the first of them
   complete: boolean; // every problem has k scored samples
   avgAtK: number; // mean pass@1 over problems
   passAtK: Record<string, number>; // "1", "2", "4", ..., String(k)
@@ -133,6 +166,7 @@ function kLadder(k: number): number[] {
  * Scores trajectories (already carrying `correct`/`verify` from the reward stage) per problem. Only
  * the first k samples of each problem count, so a resumed or over-sampled file scores the same.
  * Problems with fewer than k samples are scored on what they have; pass@j for j > n uses n.
+ * Failed samples (failureOf) are counted and left out, so the eval is incomplete until they are regenerated.
  */
 export function scoreEval(opts: {
   bench: string;
@@ -144,11 +178,21 @@ export function scoreEval(opts: {
   const { k } = opts;
   if (!Number.isInteger(k) || k < 1) throw new Error(`scoreEval: k must be a positive integer (got ${k})`);
   const byProblem = new Map<string, ScoredSample[]>();
-  for (const p of opts.problems) byProblem.set(p.id, []);
+  const failedBy = new Map<string, Map<number, string>>(); // sample -> why, where no usable record exists
+  for (const p of opts.problems) {
+    byProblem.set(p.id, []);
+    failedBy.set(p.id, new Map());
+  }
   for (const t of opts.trajectories) {
     const list = byProblem.get(t.promptId);
     if (!list) continue; // a trajectory for a problem outside this (possibly --limit'ed) set
-    if (t.sample < k && !list.some((o) => o.sample === t.sample)) list.push(t);
+    if (t.sample >= k || list.some((o) => o.sample === t.sample)) continue;
+    const why = failureOf(t);
+    const failed = failedBy.get(t.promptId) as Map<number, string>;
+    if (why === undefined) {
+      list.push(t);
+      failed.delete(t.sample);
+    } else if (!failed.has(t.sample)) failed.set(t.sample, why);
   }
   const ks = kLadder(k);
   const rows: ProblemRow[] = [];
@@ -156,8 +200,13 @@ export function scoreEval(opts: {
   const all: ScoredSample[] = [];
   const finishes: Record<string, number> = {};
   let complete = true;
+  let failed = 0;
+  let failure: string | undefined;
   for (const p of opts.problems) {
     const ts = byProblem.get(p.id) ?? [];
+    const fails = [...(failedBy.get(p.id)?.values() ?? [])];
+    failed += fails.length;
+    failure ??= fails[0];
     if (ts.length < k) complete = false;
     if (ts.length === 0) continue;
     all.push(...ts);
@@ -177,7 +226,7 @@ export function scoreEval(opts: {
       meanResponseTokens: mean(ts.map(responseTokens)),
       meanToolCalls: mean(ts.map((t) => t.numToolCalls)),
       toolErrors: ts.reduce((a, t) => a + t.numToolErrors, 0),
-      errors: ts.filter((t) => t.finish === 'error').length,
+      errors: fails.length,
     });
   }
   const calls = all.reduce((a, t) => a + t.numToolCalls, 0);
@@ -187,6 +236,8 @@ export function scoreEval(opts: {
     k,
     problems: rows.length,
     samples: all.length,
+    failed,
+    ...(failure === undefined ? {} : { failure }),
     complete: complete && rows.length === opts.problems.length,
     avgAtK: mean(rows.map((r) => r.passAt1)),
     passAtK: Object.fromEntries(ks.map((j) => [String(j), mean(passSums[String(j)])])),
@@ -208,7 +259,10 @@ export function renderMarkdown(r: EvalReport, title = r.bench): string {
   const lines = [
     `# Eval: ${title}`,
     '',
-    `${r.problems} problems × k=${r.k} (${r.samples} samples${r.complete ? '' : ', INCOMPLETE'})`,
+    `${r.problems} problems × k=${r.k} (${r.samples} samples${r.failed ? `, ${r.failed} failed and left out` : ''}${r.complete ? '' : ', INCOMPLETE'})`,
+    ...(r.failure
+      ? ['', `First failure (no model answer; re-run the eval to regenerate): ${esc(r.failure)}`]
+      : []),
     '',
     '| metric | value |',
     '|---|---|',

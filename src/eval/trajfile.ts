@@ -1,6 +1,6 @@
 import { closeSync, existsSync, fstatSync, openSync, readSync } from 'node:fs';
 import type { Trajectory } from '../agent/trajectory.js';
-import type { ScoredSample } from './score.js';
+import { failureOf, type ScoredSample } from './score.js';
 
 // Trajectory files hold every response id, mask and logprob: a paper-scale step or eval file runs to
 // hundreds of MB. Readers that need only per-trajectory facts (scoring, lists, filters) go through
@@ -43,6 +43,7 @@ export function summarize(t: StoredTrajectory): TrajSummary {
     generatedTokens: (t.responseMask ?? []).reduce((a, m) => a + m, 0),
     kept: t.kept,
     advantage: t.advantage,
+    failure: failureOf(t), // from the events, which a summary drops
   };
 }
 

@@ -6,10 +6,11 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import type { Trajectory } from '../../src/agent/trajectory.js';
 import { loadProblems } from '../../src/eval/bench.js';
+import { modelTag } from '../../src/eval/cli.js';
 import { fakeTrajectory } from '../../src/eval/fake.js';
 import { type EvalConfig, perRequest, rescoreEvalDir, reverifyEvalDir, runEval } from '../../src/eval/run.js';
 import { fallbackVerify, lastBoxed, openVerifier } from '../../src/eval/verify.js';
-import { readJsonl } from '../../src/util/jsonl.js';
+import { appendJsonl, readJsonl } from '../../src/util/jsonl.js';
 import { sleep } from '../../src/util/sleep.js';
 
 const problems = [
@@ -192,6 +193,178 @@ test('resume refuses different settings; engine-error samples are regenerated', 
   assert.equal(r.avgAtK, 0.5);
 });
 
+test('resume refuses another model, verify profile or data; the same problems from another path resume', async () => {
+  const out = dir();
+  const run = (cfg: Partial<EvalConfig>, ps = problems) =>
+    runEval({
+      outDir: out,
+      config: { ...config(2), verifyProfile: 'strict', ...cfg },
+      problems: ps,
+      rollout: perRequest(async (q) => rolloutFn(q), 1),
+      verify: fallbackVerify,
+      ...quiet,
+    });
+  await run({ engine: 'embedded:/ckpt/step-10', dataFile: '/d/a/toy.jsonl' });
+  await assert.rejects(
+    run({ engine: 'embedded:/ckpt/step-20', dataFile: '/d/a/toy.jsonl' }),
+    /different settings \(engine: "embedded:\/ckpt\/step-10" there, "embedded:\/ckpt\/step-20" now\); use another --out/,
+  );
+  await assert.rejects(
+    run({ engine: 'embedded:/ckpt/step-10', dataFile: '/d/a/toy.jsonl', verifyProfile: 'lenient' }),
+    /different settings \(verifyProfile: "strict" there, "lenient" now\)/,
+  );
+  // another file with the same name (and ids), other problems
+  const other = problems.map((p) => ({ ...p, problem: `${p.problem} (v2)` }));
+  await assert.rejects(
+    run({ engine: 'embedded:/ckpt/step-10', dataFile: '/d/b/toy.jsonl' }, other),
+    /different settings \(data: \/d\/a\/toy\.jsonl there, \/d\/b\/toy\.jsonl now, whose first 3 problems differ in content\)/,
+  );
+  await assert.rejects(
+    run({ engine: 'embedded:/ckpt/step-10', dataFile: '/d/b/toy.jsonl' }, problems.slice(0, 2)),
+    /holds samples of 3 problems; the 2 given now cannot be checked against them: use --limit 3 or more/,
+  );
+  // the same problems copied elsewhere, and one more (a grown --limit): resumed, only the new problem sampled
+  const more = [...problems, { id: 'p4', problem: '4+4?', answer: '8' }];
+  const r = await run({ engine: 'embedded:/ckpt/step-10', dataFile: '/elsewhere/toy.jsonl' }, more);
+  assert.equal(r.samples, 8);
+  assert.equal(readJsonl(join(out, 'trajectories.jsonl')).length, 8);
+});
+
+test('an eval directory from before the model, data and profile checks', async () => {
+  const out = dir();
+  const run = (cfg: Partial<EvalConfig>) =>
+    runEval({
+      outDir: out,
+      config: { ...config(2), ...cfg },
+      problems,
+      rollout: perRequest(async (q) => rolloutFn(q), 1),
+      verify: fallbackVerify,
+      ...quiet,
+    });
+  await run({ dataFile: '/d/toy.jsonl' });
+  const cfgPath = join(out, 'config.json');
+  const { dataHash, dataCount, ...old } = JSON.parse(readFileSync(cfgPath, 'utf8'));
+  assert.equal(typeof dataHash, 'string');
+  assert.equal(dataCount, 3);
+  writeFileSync(cfgPath, JSON.stringify(old)); // as written before: no dataHash, no verifyProfile
+  // its data identity was the resolved path: another path is refused, the same path resumes
+  await assert.rejects(
+    run({ dataFile: '/e/toy.jsonl' }),
+    /\(data: \/d\/toy\.jsonl there, \/e\/toy\.jsonl now\)/,
+  );
+  // its verifier is unknown: re-scoring under a profile records it, then the resume goes on
+  await assert.rejects(
+    run({ dataFile: '/d/toy.jsonl', verifyProfile: 'strict' }),
+    /does not record its verifyProfile .*re-score them under it first \(rstar2 eval-rescore .* --reverify --verify-profile strict\) or use another --out/,
+  );
+  await reverifyEvalDir(out, fallbackVerify, problems, 'strict');
+  assert.equal(JSON.parse(readFileSync(cfgPath, 'utf8')).verifyProfile, 'strict');
+  const r = await run({ dataFile: '/d/toy.jsonl', verifyProfile: 'strict' });
+  assert.equal(r.samples, 6);
+  assert.equal(JSON.parse(readFileSync(cfgPath, 'utf8')).dataHash, dataHash);
+});
+
+// what an unreachable sandbox service leaves in a trajectory (sandbox/client.ts through the agent loop)
+const unreachable = (t: Trajectory): Trajectory => ({
+  ...t,
+  text: 'the tool failed; \\boxed{0}',
+  events: t.events.map((e) =>
+    e.kind === 'tool_result'
+      ? {
+          ...e,
+          error: true,
+          status: 'internal_error',
+          text: 'Tool call failure\nreason: internal_error\nstderr: cannot reach sandbox service at http://127.0.0.1:1: ECONNREFUSED (after 6 attempts)\nexecution time: 0.00s',
+        }
+      : e,
+  ),
+});
+
+test('samples failed by the sandbox are left out and regenerated on resume (kept with retryErrors false)', async () => {
+  const out = dir();
+  let down = true;
+  const made: string[] = [];
+  const rollout = perRequest(async (q) => {
+    made.push(`${q.problemId}#${q.sample}`);
+    return down && q.problemId !== 'p1' ? unreachable(rolloutFn(q)) : rolloutFn(q);
+  }, 2);
+  const run = (retryErrors?: boolean) =>
+    runEval({
+      outDir: out,
+      config: config(2),
+      problems,
+      rollout,
+      verify: fallbackVerify,
+      retryErrors,
+      ...quiet,
+    });
+  const r1 = await run();
+  assert.equal(r1.samples, 2);
+  assert.equal(r1.failed, 4);
+  assert.match(
+    r1.failure ?? '',
+    /^sandbox internal_error: cannot reach sandbox service at http:\/\/127\.0\.0\.1:1/,
+  );
+  assert.equal(r1.complete, false);
+  assert.equal(r1.avgAtK, 0.5); // p1 alone, not p2 and p3 scored wrong
+  down = false;
+  made.length = 0;
+  assert.equal((await run(false)).failed, 4);
+  assert.deepEqual(made, []);
+  const r2 = await run();
+  assert.deepEqual(made.sort(), ['p2#0', 'p2#1', 'p3#0', 'p3#1']);
+  assert.equal(r2.failed, 0);
+  assert.equal(r2.complete, true);
+  assert.equal(r2.avgAtK, 0.5);
+});
+
+test('an interrupted eval saves no aborted samples; eval-rescore leaves out those an older one saved', async () => {
+  const out = dir();
+  const ac = new AbortController();
+  let n = 0;
+  // a rollout as the agent loop ends it when its signal fires: finish 'error', 'rollout aborted by caller'
+  const rollout = perRequest(async (q, signal) => {
+    if (++n === 4) ac.abort();
+    if (signal?.aborted)
+      return { ...rolloutFn(q), finish: 'error' as const, error: 'rollout aborted by caller' };
+    return rolloutFn(q);
+  }, 1);
+  await assert.rejects(
+    runEval({
+      outDir: out,
+      config: config(4),
+      problems,
+      rollout,
+      verify: fallbackVerify,
+      signal: ac.signal,
+      ...quiet,
+    }),
+    /eval stopped after 3\/12 new samples/,
+  );
+  const saved = readJsonl<Trajectory>(join(out, 'trajectories.jsonl'));
+  assert.deepEqual(
+    saved.map((t) => t.id),
+    ['p1#0', 'p1#1', 'p1#2'],
+  );
+  // records an older rstar2 wrote on SIGINT
+  appendJsonl(
+    join(out, 'trajectories.jsonl'),
+    problems.flatMap((p) =>
+      [0, 1, 2, 3].map((s) => ({
+        ...rolloutFn({ problemId: p.id, answer: p.answer, sample: s, seed: s }),
+        finish: 'error',
+        error: 'rollout aborted by caller',
+        gold: p.answer,
+        correct: false,
+      })),
+    ),
+  );
+  const r = rescoreEvalDir(out, problems);
+  assert.equal(r.samples, 3);
+  assert.equal(r.failed, 9);
+  assert.equal(r.avgAtK, 2 / 3); // the real samples' score (p1#0 and p1#2 right), not diluted by the aborted ones
+});
+
 test('rescoring a saved eval reproduces the report without a rollout', async () => {
   const out = dir();
   const r1 = await runEval({
@@ -250,6 +423,32 @@ test('CLI: eval with the fake engine, then eval-rescore', { timeout: 60_000 }, (
   assert.match(u.stderr, /prompts need a tokenizer: give --tokenizer PATH/);
   const m = run('eval', '--data', data);
   assert.match(m.stderr, /exactly one of --model DIR or --engine URL/);
+});
+
+test('CLI: the default --out names the model, so two checkpoints get two directories', {
+  timeout: 60_000,
+}, () => {
+  const d = dir();
+  const data = join(d, 'toy.jsonl');
+  writeFileSync(data, problems.map((p) => JSON.stringify(p)).join('\n'));
+  const bin = join(import.meta.dirname, '../../bin/rstar2.js');
+  const run = (engine: string) =>
+    spawnSync(process.execPath, [bin, 'eval', '--engine', engine, '--data', data, '--samples', '2'], {
+      cwd: d,
+      encoding: 'utf8',
+      env: { ...process.env, RSTAR2_NO_PROGRESS: '1' },
+    });
+  const a = run('fake:1');
+  assert.equal(a.status, 0, a.stderr);
+  const b = run('fake:0');
+  assert.equal(b.status, 0, b.stderr);
+  assert.doesNotMatch(b.stderr, /resuming/);
+  assert.match(b.stdout, /toy: avg@2 0\.0%/);
+  assert.match(b.stdout, /report: .*\/evals\/toy-fake-0-k2-t0\.6\/report\.md/);
+  assert.equal(JSON.parse(readFileSync(join(d, 'evals/toy-fake-1-k2-t0.6/report.json'), 'utf8')).avgAtK, 1);
+  assert.equal(modelTag('runs/quick/checkpoints/rl-step-000010/'), 'quick-rl-step-000010');
+  assert.equal(modelTag('/models/Qwen2.5 7B'), 'Qwen2.5-7B');
+  assert.equal(modelTag(undefined, 'sglang+http://10.0.0.2:30000'), 'sglang-10.0.0.2-30000');
 });
 
 test('CLI: eval --data reads Parquet in the verl layout', { timeout: 60_000 }, () => {

@@ -97,3 +97,57 @@ test('scoreEval marks a partial eval incomplete and scores what it has', () => {
   close(r.passAtK['4'], 1);
   assert.throws(() => scoreEval({ bench: 't', k: 0, problems, trajectories: [] }), /k must be/);
 });
+
+test('scoreEval leaves out samples with no model answer (engine, abort, sandbox fault), not the model’s own tool errors', () => {
+  const problems = [
+    { id: 'a', problem: 'A?', answer: '1' },
+    { id: 'b', problem: 'B?', answer: '2' },
+  ];
+  const sandbox = (status: string, text: string) => ({
+    ...traj('b', 0, { extracted: '7', calls: 1, errors: 1 }),
+    events: [{ kind: 'tool_result' as const, turn: 1, text, error: true, ms: 1, status, start: 0, end: 0 }],
+  });
+  const unreachable = sandbox(
+    'internal_error',
+    'Tool call failure\nreason: internal_error\nstderr: cannot reach sandbox service at http://127.0.0.1:1: ECONNREFUSED (after 6 attempts)\nexecution time: 0.00s',
+  );
+  const trajectories = [
+    traj('a', 0, { extracted: '1', correct: true }),
+    { ...traj('a', 1), finish: 'error' as const, error: 'rollout aborted by caller' },
+    { ...traj('a', 1), finish: 'error' as const, error: 'engine down' }, // still no answer: one left out
+    traj('a', 2, { extracted: '3' }),
+    { ...traj('a', 3), finish: 'error' as const, error: 'engine down' },
+    traj('a', 3, { extracted: '1', correct: true }), // regenerated later in the file: it counts
+    unreachable,
+    {
+      ...sandbox('error', "Tool call failure\nreason: \nstderr: NameError: name 'x' is not defined"),
+      sample: 1,
+    },
+    { ...sandbox('timeout', 'Tool call failure\nreason: worker_timeout'), sample: 2 },
+    traj('b', 3, { extracted: '2', correct: true }),
+  ];
+  const r = scoreEval({ bench: 't', k: 4, problems, trajectories });
+  assert.equal(r.samples, 6); // a: 0, 2, 3; b: 1, 2, 3
+  assert.equal(r.failed, 2);
+  assert.equal(r.failure, 'rollout aborted by caller');
+  assert.equal(r.complete, false);
+  close(r.avgAtK, (2 / 3 + 1 / 3) / 2);
+  assert.deepEqual(
+    r.perProblem.map((p) => [p.n, p.errors]),
+    [
+      [3, 1],
+      [3, 1],
+    ],
+  );
+  assert.deepEqual(r.finishes, { answered: 6 });
+  close(r.toolErrorRate, 1); // the snippet's own errors stay; the unreachable sandbox's call is not counted
+  const only = scoreEval({ bench: 't', k: 4, problems: problems.slice(1), trajectories: [unreachable] });
+  assert.equal(only.samples, 0);
+  assert.equal(
+    only.failure,
+    'sandbox internal_error: cannot reach sandbox service at http://127.0.0.1:1: ECONNREFUSED (after 6 attempts)',
+  );
+  const md = renderMarkdown(r);
+  assert.match(md, /\(6 samples, 2 failed and left out, INCOMPLETE\)/);
+  assert.match(md, /First failure .*: rollout aborted by caller/);
+});

@@ -7,6 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import type { Trajectory } from '../../src/agent/trajectory.js';
+import { FakeEngine } from '../../src/engines/fake.js';
+import { openBackend } from '../../src/eval/backend.js';
+import { runEval } from '../../src/eval/run.js';
+import { fallbackVerify } from '../../src/eval/verify.js';
 import { buildCharTokenizer, saveTokenizer, tokenizerFromFiles } from '../../src/tokenizer/index.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
@@ -105,4 +109,135 @@ test('eval over a served SGLang-API engine with real tool calls', { skip, timeou
   } finally {
     server.close();
   }
+});
+
+// Not spawnSync: the stand-in server answers from this process's event loop.
+async function cli(args: string[]) {
+  const child = spawn(process.execPath, args, { env: { ...process.env, RSTAR2_NO_PROGRESS: '1' } });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (c) => (stdout += c));
+  child.stderr.on('data', (c) => (stderr += c));
+  const status = await new Promise<number | null>((ok) => child.once('exit', ok));
+  return { status, stdout, stderr };
+}
+
+// A stand-in SGLang server whose model answers every prompt with `ids()`.
+async function idServer(ids: () => number[]) {
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      const json = (o: unknown) =>
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(o));
+      if (req.url === '/get_server_info')
+        return json({ max_total_num_tokens: 1 << 20, internal_states: [{}] });
+      if (req.url?.startsWith('/v1/loads')) return json({ loads: [] });
+      const out = ids();
+      json({
+        output_ids: out,
+        meta_info: {
+          output_token_logprobs: out.map((id) => [-0.1, id, null]),
+          finish_reason: { type: 'stop', matched: out[out.length - 1] },
+        },
+      });
+    });
+  });
+  await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok));
+  return { server, url: `sglang+http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+}
+
+test('CLI: an eval whose samples all fail exits non-zero naming the error, and a resume regenerates them', {
+  timeout: 60_000,
+}, async () => {
+  const d = mkdtempSync(join(tmpdir(), 'rstar2-served-'));
+  const files = buildCharTokenizer();
+  saveTokenizer(files, join(d, 'tok'));
+  const tok = tokenizerFromFiles(files);
+  let mismatched = true; // a model whose ids the tokenizer does not have
+  const { server, url } = await idServer(() =>
+    mismatched
+      ? [tok.vocabSize + 7]
+      : tok.encode('<answer>\\boxed{42}</answer><|im_end|>', { addSpecialTokens: false }),
+  );
+  try {
+    const data = join(d, 'q.jsonl');
+    writeFileSync(data, `${JSON.stringify({ id: 'q1', problem: 'What is 6*7?', answer: '42' })}\n`);
+    const args = ['bin/rstar2.js', 'eval', '--engine', url, '--tokenizer', join(d, 'tok'), '--data', data];
+    args.push('--samples', '2', '--out', join(d, 'ev'));
+    const bad = await cli(args);
+    assert.notEqual(bad.status, 0);
+    assert.doesNotMatch(bad.stdout, /avg@2/);
+    assert.match(
+      bad.stderr,
+      /eval INCOMPLETE: 2 samples failed for infrastructure reasons \(first: .*cannot decode response.*\) and are left out of the scores; fix the cause and re-run the same command/,
+    );
+    const report = JSON.parse(readFileSync(join(d, 'ev', 'report.json'), 'utf8'));
+    assert.equal(report.samples, 0);
+    assert.equal(report.failed, 2);
+    mismatched = false;
+    const good = await cli(args);
+    assert.equal(good.status, 0, good.stderr);
+    assert.match(good.stdout, /q: avg@2 100\.0% .*\(1 problems, 2 samples, /);
+  } finally {
+    server.close();
+  }
+});
+
+test('a sandbox that cannot be reached fails samples instead of scoring them wrong; a resume regenerates them', {
+  timeout: 120_000,
+}, async () => {
+  const tok = tokenizerFromFiles(buildCharTokenizer());
+  const call =
+    '<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(6*7)", "input": ""}}\n</tool_call><|im_end|>';
+  // calls python once, then answers with what it printed
+  const engine = new FakeEngine((ids) => {
+    const printed = /stdout: (\d+)/.exec(tok.decode(ids));
+    const seen = tok.decode(ids).includes('<tool_response>');
+    const text = seen ? `<answer>\\boxed{${printed?.[1] ?? 'none'}}</answer><|im_end|>` : call;
+    return { outputIds: tok.encode(text, { addSpecialTokens: false }) };
+  });
+  const out = mkdtempSync(join(tmpdir(), 'rstar2-nosandbox-'));
+  const evalWith = async (sandbox: string) => {
+    const backend = await openBackend({
+      engineInstance: engine,
+      tokenizerInstance: tok,
+      sandbox,
+      temperature: 0.6,
+      topP: 1,
+      maxTokens: 4096,
+      concurrency: 2,
+    });
+    try {
+      return await runEval({
+        outDir: out,
+        config: {
+          bench: 'q',
+          dataFile: '/q',
+          k: 2,
+          temperature: 0.6,
+          topP: 1,
+          seed: 0,
+          engine: backend.name,
+        },
+        problems: [{ id: 'q1', problem: 'What is 6*7?', answer: '42' }],
+        rollout: backend.rollout,
+        verify: fallbackVerify,
+        progress: false,
+        log: () => {},
+      });
+    } finally {
+      await backend.close();
+    }
+  };
+  const down = await evalWith('http://127.0.0.1:1');
+  assert.equal(down.samples, 0);
+  assert.equal(down.failed, 2);
+  assert.match(
+    down.failure ?? '',
+    /^sandbox internal_error: cannot reach sandbox service at http:\/\/127\.0\.0\.1:1/,
+  );
+  if (skip) return; // no local sandbox to resume with
+  const up = await evalWith('embedded');
+  assert.equal(up.failed, 0);
+  assert.equal(up.avgAtK, 1);
 });
