@@ -13,8 +13,7 @@ import {
 } from '../data/index.js';
 import { EmbeddedEngine } from '../engines/embedded.js';
 import type { RolloutStats } from '../engines/scheduler.js';
-import type { Engine, WeightSyncEngine } from '../engines/types.js';
-import { VllmEngine } from '../engines/vllm.js';
+import type { WeightSyncEngine } from '../engines/types.js';
 import type { CodeRunner } from '../sandbox/types.js';
 import {
   buildCharTokenizer,
@@ -165,19 +164,6 @@ export function answersExact(mask: number[], argmax: boolean[]): boolean {
   return (turns.length > 1 ? turns.slice(1) : turns).every(Boolean);
 }
 
-/** vLLM returns the logprobs of the raw logits (its default --logprobs-mode raw_logprobs), that is at temperature 1,
- *  while the trainer scores at the stage's temperature: as the ratio's denominator ('engine') they would bias
- *  every update of a stage sampling at another temperature. SGLang returns log_softmax(logits / T). */
-export function checkEngineLogprobs(recipe: Recipe, engines: Engine[]): void {
-  if (!engines.some((e) => e instanceof VllmEngine)) return;
-  for (const s of recipe.stages)
-    if (s.type === 'rl' && s.oldLogprobs === 'engine' && s.temperature !== 1)
-      throw new Error(
-        `stage ${s.name} samples at temperature ${s.temperature} and takes vLLM's logprobs as the old ones, ` +
-          `which vLLM computes at temperature 1: set stages.${s.name}.oldLogprobs=recompute`,
-      );
-}
-
 export class EmbeddedBackend implements PolicyBackend {
   private rolloutStats?: RolloutStats;
   private constructor(
@@ -194,7 +180,6 @@ export class EmbeddedBackend implements PolicyBackend {
   /** The recipe's model directory (with its tokenizer) or a fresh preset, on the one rollout stack. */
   static async create(recipe: Recipe, opts: EmbeddedBackendOptions = {}): Promise<EmbeddedBackend> {
     const engines = opts.engines ?? [];
-    checkEngineLogprobs(recipe, engines);
     if (engines.length > 0) {
       if (!opts.syncDir) throw new Error('training with remote engines needs a syncDir for the weights');
       const fixed = engines.filter((e) => !e.updateWeightsFromDisk);

@@ -8,7 +8,7 @@ import { ChatTemplate, PYTHON_TOOL_SCHEMA, tokenizerFromFiles } from '../tokeniz
 import { parameterCount, plan } from '../worker/plan.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
 import type { ModelConfig } from '../worker/types.js';
-import { checkEngineLogprobs, recipeTokenizerFiles } from './backend.js';
+import { recipeTokenizerFiles } from './backend.js';
 import type { Recipe } from './config.js';
 import { rowFilters, sectionExamples, sectionProblems } from './data.js';
 import { broadcastPlan, type WeightSyncMode } from './weight-sync.js';
@@ -144,7 +144,6 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
   }
 
   // engines and sandbox
-  checkEngineLogprobs(recipe, opts.engines ?? []);
   for (const e of opts.engines ?? []) {
     try {
       const l = await e.load();

@@ -126,22 +126,3 @@ test('bad input is named: model dir, data layout, a row without an answer', asyn
     /dapo-arith\.jsonl:1/,
   );
 });
-
-test('vLLM logprobs (temperature 1) as the old ones of a stage sampling at another temperature are refused', async () => {
-  const { checkEngineLogprobs } = await import('../../src/recipe/backend.js');
-  const { VllmEngine } = await import('../../src/engines/vllm.js');
-  const { SGLangEngine } = await import('../../src/engines/sglang.js');
-  const recipe = (stage: Record<string, unknown>) =>
-    parseRecipe({
-      stages: [{ name: 'go', type: 'rl', data: { generate: true }, ...stage }],
-      eval: { generate: true },
-    });
-  const vllm = [new VllmEngine('http://127.0.0.1:1')];
-  assert.throws(
-    () => checkEngineLogprobs(recipe({ temperature: 0.8 }), vllm),
-    /stage go samples at temperature 0\.8 .* set stages\.go\.oldLogprobs=recompute/,
-  );
-  checkEngineLogprobs(recipe({ temperature: 0.8, oldLogprobs: 'recompute' }), vllm);
-  checkEngineLogprobs(recipe({ temperature: 1 }), vllm);
-  checkEngineLogprobs(recipe({ temperature: 0.8 }), [new SGLangEngine('http://127.0.0.1:1')]);
-});
