@@ -176,7 +176,9 @@ class Policy:
 
     # ---- generation ------------------------------------------------------------------------------
 
-    def generate(self, prompts, sp):
+    def generate(self, prompts, sp, cancelled=None):
+        """`cancelled()`, polled between decode steps, returns the rows the client stopped: each ends there,
+        finish "abort", with what it has."""
         self._need_model()
         if self.r.sharding == "fsdp":
             raise ValueError("generate under sharding: fsdp is not supported: roll out on SGLang/vLLM engines (--engines)")
@@ -203,8 +205,12 @@ class Policy:
         for i, p in enumerate(prompts):
             if min(p) < 0 or max(p) >= V:
                 raise ValueError(f"prompts[{i}] has a token id outside the vocabulary [0, {V})")
-        seed = sp.get("seed")
+        seed, seeds = sp.get("seed"), sp.get("seeds")
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"seeds has {len(seeds)} entries for {len(prompts)} prompts")
         gen = torch.Generator().manual_seed(int(seed)) if seed is not None else self.gen
+        if seeds is not None:  # a generator per row: a row draws the same whatever else is in the batch
+            gen = [torch.Generator().manual_seed(int(x)) if x is not None else self.gen for x in seeds]
 
         B = len(prompts)
         out_ids = [[] for _ in range(B)]
@@ -233,16 +239,22 @@ class Policy:
             logits = model.lm_head(h[:, -1])
             for step in range(max_new):
                 # sampled on the CPU: one generator (saved in optimizer.pt) whatever device the model is on
-                tok, lp = sample(logits.float().cpu(), temperature, top_k, top_p, gen)
+                rl = rows.tolist()
+                row_gen = [gen[r] for r in rl] if isinstance(gen, list) else gen
+                tok, lp = sample(logits.float().cpu(), temperature, top_k, top_p, row_gen)
                 done = torch.zeros(len(rows), dtype=torch.bool, device="cpu")
                 if stop_tensor is not None:
                     done |= (tok.unsqueeze(1) == stop_tensor.unsqueeze(0)).any(1)
-                tl, ll, rl = tok.tolist(), lp.tolist(), rows.tolist()
+                gone = cancelled() if cancelled else ()
+                tl, ll = tok.tolist(), lp.tolist()
                 for j, r in enumerate(rl):
                     out_ids[r].append(tl[j])
                     out_lp[r].append(ll[j])
                     if done[j]:
                         finish[r] = "stop"
+                    elif r in gone:
+                        finish[r] = "abort"
+                        done[j] = True
                     elif stop_strs:
                         piece = self.detok.piece(tl[j])
                         tail = tails[r] + piece
@@ -480,7 +492,7 @@ def grpo_token_loss(logp, old, adv, clip_low, clip_high, dual_clip):
 
 def sample(logits, temperature, top_k, top_p, gen):
     """Returns (token, logprob). The logprob is under softmax(logits / T) before top-k/top-p truncation
-    (for T = 0, greedy, under softmax(logits))."""
+    (for T = 0, greedy, under softmax(logits)). `gen`: one generator for the batch, or a list, one per row."""
     logits = logits.float()
     if temperature == 0:
         tok = logits.argmax(-1)
@@ -498,7 +510,10 @@ def sample(logits, temperature, top_k, top_p, gen):
         sorted_l = sorted_l.masked_fill(drop, float("-inf"))
         filt = torch.full_like(filt, float("-inf")).scatter(-1, order, sorted_l)
     probs = torch.softmax(filt, -1) if filt is not scaled else logp.exp()
-    tok = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+    if isinstance(gen, list):
+        tok = torch.cat([torch.multinomial(probs[i : i + 1], 1, generator=g) for i, g in enumerate(gen)]).squeeze(1)
+    else:
+        tok = torch.multinomial(probs, 1, generator=gen).squeeze(1)
     return tok, logp.gather(-1, tok.unsqueeze(1)).squeeze(1)
 
 

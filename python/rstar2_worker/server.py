@@ -1,5 +1,7 @@
 """Request loop: one frame in, one frame out, in order."""
+import collections
 import os
+import select
 import sys
 import traceback
 
@@ -18,13 +20,18 @@ MIDWAY = {"train_step", "logprobs", "save", "weights_join", "weights_broadcast"}
 
 
 def serve(inp, out, r):
+    # unbuffered, so that select() sees every byte not yet read: a generate polls it for cancel frames
+    inp = getattr(inp, "raw", inp)
+    early = collections.deque()  # frames a generate read while polling that were not its cancels
     policy = Policy(r)
     # under FSDP every rank holds a shard, so reading the full weights (for a broadcast too) takes them all
     sharded = {"generate", "weights_join", "weights_broadcast"}
     everywhere = ALL_RANKS | (sharded if r.sharding == "fsdp" else set())
     while True:
         if r.rank == 0:
-            frame = read_frame(inp)
+            frame = early.popleft() if early else read_frame(inp)
+            if frame is not None and frame[0].get("op") == "cancel":
+                continue  # its generate had already ended: nothing to stop, no reply
             shared = r.world > 1 and (frame is None or frame[0].get("op") in everywhere)
             if shared:
                 dist.forward_request(r, frame)
@@ -36,7 +43,8 @@ def serve(inp, out, r):
         rid = header.get("id", 0)
         err = None
         try:
-            reply, reply_arrays = handle(policy, header, arrays)
+            poll = cancels(inp, rid, early) if r.rank == 0 else None
+            reply, reply_arrays = handle(policy, header, arrays, poll)
         except Exception as e:  # report, keep serving
             traceback.print_exc(file=sys.stderr)
             err = f"{header.get('op')}: {type(e).__name__}: {e}"
@@ -63,7 +71,27 @@ def serve(inp, out, r):
 FAIL = os.environ.get("RSTAR2_WORKER_FAIL")  # tests: "OP:RANK" makes that rank fail OP as out of memory would
 
 
-def handle(policy, h, a):
+def cancels(inp, rid, early):
+    """A poll for generate `rid`: reads the frames waiting on `inp` without blocking and returns the rows
+    that cancel frames aimed at `rid` stopped so far; any other frame is kept in `early` for the main loop."""
+    rows = set()
+
+    def poll():
+        while select.select([inp], [], [], 0)[0]:
+            frame = read_frame(inp)
+            if frame is None:
+                break  # EOF: the main loop reads it again
+            h = frame[0]
+            if h.get("op") == "cancel" and h.get("target") == rid:
+                rows.update(h.get("rows") or [])
+            elif h.get("op") != "cancel":
+                early.append(frame)
+        return rows
+
+    return poll
+
+
+def handle(policy, h, a, poll=None):
     op = h.get("op")
     if FAIL == f"{op}:{policy.rank}":
         raise RuntimeError(f"RSTAR2_WORKER_FAIL={FAIL}")
@@ -77,7 +105,7 @@ def handle(policy, h, a):
         return policy.save(h["dir"], bool(h.get("optimizer")), h.get("shards"), h.get("maxShardBytes")), None
     if op == "generate":
         prompts = ragged(a["ids"], a["lens"])
-        ids, lps, finish = policy.generate(prompts, h.get("sampling") or {})
+        ids, lps, finish = policy.generate(prompts, h.get("sampling") or {}, poll)
         lens = [len(x) for x in ids]
         flat_ids = [t for x in ids for t in x]
         flat_lp = [t for x in lps for t in x]

@@ -3,19 +3,37 @@ import type { Engine, EngineLoad, GenerateResult, SamplingParams } from './types
 // Serves many concurrent trajectories from one in-process torch worker: requests that arrive while
 // the worker is busy (or in the same tick) are merged into one batched `generate` call. Requests
 // are grouped by sampling settings; maxNewTokens may differ, so the batch runs to the largest and
-// each output is cut back to its own limit (the extra tokens were never conditioned on).
+// each output is cut back to its own limit (the extra tokens were never conditioned on). Seeds may
+// differ too: each row then samples from its own generator (`seeds`), so a seeded request draws the
+// same tokens alone or in any batch.
+
+/** One batched call's settings: `seeds[i]` seeds row i's sampler (null: the worker's own generator). */
+export type BatchSampling = SamplingParams & { seeds?: (number | null)[] };
 
 /** The slice of H3's PolicyWorker this engine needs. */
 export interface BatchGenerator {
-  generate(prompts: number[][], sampling: SamplingParams): Promise<GenerateResult[]>;
+  /** `signals[i]` is row i's caller's: a worker that can, stops that row once it aborts. */
+  generate(
+    prompts: number[][],
+    sampling: BatchSampling,
+    signals?: (AbortSignal | undefined)[],
+  ): Promise<GenerateResult[]>;
   close?(): Promise<void>;
 }
 
 interface Pending {
   ids: number[];
   sampling: SamplingParams;
+  signal?: AbortSignal;
   resolve: (r: GenerateResult) => void;
 }
+
+const aborted = (): GenerateResult => ({
+  outputIds: [],
+  logprobs: [],
+  finishReason: 'abort',
+  error: 'aborted by caller',
+});
 
 export interface EmbeddedOptions {
   capacityTokens?: number; // what the scheduler may reserve on this worker; default 262144
@@ -40,15 +58,25 @@ export class EmbeddedEngine implements Engine {
   }
 
   generate(inputIds: number[], sampling: SamplingParams, signal?: AbortSignal): Promise<GenerateResult> {
-    if (signal?.aborted)
-      return Promise.resolve({
-        outputIds: [],
-        logprobs: [],
-        finishReason: 'abort',
-        error: 'aborted by caller',
-      });
+    if (signal?.aborted) return Promise.resolve(aborted());
     return new Promise((resolve) => {
-      this.queue.push({ ids: inputIds, sampling, resolve });
+      // the caller's abort answers at once: queued, the request leaves the queue; running, its row's late
+      // result is dropped (resolving twice is a no-op)
+      const onAbort = () => {
+        this.queue = this.queue.filter((q) => q !== p);
+        resolve(aborted());
+      };
+      const p: Pending = {
+        ids: inputIds,
+        sampling,
+        signal,
+        resolve: (r) => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(r);
+        },
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.queue.push(p);
       this.kick();
     });
   }
@@ -75,10 +103,13 @@ export class EmbeddedEngine implements Engine {
     this.queue = rest;
     const maxNew = Math.max(...batch.map((p) => p.sampling.maxNewTokens));
     this.batches++;
+    const { seed: _, ...shared } = batch[0].sampling;
+    const seeds = batch.map((p) => p.sampling.seed ?? null);
     try {
       const results = await this.worker.generate(
         batch.map((p) => p.ids),
-        { ...batch[0].sampling, maxNewTokens: maxNew },
+        { ...shared, maxNewTokens: maxNew, ...(seeds.some((s) => s !== null) ? { seeds } : {}) },
+        batch.map((p) => p.signal),
       );
       if (results.length !== batch.length)
         throw new Error(`worker returned ${results.length} results for ${batch.length} prompts`);
@@ -104,7 +135,7 @@ export class EmbeddedEngine implements Engine {
 }
 
 function samplingKey(s: SamplingParams): string {
-  return JSON.stringify({ ...s, maxNewTokens: 0 });
+  return JSON.stringify({ ...s, maxNewTokens: 0, seed: 0 });
 }
 
 function clip(r: GenerateResult, maxNew: number): GenerateResult {

@@ -306,10 +306,13 @@ export class PolicyWorker {
     op: string,
     header: Record<string, unknown>,
     arrays: Record<string, WireArray>,
+    signals?: (AbortSignal | undefined)[],
   ): Promise<Frame> {
     const id = this.nextId++;
     // rank 0 passes the request on to the ranks that must run it too (python/rstar2_worker/server.py)
     const reply = this.ranks[0].call(id, { ...header, op }, arrays);
+    const off = signals ? this.cancelRows(id, signals) : () => {};
+    reply.then(off, off);
     const limit = this.callTimeoutMs;
     if (!(limit > 0)) return reply;
     let timer: NodeJS.Timeout | undefined;
@@ -326,6 +329,21 @@ export class PolicyWorker {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  // Row i of generate `id` stops between decode steps once signals[i] aborts: a cancel frame, sent outside the
+  // call queue, which the worker reads while it generates. Returns what removes the listeners.
+  private cancelRows(id: number, signals: (AbortSignal | undefined)[]): () => void {
+    const stdin = this.ranks[0].child.stdin;
+    const offs = signals.map((s, row) => {
+      const cancel = () => stdin?.write(encodeFrame({ op: 'cancel', target: id, rows: [row] }));
+      if (s?.aborted) cancel();
+      else s?.addEventListener('abort', cancel, { once: true });
+      return () => s?.removeEventListener('abort', cancel);
+    });
+    return () => {
+      for (const f of offs) f();
+    };
   }
 
   async init(config: ModelConfig, seed = 0): Promise<ModelInfo> {
@@ -364,12 +382,17 @@ export class PolicyWorker {
     return (f.header.result as { files: string[] }).files;
   }
 
-  async generate(prompts: number[][], sampling: SamplingParams): Promise<GenerateResult[]> {
+  /** `signals[i]`, where given, stops row i early: it comes back with what it has, finishReason 'abort'. */
+  async generate(
+    prompts: number[][],
+    sampling: SamplingParams,
+    signals?: (AbortSignal | undefined)[],
+  ): Promise<GenerateResult[]> {
     if (prompts.length === 0) return [];
     const { flat, lens } = packRagged(prompts, 'prompts');
     if (lens.some((n) => n === 0)) throw new Error('generate: every prompt needs at least one token');
     return this.enqueue(async () => {
-      const f = await this.send('generate', { sampling }, { ids: flat, lens });
+      const f = await this.send('generate', { sampling }, { ids: flat, lens }, signals);
       const outLens = f.arrays.out_lens as Int32Array;
       const ids = unpackRagged(f.arrays.out_ids, outLens);
       const lps = unpackRagged(f.arrays.out_logprobs, outLens);

@@ -1,10 +1,15 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { getEventListeners } from 'node:events';
 import { test } from 'node:test';
 import { runRollouts } from '../../src/agent/loop.js';
 import { agentTemplate } from '../../src/agent/template.js';
 import { EmbeddedEngine } from '../../src/engines/embedded.js';
+import { DEFAULT_SAMPLING } from '../../src/engines/types.js';
 import { buildCharTokenizer, ChatTemplate, tokenizerFromFiles } from '../../src/tokenizer/index.js';
+import { findPython, PYTHON_DIR } from '../../src/util/python.js';
 import { MODEL_PRESETS, PolicyWorker } from '../../src/worker/index.js';
+import { encodeFrame, type Frame, FrameReader, packRagged } from '../../src/worker/protocol.js';
 import { FakeRunner } from '../agent/helpers.js';
 
 test('EmbeddedEngine over a real torch PolicyWorker: concurrent trajectories share batched generate calls', {
@@ -42,6 +47,113 @@ test('EmbeddedEngine over a real torch PolicyWorker: concurrent trajectories sha
     }
     const gens = ts.reduce((a, t) => a + t.events.filter((e) => e.kind === 'generation').length, 0);
     assert.ok(engine.batches < gens, `${engine.batches} worker calls for ${gens} generations`);
+  } finally {
+    await worker.close();
+  }
+});
+
+test('seeded requests share one batch on a real worker, and each draws what it draws alone', {
+  timeout: 120_000,
+}, async () => {
+  const worker = await PolicyWorker.start({ threads: 1 });
+  try {
+    await worker.init({ ...MODEL_PRESETS.tiny, vocab_size: 64 }, 7);
+    const engine = new EmbeddedEngine(worker);
+    const s = { ...DEFAULT_SAMPLING, temperature: 1, maxNewTokens: 24 };
+    const prompts = [
+      [1, 2, 3],
+      [4, 5],
+      [1, 2, 3],
+      [9, 8, 7, 6, 5, 4, 3],
+    ];
+    const seeds = [11, 12, 13, 14];
+    const batched = await Promise.all(prompts.map((p, i) => engine.generate(p, { ...s, seed: seeds[i] })));
+    assert.equal(engine.batches, 1);
+    for (const [i, p] of prompts.entries()) {
+      const alone = await engine.generate(p, { ...s, seed: seeds[i] });
+      assert.deepEqual(alone.outputIds, batched[i].outputIds, `row ${i}`);
+      alone.logprobs.forEach((lp, t) => {
+        assert.ok(Math.abs(lp - batched[i].logprobs[t]) < 1e-4, `row ${i} token ${t}`);
+      });
+    }
+    assert.notDeepEqual(batched[0].outputIds, batched[2].outputIds, 'same prompt, another seed');
+  } finally {
+    await worker.close();
+  }
+});
+
+test('the worker stops a row of a running generate on a cancel frame; a late cancel is ignored', {
+  timeout: 120_000,
+}, async () => {
+  const py = spawn(findPython(), ['-u', '-m', 'rstar2_worker'], {
+    env: { ...process.env, PYTHONPATH: PYTHON_DIR, RSTAR2_THREADS: '1', OMP_NUM_THREADS: '1' },
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  const reader = new FrameReader();
+  const waiting = new Map<number, (f: Frame) => void>();
+  py.stdout.on('data', (c: Buffer) => {
+    for (const f of reader.push(c)) waiting.get(Number(f.header.id))?.(f);
+  });
+  const send = (h: Record<string, unknown>, arrays = {}) => py.stdin.write(encodeFrame(h, arrays));
+  const reply = (id: number) => new Promise<Frame>((res) => waiting.set(id, res));
+  const generate = (id: number, prompts: number[][], maxNewTokens: number) => {
+    const { flat, lens } = packRagged(prompts, 'prompts');
+    send({ op: 'generate', id, sampling: { ...DEFAULT_SAMPLING, maxNewTokens } }, { ids: flat, lens });
+    return reply(id);
+  };
+  const outLens = (f: Frame) => Array.from(f.arrays.out_lens);
+  try {
+    await reply(0); // hello
+    send({ op: 'init', id: 1, config: { ...MODEL_PRESETS.tiny, vocab_size: 64 }, seed: 0 });
+    await reply(1);
+    const long = generate(2, [[1, 2], [3, 4], [5]], 3000);
+    await new Promise((r) => setTimeout(r, 300));
+    send({ op: 'cancel', target: 2, rows: [0] });
+    send({ op: 'cancel', target: 2, rows: [2] });
+    await new Promise((r) => setTimeout(r, 300));
+    send({ op: 'cancel', target: 2, rows: [1] });
+    const f = await long;
+    assert.deepEqual((f.header.result as { finish: string[] }).finish, ['abort', 'abort', 'abort']);
+    const n = outLens(f);
+    assert.ok(
+      n.every((x) => x > 0 && x < 3000),
+      `lengths ${n}`,
+    );
+    // a cancel aimed at a generate that ended is dropped, and rows not cancelled run to the end
+    send({ op: 'cancel', target: 2, rows: [0] });
+    const g = generate(3, [[1, 2], [3]], 30);
+    send({ op: 'cancel', target: 3, rows: [1] });
+    const h = await g;
+    assert.deepEqual((h.header.result as { finish: string[] }).finish, ['length', 'abort']);
+    assert.equal(outLens(h)[0], 30);
+  } finally {
+    py.stdin.end();
+    py.kill();
+  }
+});
+
+test('PolicyWorker.generate stops each row once its signal aborts, and keeps no listeners', {
+  timeout: 120_000,
+}, async () => {
+  const worker = await PolicyWorker.start({ threads: 1 });
+  try {
+    await worker.init({ ...MODEL_PRESETS.tiny, vocab_size: 64 }, 7);
+    const acs = [new AbortController(), new AbortController()];
+    const s = { ...DEFAULT_SAMPLING, maxNewTokens: 1000 };
+    const run = worker.generate([[1, 2], [3], [4]], s, [acs[0].signal, acs[1].signal, undefined]);
+    setTimeout(() => {
+      for (const ac of acs) ac.abort();
+    }, 200);
+    const late = worker.generate([[5]], { ...s, maxNewTokens: 3 }, [acs[0].signal]); // queued behind
+    const [a, b, c] = await run;
+    assert.deepEqual([a.finishReason, b.finishReason, c.finishReason], ['abort', 'abort', 'length']);
+    assert.ok(a.outputIds.length < 1000 && b.outputIds.length < 1000 && c.outputIds.length === 1000);
+    assert.equal(
+      (await late)[0].finishReason,
+      'abort',
+      'a row whose caller aborted before it ran stops at once',
+    );
+    for (const ac of acs) assert.equal(getEventListeners(ac.signal, 'abort').length, 0);
   } finally {
     await worker.close();
   }
