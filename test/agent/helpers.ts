@@ -1,5 +1,7 @@
 import type { AgentTemplate } from '../../src/agent/loop.js';
+import { FakeEngine } from '../../src/engines/fake.js';
 import type { CodeRunner, RunRequest, RunResult } from '../../src/sandbox/types.js';
+import type { Tokenizer } from '../../src/tokenizer/index.js';
 
 // A tiny deterministic tokenizer/template for loop tests: two special tokens, every other char is
 // its own id, so decode(encode(s)) === s and token counts are easy to reason about.
@@ -80,3 +82,17 @@ export class FakeRunner implements CodeRunner {
 
 export const CALL =
   '<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(1+1)", "input": ""}}\n</tool_call>';
+
+/** A scripted model on `tok`: calls python (`print(6*7)`) first, then answers `answer(printed)`, where printed
+ *  is what the tool printed, if anything. */
+export function pythonThenAnswer(tok: Tokenizer, answer: (printed?: string) => string): FakeEngine {
+  const call =
+    '<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(6*7)", "input": ""}}\n</tool_call><|im_end|>';
+  return new FakeEngine((ids) => {
+    const seen = tok.decode(ids);
+    const text = seen.includes('<tool_response>')
+      ? answer(/stdout: (\d+)/.exec(seen)?.[1])
+      : `Compute it.\n${call}`;
+    return { outputIds: tok.encode(text, { addSpecialTokens: false }) };
+  });
+}

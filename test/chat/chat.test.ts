@@ -4,10 +4,10 @@ import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import { renderAnswer } from '../../src/chat/render.js';
 import { ask } from '../../src/chat/session.js';
-import { FakeEngine } from '../../src/engines/fake.js';
 import { openBackend } from '../../src/eval/backend.js';
 import { fakeTrajectory } from '../../src/eval/fake.js';
 import { buildCharTokenizer, tokenizerFromFiles } from '../../src/tokenizer/index.js';
+import { pythonThenAnswer } from '../agent/helpers.js';
 
 const ESC = '\x1b[';
 const b64 = (s: string) => Buffer.from(s).toString('base64');
@@ -45,17 +45,7 @@ test('a chat answer runs the model’s python call in the real sandbox', {
   timeout: 120_000,
 }, async () => {
   const tok = tokenizerFromFiles(buildCharTokenizer());
-  const call =
-    '<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(6*7)", "input": ""}}\n</tool_call><|im_end|>';
-  // a scripted model: calls python first, then answers with whatever the tool printed
-  const engine = new FakeEngine((ids) => {
-    const seen = tok.decode(ids);
-    const m = /stdout: (\d+)/.exec(seen);
-    const text = m
-      ? `The tool says ${m[1]}. <answer>\\boxed{${m[1]}}</answer><|im_end|>`
-      : `Compute it.\n${call}`;
-    return { outputIds: tok.encode(text, { addSpecialTokens: false }) };
-  });
+  const engine = pythonThenAnswer(tok, (p) => `The tool says ${p}. <answer>\\boxed{${p}}</answer><|im_end|>`);
   const ran: string[] = [];
   const backend = await openBackend({
     engineInstance: engine,

@@ -7,12 +7,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import type { Trajectory } from '../../src/agent/trajectory.js';
-import { FakeEngine } from '../../src/engines/fake.js';
 import { openBackend } from '../../src/eval/backend.js';
 import { runEval } from '../../src/eval/run.js';
 import { fallbackVerify } from '../../src/eval/verify.js';
 import { buildCharTokenizer, saveTokenizer, tokenizerFromFiles } from '../../src/tokenizer/index.js';
 import { readJsonl } from '../../src/util/jsonl.js';
+import { pythonThenAnswer } from '../agent/helpers.js';
 
 // `rstar2 eval` end to end against a served engine: a stand-in SGLang server (its native /generate
 // API, token ids in and out) whose "model" calls the python tool once and answers with what it
@@ -187,15 +187,7 @@ test('a sandbox that cannot be reached fails samples instead of scoring them wro
   timeout: 120_000,
 }, async () => {
   const tok = tokenizerFromFiles(buildCharTokenizer());
-  const call =
-    '<tool_call>\n{"name": "python_code_with_standard_io", "arguments": {"code": "print(6*7)", "input": ""}}\n</tool_call><|im_end|>';
-  // calls python once, then answers with what it printed
-  const engine = new FakeEngine((ids) => {
-    const printed = /stdout: (\d+)/.exec(tok.decode(ids));
-    const seen = tok.decode(ids).includes('<tool_response>');
-    const text = seen ? `<answer>\\boxed{${printed?.[1] ?? 'none'}}</answer><|im_end|>` : call;
-    return { outputIds: tok.encode(text, { addSpecialTokens: false }) };
-  });
+  const engine = pythonThenAnswer(tok, (p) => `<answer>\\boxed{${p ?? 'none'}}</answer><|im_end|>`);
   const out = mkdtempSync(join(tmpdir(), 'rstar2-nosandbox-'));
   const evalWith = async (sandbox: string) => {
     const backend = await openBackend({
