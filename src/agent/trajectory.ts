@@ -45,3 +45,25 @@ export interface Trajectory {
   correct?: boolean;
   verify?: { extracted: string | null; matchedBy: string | null; reason?: string };
 }
+
+// Sandbox outcomes where the code never ran for reasons of the sandbox's own (unreachable, crashed, full).
+// A Python exception, a timeout or an OOM is the model's code doing it: those stay tool errors it must answer around.
+const SANDBOX_FAULTS = new Set(['internal_error', 'busy', 'queue_timeout']);
+
+/**
+ * Why a trajectory is no answer of the model's (engine error, rollout aborted, sandbox fault), or undefined when it
+ * is one. Evaluation leaves such samples out of its scores and regenerates them; training leaves them out of its
+ * groups: an outage is neither the model's accuracy nor something to push its probabilities down for.
+ * `failure`: what a summary without the events recorded.
+ */
+export function failureOf(
+  t: Pick<Trajectory, 'finish' | 'error'> & { events?: TurnEvent[]; failure?: string },
+): string | undefined {
+  if (t.failure !== undefined) return t.failure;
+  if (t.finish === 'error') return t.error ?? 'engine error';
+  for (const e of t.events ?? []) {
+    if (e.kind === 'tool_result' && SANDBOX_FAULTS.has(e.status ?? ''))
+      return `sandbox ${e.status}: ${/stderr: (.*)/.exec(e.text)?.[1] ?? e.text}`;
+  }
+  return undefined;
+}

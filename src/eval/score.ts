@@ -1,4 +1,6 @@
-import type { Trajectory, TurnEvent } from '../agent/trajectory.js';
+import { failureOf, type Trajectory, type TurnEvent } from '../agent/trajectory.js';
+
+export { failureOf };
 
 // Pure scoring over scored trajectories: no engine, no verifier. Re-scoring a saved eval is just
 // reading trajectories.jsonl and calling scoreEval again.
@@ -19,26 +21,6 @@ export type ScoredSample = Pick<
   events?: TurnEvent[];
   failure?: string;
 };
-
-// Sandbox outcomes where the code never ran for reasons of the sandbox's own (unreachable, crashed, full).
-// A Python exception, a timeout or an OOM is the model's code doing it: those stay tool errors it must answer around.
-const SANDBOX_FAULTS = new Set(['internal_error', 'busy', 'queue_timeout']);
-
-/**
- * Why a sample is no model answer (engine error, rollout aborted, sandbox fault), or undefined when it is one.
- * Such samples are left out of the scores and regenerated on resume: an outage is not the model's accuracy.
- */
-export function failureOf(
-  t: Pick<ScoredSample, 'finish' | 'error' | 'events' | 'failure'>,
-): string | undefined {
-  if (t.failure !== undefined) return t.failure;
-  if (t.finish === 'error') return t.error ?? 'engine error';
-  for (const e of t.events ?? []) {
-    if (e.kind === 'tool_result' && SANDBOX_FAULTS.has(e.status ?? ''))
-      return `sandbox ${e.status}: ${/stderr: (.*)/.exec(e.text)?.[1] ?? e.text}`;
-  }
-  return undefined;
-}
 
 export const responseTokens = (t: ScoredSample) => t.responseIds?.length ?? t.responseTokens ?? 0;
 export const generatedTokens = (t: ScoredSample) =>

@@ -8,7 +8,8 @@ export type HealthCode =
   | 'tool_errors_all'
   | 'nonfinite_loss'
   | 'sft_gate_not_reached'
-  | 'no_heldout_gain';
+  | 'no_heldout_gain'
+  | 'rollout_failures';
 
 export interface HealthWarning {
   code: HealthCode;
@@ -32,6 +33,10 @@ export interface RlStepView {
   toolCalls: number;
   toolErrors: number;
   loss?: number;
+  trajectories: number;
+  /** Trajectories that failed for reasons outside the model (failureOf), and the first one's reason. */
+  failed: number;
+  failure?: string;
 }
 
 export class Health {
@@ -62,6 +67,7 @@ export class Health {
       });
     if (v.loss !== undefined && !Number.isFinite(v.loss))
       out.push({ code: 'nonfinite_loss', message: `${at}: loss is ${v.loss}` });
+    if (v.failed > 0) out.push(failuresWarning(at, v.failed, v.trajectories, v.failure, 'training'));
     return out;
   }
 
@@ -69,6 +75,20 @@ export class Health {
   resetStage(): void {
     this.zeroStreak = 0;
   }
+}
+
+/** Samples an engine or the sandbox failed are left out of `what`; the run says how many, and why. */
+export function failuresWarning(
+  at: string,
+  failed: number,
+  total: number,
+  failure: string | undefined,
+  what: string,
+): HealthWarning {
+  return {
+    code: 'rollout_failures',
+    message: `${at}: ${failed} of ${total} trajectories failed outside the model (first: ${failure}) and were left out of ${what}`,
+  };
 }
 
 export function sftLossWarning(stage: string, step: number, loss: number): HealthWarning[] {

@@ -1,6 +1,6 @@
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Trajectory } from '../agent/trajectory.js';
+import { failureOf, type Trajectory } from '../agent/trajectory.js';
 import { type ChatExample, type FilterResult, loadProblems, type Problem } from '../data/index.js';
 import type { RolloutStats } from '../engines/scheduler.js';
 import { type Scored, scoreTrajectory } from '../reward/index.js';
@@ -13,6 +13,7 @@ import type { Recipe, RlStageConfig, SftStageConfig, Stage } from './config.js';
 import { rowFilters, sectionExamples, sectionProblems } from './data.js';
 import {
   describeGate,
+  failuresWarning,
   type GateSpec,
   gainWarning,
   gatePassed,
@@ -504,19 +505,33 @@ export class Trainer {
       seed: seedFor(this.recipe.seed, stage, step, 'eval'),
     });
     const gold = new Map(this.testSet.map((p) => [p.id, p.answer ?? '']));
-    const correct = trajs.filter((t) => this.reward(t, gold.get(t.promptId) ?? '').correct).length;
-    const accuracy = correct / Math.max(1, trajs.length);
+    // samples an engine or the sandbox failed are no answers of the model's: left out, and said
+    const failures = trajs.map(failureOf).filter((f) => f !== undefined);
+    const scored = trajs.filter((t) => failureOf(t) === undefined);
+    const correct = scored.filter((t) => this.reward(t, gold.get(t.promptId) ?? '').correct).length;
+    const accuracy = correct / Math.max(1, scored.length);
     const record = {
       stage,
       step,
       accuracy: round(accuracy),
-      n: trajs.length,
+      n: scored.length,
+      ...(failures.length ? { failed: failures.length } : {}),
       samples: e.samples,
       temperature: e.temperature,
       split: 'test',
       tool_calls_mean: round(mean(trajs.map((t) => t.numToolCalls))),
       tool_errors_mean: round(mean(trajs.map((t) => t.numToolErrors))),
     };
+    if (failures.length)
+      this.warn([
+        failuresWarning(
+          `${stage} step ${step}`,
+          failures.length,
+          trajs.length,
+          failures[0],
+          'the held-out accuracy',
+        ),
+      ]);
     appendJsonl(join(this.runDir, 'evals.jsonl'), [record]);
     this.runLog?.record('evals', record);
     this.log(
@@ -622,13 +637,17 @@ export class Trainer {
     const t1 = Date.now();
     const byId = new Map(problems.map((p, i) => [p.id, i]));
     const groups: Trajectory[][] = problems.map(() => []);
+    const failures: string[] = [];
     for (const t of trajs) {
       const p = problems[byId.get(t.promptId) ?? -1];
       if (!p) throw new Error(`rollout returned a trajectory for unknown prompt ${t.promptId}`);
       const r = this.reward(t, p.answer ?? '');
       Object.assign(t, { gold: p.answer, reward: r.reward, correct: r.correct });
       t.verify = { extracted: r.extracted, matchedBy: r.matchedBy };
-      groups[byId.get(t.promptId)!].push(t);
+      // an engine or sandbox failure is not the policy's doing: as a negative it would be trained against
+      const why = failureOf(t);
+      if (why === undefined) groups[byId.get(t.promptId)!].push(t);
+      else failures.push(why);
     }
     const t2 = Date.now();
     const sel = selectAndScore(
@@ -637,7 +656,7 @@ export class Trainer {
       penalty,
       new Rng(seedFor(this.recipe.seed, stage.name, step, 'roc', ...again)),
     );
-    return { problems, trajs, groups, sel, t1, t2 };
+    return { problems, trajs, groups, sel, failures, t1, t2 };
   }
 
   private async runRl(stageIndex: number, stage: RlStageConfig, start: number): Promise<void> {
@@ -667,7 +686,7 @@ export class Trainer {
       let redraws = 0;
       while (stage.emptyStep === 'redraw' && d.sel.kept.length === 0 && redraws < MAX_REDRAWS)
         d = await this.rlDraw(stage, pool, n, roc, penalty, step, ++redraws);
-      const { problems, trajs, groups, sel, t1, t2 } = d;
+      const { problems, trajs, groups, sel, failures, t1, t2 } = d;
       const items: ScoredItem[] = sel.kept.map((k) => ({
         trajectory: groups[k.group][k.index],
         advantage: k.advantage,
@@ -699,8 +718,9 @@ export class Trainer {
       }
       const t3 = Date.now();
       const rollout = this.backend.lastRolloutStats?.();
-      // log
+      // log: rates over the trajectories the model answered; the file keeps them all
       const all = trajs;
+      const answered = groups.flat();
       const metrics: Record<string, unknown> & {
         reward_mean: number;
         accuracy: number;
@@ -709,8 +729,9 @@ export class Trainer {
         stage: stage.name,
         step,
         time: new Date().toISOString(),
-        reward_mean: round(mean(all.map((t) => t.reward ?? 0))),
-        accuracy: round(mean(all.map((t) => (t.correct ? 1 : 0)))),
+        reward_mean: round(mean(answered.map((t) => t.reward ?? 0))),
+        accuracy: round(mean(answered.map((t) => (t.correct ? 1 : 0)))),
+        ...(failures.length ? { failed: failures.length } : {}),
         tool_error_ratio_pos: round(sel.metrics.tool_error_ratio_pos),
         tool_error_ratio_pos_kept: round(sel.metrics.tool_error_ratio_pos_kept),
         format_penalty_pos: round(sel.metrics.format_penalty_pos),
@@ -759,6 +780,9 @@ export class Trainer {
           toolCalls: all.reduce((a, t) => a + t.numToolCalls, 0),
           toolErrors: all.reduce((a, t) => a + t.numToolErrors, 0),
           loss: stats.length > 0 ? mean(stats.map((s) => s.loss)) : undefined,
+          trajectories: all.length,
+          failed: failures.length,
+          failure: failures[0],
         }),
         metrics,
       );

@@ -10,7 +10,7 @@ import { answersExact } from '../../src/recipe/backend.js';
 import { applySets, parseRecipe } from '../../src/recipe/config.js';
 import { FakeBackend } from '../../src/recipe/fake.js';
 import { gainWarning, gateWarning, HealthError, healthSummary } from '../../src/recipe/health.js';
-import type { RolloutRequest } from '../../src/recipe/trainer.js';
+import type { RolloutRequest, ScoredItem } from '../../src/recipe/trainer.js';
 import { forkRun, readState, Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
@@ -547,4 +547,48 @@ test('the end-of-run line says "may not be learning" only for a learning warning
   assert.match(onlyGate, /- sft-recover: .* exact 0\.540 at the 300-step cap/);
   const both = healthSummary([gate, ...gainWarning('rl', 0.3, 0.3)]);
   assert.match(both, /^2 health warning\(s\); the run may not be learning/);
+});
+
+// An engine that fails every third trajectory (finish 'error', as after its retries): none of them is trained on
+// or scored, and the run says so.
+class Flaky extends FakeBackend {
+  trained: Trajectory[] = [];
+  override async rollout(req: RolloutRequest): Promise<Trajectory[]> {
+    const out = await super.rollout(req);
+    out.forEach((t, i) => {
+      if (i % 3 === 0) Object.assign(t, { finish: 'error', error: 'engine down (test)', correct: true });
+    });
+    return out;
+  }
+  override async grpoStep(items: ScoredItem[], o: Parameters<FakeBackend['grpoStep']>[1]) {
+    this.trained.push(...items.map((it) => it.trajectory));
+    return super.grpoStep(items, o);
+  }
+}
+
+test('trajectories an engine or the sandbox failed are not trained on, not scored, and warned about', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-flaky-'));
+  const b = new Flaky();
+  await new Trainer(recipe({ rlSteps: 2, sftSteps: 0 }), dir, b, quiet).run();
+  assert.ok(b.trained.length > 0);
+  assert.ok(
+    b.trained.every((t) => t.finish !== 'error'),
+    'no failed trajectory reaches an update',
+  );
+  const rl = metrics(dir).filter((r) => r.stage === 'rl');
+  // 8 prompts × 4 × 2 rollouts, every third failed
+  assert.deepEqual(
+    rl.map((r) => r.failed),
+    [22, 22],
+  );
+  assert.ok(rl.every((r) => r.health.some((w: Rec) => w.code === 'rollout_failures')));
+  assert.match(
+    rl[0].health.find((w: Rec) => w.code === 'rollout_failures').message,
+    /22 of 64 trajectories failed outside the model \(first: engine down \(test\)\) and were left out of training/,
+  );
+  const evals = readJsonl<Rec>(join(dir, 'evals.jsonl'));
+  assert.ok(
+    evals.every((e) => e.failed === 14 && e.n === 26),
+    JSON.stringify(evals),
+  );
 });
