@@ -367,6 +367,11 @@ def report_exit(rc):
 
 def run_code(code, mod):
     """exec() one snippet like `python -c`; returns the exit code (SystemExit handled)."""
+    # Like `python -c`, the working directory (the slot's scratch) comes first on the import path, so a module
+    # the snippet wrote imports. Only here, confined: the zygote, root and inside a slot's dir when it forks,
+    # must never import what a snippet left there.
+    if sys.path[0] != "":
+        sys.path.insert(0, "")
     try:
         exec(compile(code, "<string>", "exec"), mod.__dict__)
     except SystemExit as e:
@@ -788,6 +793,12 @@ def preload():
             sys.excepthook(type(e), e, e.__traceback__)
         finally:
             sys.stderr = saved
+    # What -I -S take away and code-judge's and SandboxFusion's plain `python file.py` have: exit(), quit() and
+    # help, which models call. (The working directory on the import path is the child's: see run_code.)
+    import _sitebuiltins
+    for name in ("exit", "quit"):
+        setattr(builtins, name, _sitebuiltins.Quitter(name, "Ctrl-D (i.e. EOF)"))
+    builtins.help = _sitebuiltins._Helper()
     MAIN = types.ModuleType("__main__")
     MAIN.__builtins__ = builtins
     sys.modules["__main__"] = MAIN
@@ -832,7 +843,9 @@ def zygote_main(fd):
             if uid:
                 os.chown(d, uid, uid)
             os.chmod(d, 0o700)
-        for p in CFG.get("sysPath", []):  # -S leaves site-packages out; preloads may live there
+        # -S leaves site-packages out; preloads may live there. Debian's site puts pip's /usr/local one first.
+        local = f"/usr/local/lib/python{sys.version_info[0]}.{sys.version_info[1]}/dist-packages"
+        for p in [local, *CFG.get("sysPath", [])]:
             if os.path.isdir(p) and p not in sys.path:
                 sys.path.append(p)
         failed = preload()

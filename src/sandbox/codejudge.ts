@@ -7,6 +7,18 @@ import type { RunRequest, RunResult, RunStatus } from './types.js';
 // exact field names, `reason` strings, the 1000-char cut and the timeout marker, so they live here once.
 
 export const MAX_STDOUT_ERROR_LENGTH = 1000;
+
+/** The first n characters as Python counts them (code points, `s[:n]`), never half a surrogate pair: a lone
+ *  surrogate makes the text unencodable for a Python client (UnicodeEncodeError) and a tokenizer. */
+export function headChars(s: string, n: number): string {
+  if (s.length <= n) return s;
+  let i = 0;
+  for (let k = 0; k < n && i < s.length; k++) {
+    const c = s.charCodeAt(i);
+    i += c >= 0xd800 && c <= 0xdbff && i + 1 < s.length ? 2 : 1;
+  }
+  return s.slice(0, i);
+}
 export const TIMEOUT_MARKER = 'Suicide from timeout.\n';
 
 export const SubmissionSchema = z.object({
@@ -83,6 +95,10 @@ export function toSubmissionResult(
   const runSuccess = res.status === 'ok';
   const ran = reason === '' || reason === 'worker_timeout';
   let stdout = res.stdout;
+  // a call the pool killed (memory held by all its processes, an output flood) has no traceback of its own to
+  // show; code-judge's would show Python's MemoryError: the pool's cause stands in for it
+  const stderr =
+    res.stderr || (res.error && ['oom', 'output_limit', 'killed'].includes(res.status) ? res.error : '');
   if (res.status === 'timeout' && (opts.timeoutMarker ?? true)) stdout += TIMEOUT_MARKER;
   const success = runSuccess && (sub.expected_output == null || stdout.trim() === sub.expected_output.trim());
   return {
@@ -90,9 +106,9 @@ export function toSubmissionResult(
     success,
     run_success: runSuccess,
     cost: res.wallMs / 1000,
-    stdout: ran ? stdout.slice(0, cut) : null,
+    stdout: ran ? headChars(stdout, cut) : null,
     // code-judge sends null here; we send the cause instead so a failure is never unexplained.
-    stderr: ran ? res.stderr.slice(0, cut) : (res.error ?? null),
+    stderr: ran ? headChars(stderr, cut) : (res.error ?? null),
     reason,
   };
 }

@@ -242,7 +242,8 @@ class HttpError extends Error {
   }
 }
 
-const GET_ROUTES = ['/ping', '/status', '/metrics'];
+// /v1/ping: SandboxFusion's health probe (its server answers the JSON string "pong" there)
+const GET_ROUTES = ['/ping', '/v1/ping', '/status', '/metrics'];
 
 function bounded(v: number | Promise<number>, fallback: number, ms = 2000): Promise<number> {
   return Promise.race([
@@ -291,7 +292,7 @@ export class SandboxServer {
     if (this.o.maxBodyBytesInFlight < this.o.maxBodyBytes)
       throw new Error('maxBodyBytesInFlight must be at least maxBodyBytes, or the largest bodies never fit');
     // A liveness probe needs no secret, and "pong" tells nothing.
-    this.guard = httpGuard({ host: this.o.host, token: this.o.token, open: (p) => p === '/ping' });
+    this.guard = httpGuard({ host: this.o.host, token: this.o.token, open: (p) => p === '/ping' || p === '/v1/ping' });
     this.log =
       opts.log ??
       ((rec) => process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), ...rec })}\n`));
@@ -439,16 +440,14 @@ export class SandboxServer {
       }
       this.metrics.request(url);
       if (req.method === 'GET') {
-        if (url === '/ping') return this.send(res, 200, 'pong');
+        if (url === '/ping' || url === '/v1/ping') return this.send(res, 200, 'pong');
         if (url === '/status') {
           // Remote counts (Redis) must not hang the health check when the backend is down: -1 = unknown.
           const numWorkers = this.o.numWorkers ? await bounded(this.o.numWorkers(), -1) : this.o.concurrency;
           const backlog = this.o.backlog ? Math.max(0, await bounded(this.o.backlog(), 0)) : 0;
-          return this.send(res, 200, {
-            queue: this.scheduler.depth + backlog,
-            num_workers: numWorkers,
-            in_flight: this.scheduler.inFlight,
-          });
+          // exactly code-judge's fields: its client builds ServerStatus(**json), which refuses any other key
+          // (items running now are on /metrics: rstar2_sandbox_in_flight)
+          return this.send(res, 200, { queue: this.scheduler.depth + backlog, num_workers: numWorkers });
         }
         if (url === '/metrics')
           return this.send(res, 200, await this.metrics.render(), {

@@ -32,11 +32,14 @@ export function buildToolCode(code: string): string {
 
 /** verl's tool-response truncation (max_tool_response_length, tool_response_truncate_side). */
 export function truncateToolText(text: string, budget = 256, side: TruncateSide = 'middle'): string {
-  if (text.length <= budget) return text;
-  if (side === 'left') return `${text.slice(0, budget)}...(truncated)`;
-  if (side === 'right') return `(truncated)...${text.slice(text.length - budget)}`;
+  // characters as verl's Python counts them: code points, so a pair of surrogates is one and is never split
+  const cs = /[\ud800-\udfff]/.test(text) ? Array.from(text) : text;
+  if (cs.length <= budget) return text;
+  const cut = (a: number, b?: number) => (typeof cs === 'string' ? cs.slice(a, b) : cs.slice(a, b).join(''));
+  if (side === 'left') return `${cut(0, budget)}...(truncated)`;
+  if (side === 'right') return `(truncated)...${cut(cs.length - budget)}`;
   const half = Math.floor(budget / 2);
-  return `${text.slice(0, half)}...(truncated)...${half > 0 ? text.slice(text.length - half) : ''}`;
+  return `${cut(0, half)}...(truncated)...${half > 0 ? cut(cs.length - half) : ''}`;
 }
 
 /** The untruncated tool text for one code-judge result (run_tool_calls_on_server_async). */

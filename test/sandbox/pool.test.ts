@@ -44,6 +44,20 @@ describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
     assert.match(syntax.stderr, /SyntaxError/);
   });
 
+  test('what plain `python file.py` gives (code-judge, SandboxFusion): exit()/quit()/help, the working dir on the import path', async () => {
+    const [exit3, quit, help, own] = await pool.runBatch([
+      { code: 'print(1); exit(3)' },
+      { code: 'quit()\nprint("not reached")' },
+      { code: 'print(type(help).__name__)' },
+      // a module the snippet wrote (or /run_code's `files` put there) imports, as from a script's dir
+      { code: 'open("helper.py", "w").write("X = 5\\n")\nimport helper\nprint(helper.X)' },
+    ]);
+    assert.deepEqual([exit3.status, exit3.exitCode, exit3.stdout, exit3.stderr], ['error', 3, '1\n', '']);
+    assert.deepEqual([quit.status, quit.stdout], ['ok', '']);
+    assert.equal(help.stdout, '_Helper\n');
+    assert.equal(own.stdout, '5\n', own.stderr);
+  });
+
   test('every call starts from a fresh interpreter and an empty scratch dir', async () => {
     await pool.runBatch(
       Array.from({ length: 6 }, () => ({

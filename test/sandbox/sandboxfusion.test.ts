@@ -512,3 +512,10 @@ test('files in and out, base64, through the isolated pool', {
   assert.notEqual(big.body.run_result.return_code, 0);
   assert.match(big.body.run_result.stderr + big.body.message, /MemoryError|memory limit/);
 });
+
+test('GET /v1/ping answers "pong" as SandboxFusion does, without a token like /ping', async () => {
+  const { url } = await start({ token: 'a-token-of-sixteen-chars' });
+  const r = await fetch(`${url}/v1/ping`);
+  assert.equal(r.status, 200);
+  assert.equal(await r.json(), 'pong');
+});

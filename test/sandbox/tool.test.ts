@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { failedResult } from '../../src/sandbox/codejudge.js';
+import { failedResult, toSubmissionResult } from '../../src/sandbox/codejudge.js';
 import {
   executePythonTool,
   executePythonToolBatch,
@@ -98,6 +98,30 @@ test('truncation sides and budget', () => {
   assert.equal(m, `${t.slice(0, 128)}...(truncated)...${t.slice(-128)}`);
   assert.equal(truncateToolText(t, 10, 'left'), 'aaaaaaaaaa...(truncated)');
   assert.equal(truncateToolText(t, 10, 'right'), '(truncated)...cccccccccc');
+});
+
+test('characters are counted as Python counts them: a pair of surrogates is one, never split', () => {
+  const x = '\u{1d465}'; // 𝑥, two UTF-16 units
+  const t = 'a' + x.repeat(299);
+  // verl's len() is 300 here: a 248-character text is left whole, a longer one cut at whole characters
+  assert.equal(truncateToolText('a' + x.repeat(247), 248), 'a' + x.repeat(247));
+  assert.equal(truncateToolText(t, 10, 'left'), `a${x.repeat(9)}...(truncated)`);
+  assert.equal(truncateToolText(t, 10, 'middle'), `a${x.repeat(4)}...(truncated)...${x.repeat(5)}`);
+  // code-judge's str[:1000] on each stream: 1000 characters, well-formed UTF-16
+  const res = { ...failedResult('ok', ''), error: undefined, stdout: t.repeat(4), wallMs: 10 };
+  const out = toSubmissionResult({ type: 'python', solution: '' }, res).stdout as string;
+  assert.equal(Array.from(out).length, 1000);
+  assert.doesNotThrow(() => encodeURIComponent(out), 'no lone surrogate');
+});
+
+test('a call the pool killed says why in stderr (code-judge would show the MemoryError traceback)', () => {
+  const res = {
+    ...failedResult('oom', "memory limit: the call's processes held 1191 MB together"),
+    wallMs: 10,
+  };
+  const r = toSubmissionResult({ type: 'python', solution: '' }, { ...res, stdout: 'start\n', stderr: '' });
+  assert.equal(r.stderr, "memory limit: the call's processes held 1191 MB together");
+  assert.equal(r.stdout, 'start\n');
 });
 
 test('per-stream 1000-char cut before the 256 budget', () => {
