@@ -292,7 +292,11 @@ export class SandboxServer {
     if (this.o.maxBodyBytesInFlight < this.o.maxBodyBytes)
       throw new Error('maxBodyBytesInFlight must be at least maxBodyBytes, or the largest bodies never fit');
     // A liveness probe needs no secret, and "pong" tells nothing.
-    this.guard = httpGuard({ host: this.o.host, token: this.o.token, open: (p) => p === '/ping' || p === '/v1/ping' });
+    this.guard = httpGuard({
+      host: this.o.host,
+      token: this.o.token,
+      open: (p) => p === '/ping' || p === '/v1/ping',
+    });
     this.log =
       opts.log ??
       ((rec) => process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), ...rec })}\n`));
