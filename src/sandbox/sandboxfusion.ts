@@ -44,11 +44,15 @@ export const SANDBOX_FUSION_LANGUAGES = [
 /** Languages this service runs. */
 export const RUN_CODE_LANGUAGES: ReadonlySet<string> = new Set(['python']);
 
+// pydantic's lax mode takes a number written as a string ("5") for a number field; clients rely on it
+const num = (n: z.ZodNumber) =>
+  z.preprocess((v) => (typeof v === 'string' && /^\s*-?\d+(\.\d+)?\s*$/.test(v) ? Number(v) : v), n);
+
 /** RunCodeRequest with SandboxFusion's defaults; unknown fields are ignored, as pydantic does. */
 export const RunCodeRequestSchema = z.object({
-  compile_timeout: z.number().nonnegative().default(10),
-  run_timeout: z.number().positive().max(3600).default(10),
-  memory_limit_MB: z.number().int().default(-1),
+  compile_timeout: num(z.number().nonnegative()).default(10),
+  run_timeout: num(z.number().positive().max(3600)).default(10),
+  memory_limit_MB: num(z.number().int()).default(-1),
   code: z.string(),
   stdin: z.string().nullish(),
   language: z.enum(SANDBOX_FUSION_LANGUAGES),

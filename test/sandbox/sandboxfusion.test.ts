@@ -112,12 +112,18 @@ test('verl tool request: translated to a native request (timeouts, memory, stdin
     }),
   );
   await postRaw(url, JSON.stringify({ code: 'y', language: 'python' }));
+  // numbers written as strings, which pydantic's lax mode takes
+  await postRaw(
+    url,
+    JSON.stringify({ code: 'z', language: 'python', run_timeout: '5', memory_limit_MB: '256' }),
+  );
   const seen = runner.seen.map(({ queueTimeoutMs: _q, ...r }: RunRequest) => r);
   assert.deepEqual(seen, [
     { memoryMb: 1024, code: 'print(1)', timeoutMs: 30_000 },
     { memoryMb: 512, code: 'print(input())', timeoutMs: 10_000, stdin: '3 4' },
     { memoryMb: 2048, code: 'x', timeoutMs: 1500, files: { 'a.txt': 'aGk=' }, fetchFiles: ['out.txt'] },
     { memoryMb: 2048, code: 'y', timeoutMs: 10_000 },
+    { memoryMb: 256, code: 'z', timeoutMs: 5000 },
   ]);
 });
 
