@@ -34,7 +34,7 @@ export class SGLangEngine implements WeightSyncEngine {
   // group calls are never repeated: a second join or receive would wait for a trainer that sends once
   private readonly once: HttpClient;
   private capacity?: number;
-  private page = 1;
+  private page?: number; // tokens per KV page (page_size), read with the capacity
 
   constructor(url: string, opts: SGLangOptions = {}) {
     this.http = new HttpClient(url, opts);
@@ -72,16 +72,19 @@ export class SGLangEngine implements WeightSyncEngine {
   }
 
   async load(): Promise<EngineLoad> {
-    if (this.capacity === undefined) {
+    if (this.capacity === undefined || this.page === undefined) {
+      // also with capacityTokens given: the page size still decides what a prefix miss is
       const info = await this.http.json<Record<string, unknown>>('GET', '/get_server_info');
-      const cap = findKey(info, 'max_total_num_tokens');
-      if (typeof cap !== 'number')
-        throw new Error(`${this.name}: /get_server_info has no max_total_num_tokens`);
-      const dp = findKey(info, 'dp_size');
-      // under data parallelism the server reports rank 0's pool; each rank has one of its own
-      this.capacity = cap * (typeof dp === 'number' && dp > 1 ? dp : 1);
       const page = findKey(info, 'page_size');
-      if (typeof page === 'number' && page > 1) this.page = page;
+      this.page = typeof page === 'number' && page > 1 ? page : 1;
+      if (this.capacity === undefined) {
+        const cap = findKey(info, 'max_total_num_tokens');
+        if (typeof cap !== 'number')
+          throw new Error(`${this.name}: /get_server_info has no max_total_num_tokens`);
+        const dp = findKey(info, 'dp_size');
+        // under data parallelism the server reports rank 0's pool; each rank has one of its own
+        this.capacity = cap * (typeof dp === 'number' && dp > 1 ? dp : 1);
+      }
     }
     const load: EngineLoad = { capacityTokens: this.capacity, blockTokens: this.page };
     try {

@@ -2,9 +2,10 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Trajectory } from '../agent/trajectory.js';
+import { failureOf } from '../agent/trajectory.js';
 import { appendJsonl, writeAtomic } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
-import { type BenchProblem, type EvalReport, failureOf, renderMarkdown, scoreEval } from './score.js';
+import { type BenchProblem, type EvalReport, renderMarkdown, scoreEval } from './score.js';
 import { eachTrajectory, TrajectoryIndex, type TrajSummary } from './trajfile.js';
 import { type VerifyFn, withScore } from './verify.js';
 

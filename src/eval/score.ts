@@ -1,7 +1,5 @@
 import { failureOf, type Trajectory, type TurnEvent } from '../agent/trajectory.js';
 
-export { failureOf };
-
 // Pure scoring over scored trajectories: no engine, no verifier. Re-scoring a saved eval is just
 // reading trajectories.jsonl and calling scoreEval again.
 

@@ -1,6 +1,7 @@
 import { closeSync, existsSync, fstatSync, openSync, readSync } from 'node:fs';
 import type { Trajectory } from '../agent/trajectory.js';
-import { failureOf, type ScoredSample } from './score.js';
+import { failureOf } from '../agent/trajectory.js';
+import type { ScoredSample } from './score.js';
 
 // Trajectory files hold every response id, mask and logprob: a paper-scale step or eval file runs to
 // hundreds of MB. Readers that need only per-trajectory facts (scoring, lists, filters) go through

@@ -159,6 +159,7 @@ export async function fakeServer(api: Api): Promise<Fake> {
           max_total_num_tokens: 123456 / f.dp,
           tp_size: 1,
           dp_size: f.dp,
+          page_size: 16,
           internal_states: [{ load: 0 }],
         });
       }

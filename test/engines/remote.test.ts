@@ -132,7 +132,7 @@ test('load(): capacity and live usage from each backend', async () => {
         usedTokens: 1500,
         running: 3,
         queued: 1,
-        blockTokens: 1,
+        blockTokens: 16,
       });
       assert.deepEqual(await new VllmEngine(vl.url).load(), {
         capacityTokens: 16000,
@@ -147,7 +147,9 @@ test('load(): capacity and live usage from each backend', async () => {
       running: 1,
       queued: 0,
     });
-    assert.equal((await new SGLangEngine(sg.url, { capacityTokens: 77 }).load()).capacityTokens, 77);
+    // a given capacity replaces the server's; its page size, which decides what a prefix miss is, still counts
+    const given = await new SGLangEngine(sg.url, { capacityTokens: 77 }).load();
+    assert.deepEqual([given.capacityTokens, given.blockTokens], [77, 16]);
   } finally {
     await Promise.all([sg.close(), vl.close(), ll.close()]);
   }
