@@ -219,7 +219,9 @@ for fork_name in ${JSON.stringify(forks)}:
     pf = (flt(resource.RUSAGE_SELF) - f0) / n, (flt(resource.RUSAGE_CHILDREN) - g0) / n
     print(f"{fork_name + name:28s} cpu/call={ms:.2f}ms (parent + child) -> at most {os.cpu_count() * 1000 / ms:.0f} calls/s on {os.cpu_count()} cores; page faults/call parent {pf[0]:.0f} child {pf[1]:.0f}")
 `;
-  return execFileSync(findPython(), ['-I', '-S', '-c', script], { encoding: 'utf8' });
+  return execFileSync(findPython(undefined, 'RSTAR2_SANDBOX_PYTHON'), ['-I', '-S', '-c', script], {
+    encoding: 'utf8',
+  });
 }
 const floorMsOf = (out: string) => Number(/os\.fork\+_exit\s+cpu\/call=([\d.]+)ms/.exec(out)?.[1]);
 

@@ -13,10 +13,12 @@
 // prefill = prefillBase + perToken × tokens, in the same step.
 //
 // Run: flock /tmp/bench.lock npx tsx bench/scheduler-sim.ts [--regime NAME] [--budget 8192|12288]
-//        [--seeds 1,2,3] [--calibrate samples.jsonl] [--order evidence|plain|oracle|oracle-lengths|oracle-peak]
+//        [--seeds 1,2,3] [--calibrate samples.jsonl [--comm-ms MS]] [--order evidence|plain|oracle|oracle-lengths|oracle-peak]
 //        [--prompt-share 0.5] [--replay RUN_DIR|EVAL_DIR|T.jsonl[,…]]
 // --calibrate fits the regime's time constants (src/engines/calibrate.ts) from {batch, kv, ms} decode-step and
-// {tokens, ms} prefill lines measured on your engine; --order plain ranks waiting prompts without their
+// {tokens, ms} prefill lines measured on your engine, or on one GPU by `python -m rstar2_worker.decode_timing`
+// (one tensor-parallel rank: the regime's assumed all-reduce time is added; --comm-ms 0 where the samples came
+// from a whole tensor-parallel engine, which includes it); --order plain ranks waiting prompts without their
 // in-flight siblings' progress (the ablation of kv-predict's evidence ordering); --order oracle admits each
 // sample in order of its true length, which no scheduler can know, oracle-lengths also charges it that length,
 // and oracle-peak admits while the engine's true peak KV (from every placed trajectory's true remaining length)
@@ -40,7 +42,8 @@ interface Regime {
   engines: number;
   trajectories: number; // in all
   capacity: number; // KV tokens per engine
-  stepBaseMs: number; // weight read (+ TP communication)
+  stepBaseMs: number; // weight read, one rank
+  commMs: number; // tensor-parallel all-reduces per step: no single GPU measures it, so --calibrate keeps it
   kvMsPerToken: number; // reading one running-context token's KV
   seqMs: number; // per sequence in the batch (sampling, compute not hidden under the memory read)
   prefillBaseMs: number;
@@ -57,6 +60,7 @@ const REGIMES: Record<string, Regime> = {
     trajectories: 512,
     capacity: 131_072,
     stepBaseMs: 10,
+    commMs: 0,
     kvMsPerToken: 61e-6,
     seqMs: 0.02,
     prefillBaseMs: 1,
@@ -68,7 +72,8 @@ const REGIMES: Record<string, Regime> = {
     engines: 2,
     trajectories: 2048,
     capacity: 1_200_000,
-    stepBaseMs: 4.5,
+    stepBaseMs: 2.5,
+    commMs: 2,
     kvMsPerToken: 15.25e-6,
     seqMs: 0.005,
     prefillBaseMs: 2,
@@ -81,6 +86,7 @@ const REGIMES: Record<string, Regime> = {
     trajectories: 4096,
     capacity: 790_000,
     stepBaseMs: 7,
+    commMs: 0,
     kvMsPerToken: 39e-6,
     seqMs: 0.02,
     prefillBaseMs: 1,
@@ -94,6 +100,7 @@ const { values: args } = benchArgs(import.meta.url, {
     budget: { type: 'string' },
     seeds: { type: 'string', default: '1,2,3' },
     calibrate: { type: 'string' },
+    'comm-ms': { type: 'string' },
     order: { type: 'string', default: 'evidence' },
     'prompt-share': { type: 'string', default: '0.5' },
     replay: { type: 'string' },
@@ -555,7 +562,8 @@ function simulate(policy: Policy, src: Traj[], R: Regime, budget: number, prior:
     e.stepping = true;
     e.ratio = Math.max(RATIO_MIN, e.ratio - RATIO_DECAY);
     const prefillMs = prefill > 0 ? R.prefillBaseMs + R.prefillMsPerToken * prefill : 0;
-    const ms = R.stepBaseMs + R.kvMsPerToken * e.residentSum + R.seqMs * e.running.length + prefillMs;
+    const ms =
+      R.stepBaseMs + R.commMs + R.kvMsPerToken * e.residentSum + R.seqMs * e.running.length + prefillMs;
     e.busyMs += ms;
     e.kvMs += e.residentSum * ms;
     e.batchMs += e.running.length * ms;
@@ -661,6 +669,10 @@ const calibrated = samplesFile
     })()
   : undefined;
 
+const commMs = args['comm-ms'] === undefined ? undefined : Number(args['comm-ms']);
+if (commMs !== undefined && !(commMs >= 0))
+  throw new Error(`--comm-ms: a number ≥ 0, not ${args['comm-ms']}`);
+
 const range = (xs: number[], d = 2) => {
   const lo = Math.min(...xs);
   const hi = Math.max(...xs);
@@ -688,7 +700,7 @@ console.log(
 );
 if (calibrated) console.log(`calibrated from ${samplesFile}: ${JSON.stringify(calibrated)}`);
 for (const name of regimeNames) {
-  const R = calibrated ? { ...REGIMES[name], ...calibrated } : REGIMES[name];
+  const R = { ...REGIMES[name], ...calibrated, ...(commMs === undefined ? {} : { commMs }) };
   for (const budget of budgets) {
     const measured: number[] = []; // the prompt share as a training run's metrics would report it
     const runs = seeds.map((seed) => {
@@ -705,8 +717,8 @@ for (const name of regimeNames) {
     });
     console.log(
       `\n${name}${calibrated ? ' (calibrated)' : ''}: ${R.engines} engines × ${R.trajectories / R.engines} trajectories, ` +
-        `${kilo(R.capacity)} KV tokens each, step ${R.stepBaseMs.toFixed(2)} ms + ${(R.kvMsPerToken * 1e6).toFixed(2)} ns/KV token + ` +
-        `${(R.seqMs * 1000).toFixed(0)} µs/seq (weights ÷ full KV ${(R.stepBaseMs / (R.kvMsPerToken * R.capacity)).toFixed(2)}), budget ${budget}; ` +
+        `${kilo(R.capacity)} KV tokens each, step ${R.stepBaseMs.toFixed(2)} ms + ${R.commMs} ms all-reduce + ${(R.kvMsPerToken * 1e6).toFixed(2)} ns/KV token + ` +
+        `${(R.seqMs * 1000).toFixed(0)} µs/seq (weights and all-reduce ÷ full KV ${((R.stepBaseMs + R.commMs) / (R.kvMsPerToken * R.capacity)).toFixed(2)}), budget ${budget}; ` +
         `prompt share as a run's rollout.prompt_share would read it ${range(measured)}`,
     );
     console.log(

@@ -1,6 +1,7 @@
 // Fits an engine's time model from measured samples, so the scheduling simulation can run on a
 // user's own constants instead of assumed ones. Decode step: ms = base + kvMs · resident KV tokens +
-// seqMs · batch; prefill: ms = prefillBaseMs + prefillMsPerToken · tokens. Both by least squares.
+// seqMs · batch; prefill: ms = prefillBaseMs + prefillMsPerToken · tokens. Both by least squares, no constant
+// below zero.
 
 export interface StepSample {
   batch: number;
@@ -50,16 +51,39 @@ export function leastSquares(x: number[][], y: number[]): number[] {
   return a.map((row, i) => row[k] / row[i]);
 }
 
+/** Least squares with every coefficient ≥ 0: a time constant below zero is a fit's artefact (a kernel that runs
+ *  below its bandwidth at small sizes bends the line and pulls the intercept under zero, which made a simulated
+ *  100-token prefill take negative time). Drops the most negative column and refits until none is left. */
+export function nonNegativeLeastSquares(x: number[][], y: number[]): number[] {
+  const free = x[0].map((_, j) => j);
+  for (;;) {
+    const b = leastSquares(
+      x.map((row) => free.map((j) => row[j])),
+      y,
+    );
+    const worst = b.reduce((w, v, i) => (v < 0 && (w < 0 || v < b[w]) ? i : w), -1);
+    if (worst < 0) {
+      const out = new Array<number>(x[0].length).fill(0);
+      free.forEach((j, i) => {
+        out[j] = b[i];
+      });
+      return out;
+    }
+    free.splice(worst, 1);
+    if (free.length === 0) return new Array<number>(x[0].length).fill(0);
+  }
+}
+
 export function fitEngineModel(steps: StepSample[], prefills: PrefillSample[]): EngineTimeModel {
   // columns scaled to similar magnitudes so the normal equations stay well conditioned
   const kvScale = Math.max(1, ...steps.map((s) => s.kv));
   const batchScale = Math.max(1, ...steps.map((s) => s.batch));
-  const [b0, b1, b2] = leastSquares(
+  const [b0, b1, b2] = nonNegativeLeastSquares(
     steps.map((s) => [1, s.kv / kvScale, s.batch / batchScale]),
     steps.map((s) => s.ms),
   );
   const tokScale = Math.max(1, ...prefills.map((p) => p.tokens));
-  const [p0, p1] = leastSquares(
+  const [p0, p1] = nonNegativeLeastSquares(
     prefills.map((p) => [1, p.tokens / tokScale]),
     prefills.map((p) => p.ms),
   );

@@ -1,4 +1,4 @@
-export { fitEngineModel, leastSquares, parseSamples } from './calibrate.js';
+export { fitEngineModel, leastSquares, nonNegativeLeastSquares, parseSamples } from './calibrate.js';
 export { type BatchGenerator, EmbeddedEngine, type EmbeddedOptions } from './embedded.js';
 export { BACKENDS, type Backend, type RemoteEngineOptions, remoteEngine } from './factory.js';
 export { FakeEngine, type FakeEngineOptions, type FakeReply, type FakeResponder } from './fake.js';

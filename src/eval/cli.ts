@@ -2,6 +2,7 @@ import { basename, dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { deprecatedAliases, float, positiveInt, seed } from '../cli/options.js';
 import type { VerifyProfile } from '../reward/types.js';
+import { lockDir } from '../util/lock.js';
 import { EVAL_MAX_TOKENS } from './defaults.js';
 import type { BenchProblem, EvalReport } from './score.js';
 
@@ -114,6 +115,7 @@ export function registerEvalCommands(program: Command): void {
     const out = resolve(
       o.out ?? `evals/${bench}-${modelTag(o.model, o.engine)}-k${o.samples}-t${o.temperature}`,
     );
+    const release = lockDir(out, 'eval');
     const { openBackend } = await import('./backend.js');
     const { openVerifier } = await import('./verify.js');
     const { runEval } = await import('./run.js');
@@ -171,6 +173,7 @@ export function registerEvalCommands(program: Command): void {
       process.off('SIGINT', onSig);
       await backend.close();
       await verifier.close();
+      release();
     }
   });
 

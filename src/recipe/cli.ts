@@ -3,6 +3,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { commaList, deprecatedAliases, nonNegativeInt, positiveInt, seed } from '../cli/options.js';
+import { freshDir, lockDir } from '../util/lock.js';
 import type { LaunchOptions } from '../worker/launch.js';
 import type { Overrides, Recipe } from './config.js';
 import type { PolicyBackend } from './trainer.js';
@@ -172,6 +173,8 @@ async function train(flags: TrainFlags): Promise<void> {
     });
     return;
   }
+  if (!flags.resume && !flags.out) runDir = freshDir(runDir);
+  const release = lockDir(runDir, 'run');
   const t0 = Date.now();
   const backend = await makeBackend(recipe, flags, runDir, launch);
   const stop = () => {
@@ -205,6 +208,7 @@ async function train(flags: TrainFlags): Promise<void> {
     process.off('SIGINT', stop);
     process.off('SIGTERM', stop);
     await backend.close();
+    release();
   }
 }
 

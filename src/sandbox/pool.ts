@@ -42,6 +42,8 @@ export interface SandboxPoolOptions {
   preload?: string[];
   /** 'bwrap' (default). 'none' runs without namespaces or seccomp and warns loudly. */
   isolation?: IsolationMode;
+  /** an interpreter under /usr, which is all the sandbox mounts: default RSTAR2_SANDBOX_PYTHON, else
+   *  /usr/bin/python3 (never RSTAR2_PYTHON, the worker's, which on GPU machines is a venv with torch) */
   python?: string;
   /** first per-slot uid (root only); slot s runs as uidBase + s */
   uidBase?: number;
@@ -184,7 +186,7 @@ function resolveOptions(o: SandboxPoolOptions): Resolved {
     killOutputBytes: o.killOutputBytes ?? 16 << 20,
     preload: o.preload ?? [],
     isolation,
-    python: findPython(o.python),
+    python: findPython(o.python, 'RSTAR2_SANDBOX_PYTHON'),
     uidBase: o.uidBase,
     nproc: o.nproc ?? 32,
     fileSizeMb: o.fileSizeMb ?? 16,

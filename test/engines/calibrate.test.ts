@@ -1,6 +1,16 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
-import { fitEngineModel, leastSquares, parseSamples } from '../../src/engines/calibrate.js';
+import {
+  fitEngineModel,
+  leastSquares,
+  nonNegativeLeastSquares,
+  parseSamples,
+} from '../../src/engines/calibrate.js';
+import { findPython, PYTHON_DIR } from '../../src/util/python.js';
 import { Rng } from '../../src/util/rng.js';
 
 test('calibration recovers known step-time and prefill constants from noisy synthetic samples', () => {
@@ -58,4 +68,88 @@ test('least squares is exact on noiseless data and refuses samples that cannot s
     /do not vary enough/,
   );
   assert.throws(() => parseSamples('{"batch": 1}\n'), /line 1: needs a numeric 'ms'/);
+});
+
+test('no fitted constant is negative: a bent prefill line measured on an H100 gets a zero intercept', () => {
+  // decode_timing's prefills of Qwen3-14B on one H100 (2026-11-26): short prompts run below the GPU's rate, so
+  // a straight line through them crosses zero at ~85 tokens
+  const prefills = [
+    { tokens: 256, ms: 16.2592 },
+    { tokens: 1024, ms: 51.4467 },
+    { tokens: 4096, ms: 217.3118 },
+    { tokens: 8192, ms: 464.0112 },
+  ];
+  const [plain] = leastSquares(
+    prefills.map((p) => [1, p.tokens]),
+    prefills.map((p) => p.ms),
+  );
+  assert.ok(plain < -1, `plain least squares' intercept ${plain}`);
+  const steps = [64, 128, 256].flatMap((batch) =>
+    [1, 2].map((i) => ({ batch, kv: 65536 * i, ms: 4 + 15e-6 * 65536 * i + 0.01 * batch })),
+  );
+  const fit = fitEngineModel(steps, prefills);
+  assert.equal(fit.prefillBaseMs, 0);
+  const through0 =
+    prefills.reduce((a, p) => a + p.tokens * p.ms, 0) / prefills.reduce((a, p) => a + p.tokens ** 2, 0);
+  assert.ok(Math.abs(fit.prefillMsPerToken - through0) < 1e-12);
+  assert.ok(Math.abs(fit.stepBaseMs - 4) < 1e-9 && Math.abs(fit.seqMs - 0.01) < 1e-12);
+  assert.deepEqual(
+    nonNegativeLeastSquares(
+      [
+        [1, 1],
+        [1, 2],
+      ],
+      [-1, -2],
+    ),
+    [0, 0],
+  );
+});
+
+test('python -m rstar2_worker.decode_timing (CPU, a tiny shape) writes samples that calibrate fits', {
+  timeout: 120_000,
+}, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-dt-'));
+  const env = { ...process.env, PYTHONPATH: PYTHON_DIR, OMP_NUM_THREADS: '1', OPENBLAS_NUM_THREADS: '1' };
+  const unit = spawnSync(findPython(), ['-m', 'unittest', '-v', 'tests/test_decode_timing.py'], {
+    cwd: PYTHON_DIR,
+    env,
+    encoding: 'utf8',
+  });
+  assert.equal(unit.status, 0, unit.stderr);
+  assert.match(unit.stderr, /Ran 3 tests/);
+  const cfg = join(dir, 'config.json');
+  writeFileSync(
+    cfg,
+    JSON.stringify({
+      hidden_size: 64,
+      intermediate_size: 128,
+      num_hidden_layers: 2,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      vocab_size: 256,
+    }),
+  );
+  const out = join(dir, 's.jsonl');
+  const r = spawnSync(
+    findPython(),
+    ['-m', 'rstar2_worker.decode_timing', '--config', cfg, '--kv-tokens', '4096', '--batches', '4,16'].concat(
+      ['--contexts', '64,256', '--prefills', '128,512,1024', '--reps', '2', '--out', out],
+    ),
+    { env, encoding: 'utf8' },
+  );
+  assert.equal(r.status, 0, r.stderr);
+  const { steps, prefills } = parseSamples(readFileSync(out, 'utf8'));
+  assert.deepEqual(
+    steps.map((x) => [x.batch, x.kv]),
+    [
+      [4, 256],
+      [4, 1024],
+      [16, 1024],
+      [16, 4096],
+    ],
+  );
+  assert.equal(prefills.length, 3);
+  const fit = fitEngineModel(steps, prefills);
+  for (const v of Object.values(fit)) assert.ok(Number.isFinite(v) && v >= 0);
+  rmSync(dir, { recursive: true });
 });

@@ -197,6 +197,33 @@ describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
 });
 
 describe('SandboxPool faults and admission', { skip, timeout: 120_000 }, () => {
+  test("the worker's RSTAR2_PYTHON (a venv with torch on GPU machines) is not the sandbox's interpreter", async () => {
+    const saved = [process.env.RSTAR2_PYTHON, process.env.RSTAR2_SANDBOX_PYTHON];
+    process.env.RSTAR2_PYTHON = '/opt/venv-with-torch/bin/python3';
+    delete process.env.RSTAR2_SANDBOX_PYTHON;
+    try {
+      const pool = await SandboxPool.start({ slots: 1, log: () => {} });
+      try {
+        assert.equal((await pool.run({ code: 'print(6*7)' })).stdout, '42\n');
+      } finally {
+        await pool.close();
+      }
+      process.env.RSTAR2_SANDBOX_PYTHON = '/nowhere/python3';
+      await assert.rejects(
+        SandboxPool.start({ slots: 1, log: () => {} }),
+        /not found at \/nowhere\/python3.*RSTAR2_SANDBOX_PYTHON/,
+      );
+    } finally {
+      for (const [k, v] of [
+        ['RSTAR2_PYTHON', saved[0]],
+        ['RSTAR2_SANDBOX_PYTHON', saved[1]],
+      ] as const) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
+  });
+
   test('a killed sandbox is restarted and its in-flight calls are retried once', async () => {
     const logs: string[] = [];
     const pool = await SandboxPool.start({ slots: 2, log: (l) => logs.push(l) });

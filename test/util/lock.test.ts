@@ -1,0 +1,75 @@
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { freshDir, lockDir } from '../../src/util/lock.js';
+
+const tmp = () => mkdtempSync(join(tmpdir(), 'rstar2-lock-'));
+
+test('a directory held by a live process is refused, naming it; released, it can be taken again', () => {
+  const dir = join(tmp(), 'run');
+  const release = lockDir(dir, 'run');
+  assert.throws(
+    () => lockDir(dir, 'run'),
+    new RegExp(`run ${dir} is in use by process ${process.pid} since`),
+  );
+  release();
+  assert.equal(existsSync(join(dir, '.lock')), false);
+  lockDir(dir, 'run')();
+  rmSync(dir, { recursive: true });
+});
+
+test("a lock left by a killed process is taken over; another host's is refused", () => {
+  const dir = tmp();
+  const gone = spawnSync(process.execPath, ['-e', 'console.log(process.pid)'], { encoding: 'utf8' });
+  const pid = Number(gone.stdout.trim());
+  writeFileSync(join(dir, '.lock'), JSON.stringify({ pid, host: hostname(), since: 'then' }));
+  const release = lockDir(dir, 'run');
+  assert.equal(JSON.parse(readFileSync(join(dir, '.lock'), 'utf8')).pid, process.pid);
+  release();
+  writeFileSync(join(dir, '.lock'), JSON.stringify({ pid, host: 'elsewhere', since: 'then' }));
+  assert.throws(() => lockDir(dir, 'eval'), /in use by process \d+ on elsewhere \(not checkable from here\)/);
+  rmSync(dir, { recursive: true });
+});
+
+test('two processes locking one directory at once: exactly one holds it', async () => {
+  const dir = tmp();
+  const src = new URL('../../src/util/lock.ts', import.meta.url).pathname;
+  const script = `import { lockDir } from ${JSON.stringify(src)};
+    try { lockDir(${JSON.stringify(dir)}, 'run'); console.log('held'); setTimeout(() => {}, 500); }
+    catch (e) { console.log('refused'); }`;
+  const one = () =>
+    new Promise<string>((res) => {
+      const c = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script]);
+      let out = '';
+      c.stdout.on('data', (d) => {
+        out += d;
+      });
+      c.on('close', () => res(out.trim()));
+    });
+  const got = (await Promise.all([one(), one(), one()])).sort();
+  assert.deepEqual(got, ['held', 'refused', 'refused']);
+  assert.equal(existsSync(join(dir, '.lock')), false); // released at exit
+  rmSync(dir, { recursive: true });
+});
+
+test('runs started in the same second get directories of their own', () => {
+  const base = join(tmp(), 'runs', 'quickstart-roc-20261126T111406');
+  assert.deepEqual([freshDir(base), freshDir(base), freshDir(base)], [base, `${base}-2`, `${base}-3`]);
+});
+
+test('`rstar2 train` refuses a run directory another process holds, before starting anything', () => {
+  const dir = join(tmp(), 'run');
+  const release = lockDir(dir, 'run');
+  const bin = new URL('../../bin/rstar2.js', import.meta.url).pathname;
+  const r = spawnSync(process.execPath, [bin, 'train', '--recipe', 'quickstart', '--out', dir], {
+    encoding: 'utf8',
+  });
+  release();
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, new RegExp(`run ${dir} is in use by process ${process.pid}`));
+  assert.doesNotMatch(r.stderr, /run directory:/);
+  rmSync(dir, { recursive: true });
+});
