@@ -46,7 +46,9 @@ def main():
     if r.world > 1 or r.sharding != "ddp":
         print(f"rstar2_worker: rank {r.rank}/{r.world} (local {r.local_rank}) joined, sharding {r.sharding}", file=sys.stderr)
     if r.rank == 0:  # the only rank that writes frames: under torchrun every rank shares one stdout
-        write_frame(out, {"op": "hello", "id": 0, "version": version, "torch": torch.__version__, "world": r.world})
+        n = torch.get_num_threads()
+        dev = f"cuda ({torch.cuda.get_device_name(r.local_rank)})" if torch.cuda.is_available() else f"cpu ({n} thread{'s' * (n != 1)})"
+        write_frame(out, {"op": "hello", "id": 0, "version": version, "torch": torch.__version__, "world": r.world, "device": dev})
     try:
         serve(inp, out, r)
     except Exception:

@@ -68,6 +68,10 @@ BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # where calls start: the zygote 
 # demoted call's session weight is lowered too (Broker.set_autogroups)
 AUTOGROUP = DEMOTE_S > 0 and os.path.exists("/proc/self/autogroup")
 INF = float("inf")
+# How long before its deadline a call's process is told to flush its output (zygote.flush_output). It must get a
+# CPU and reach a bytecode boundary first: after 50 ms a call runs at nice 19, and on a full host that can take tens
+# of ms. A wide margin costs little, since the streams stay line-buffered until the kill; short limits get half.
+FLUSH_MARGIN_S = 0.1
 SPAWN_RETRY_S = 0.02  # after a failed fork, how long until the zygote is asked to fork again
 PROCS_WHY = "its processes filled the host's process limit while another call could not start"
 ZYGOTE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
@@ -395,8 +399,8 @@ def scratch_files(slot):
 # --------------------------------------------------------------------------------------- broker --
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
-                 "sess", "t0", "deadline", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb", "used_kb", "files",
-                 "shm_kb", "demoted", "req", "disk_kb")
+                 "sess", "t0", "deadline", "flush_at", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb",
+                 "used_kb", "files", "shm_kb", "demoted", "req", "disk_kb")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -409,7 +413,7 @@ class Call:
         self.demoted = False
         self.sess = sess
         self.t0 = 0.0
-        self.deadline = INF
+        self.deadline = self.flush_at = INF
         self.lost = None
         self.stdin = -1
         self.fetch = self.answered = self.reaped = False
@@ -757,6 +761,7 @@ class Broker:
         # watchdog counts it
         start = self.spawn_since.get(call.id, call.t0) if self.spawn_since else call.t0
         call.deadline = start + timeout_ms / 1000.0
+        call.flush_at = call.deadline - min(FLUSH_MARGIN_S, timeout_ms / 2000.0)
         self.timed.add(call)
 
     @staticmethod
@@ -765,19 +770,25 @@ class Broker:
 
     def check_deadlines(self):
         """Wall-clock limits, kept here rather than in the zygote, whose every step after a fork costs
-        copy-on-write faults. A call past its deadline is killed with reason timeout (a session with its
-        whole process). Returns seconds until the next deadline, or None."""
+        copy-on-write faults. A call near its deadline is told to flush its output (FLUSH_MARGIN_S), one past it
+        is killed with reason timeout (a session with its whole process). Returns seconds until the next deadline,
+        or None."""
         nearest = INF
         now = time.monotonic()
         for call in list(self.timed):
             if call.killed:
                 self.timed.discard(call)
-            elif now >= call.deadline:
-                call.killed = True
-                self.timed.discard(call)
-                self.z.send(b"K" + ZKILL.pack(call.rid, REASON_TIMEOUT))
-            elif call.deadline < nearest:
-                nearest = call.deadline
+            elif now >= call.flush_at:
+                if now >= call.deadline:
+                    call.killed = True
+                    self.timed.discard(call)
+                    self.z.send(b"K" + ZKILL.pack(call.rid, REASON_TIMEOUT))
+                else:
+                    call.flush_at = call.deadline  # next: the kill
+                    self.z.send(b"F" + ZKILL.pack(call.rid, REASON_NONE))
+                    nearest = min(nearest, call.deadline)
+            elif call.flush_at < nearest:
+                nearest = call.flush_at
         if UID_BASE and self.timed:
             if now >= self.next_mem_check:
                 self.check_memory()

@@ -14,9 +14,10 @@ use (its compile of two modules, selectors and its own state).
           stdin; a request takes the oldest spare and only its limits and payload are left to send.
 
 Broker -> zygote (SOCK_SEQPACKET, pipes passed as fds): R = fork a child (for a request, or a spare),
-  S = fork a session, K = kill; the zygote answers each child's end with ZRES once it has killed what
-  the child left behind. The zygote does nothing else: after every fork each page it writes is a
-  copy-on-write fault, so wall clocks and the scratch wipe live in the broker.
+  S = fork a session, K = kill, F = tell a call's process to flush its output (flush_output); the zygote
+  answers each child's end with ZRES once it has killed what the child left behind. The zygote does
+  nothing else: after every fork each page it writes is a copy-on-write fault, so wall clocks and the
+  scratch wipe live in the broker.
 
 Sessions: a session process is forked by the zygote like a child and confined the same way
 (own slot: scratch dir, uid, Landlock domain; rlimits; clean fds), then loops: it receives each
@@ -85,7 +86,7 @@ REASON_SPAWN, REASON_PROCS = 5, 6
 ZRES = struct.Struct("<IiiBIII")  # rid, exit code (-1; errno for SPAWN), signal (0), reason, cpu us, rss kb, leftovers
 ZRUN = struct.Struct("<IIH")  # rid, mem mb, slot
 ZKILL = struct.Struct("<IB")  # rid, reason
-KIND_R, KIND_S, KIND_K = b"RSK"  # the first byte of a broker -> zygote message
+KIND_R, KIND_S, KIND_K, KIND_F = b"RSKF"  # the first byte of a broker -> zygote message
 SDONE = struct.Struct("<iII")  # session -> broker after a cell: exit code, cpu us, rss kb
 LIM = struct.Struct("<II")  # broker -> child before the payload: timeout ms, mem mb (bit 31: fetch)
 LIM_HDR = struct.Struct("<IIII")  # LIM followed by HDR, as a stateless child reads them
@@ -230,6 +231,26 @@ def deny_setsid():
 
 
 # ---------------------------------------------------------------------------------------- child --
+# A call killed at its deadline would lose what the snippet printed into Python's buffers; code-judge's alarm
+# handler flushes it before its kill, and the model saw that text. So a little before the deadline the broker has
+# the zygote send FLUSH_SIGNAL to the call's process (Broker.check_deadlines); this handler, set once in the zygote
+# and inherited, flushes the streams and line-buffers them, so what is printed until the kill arrives too. The
+# kill at the deadline still ends the call, which stays a timeout. Sent from outside, not a timer the child arms
+# (code-judge's alarm): a call that ends in time pays nothing, and a snippet's own alarm() cannot cancel it. SIGURG,
+# not SIGALRM: it is ignored by default, so a snippet that resets it or execs another program is not ended by it,
+# and a snippet's own SIGALRM handler does not run early. Nothing here uses SIGURG (out-of-band TCP data).
+FLUSH_SIGNAL = signal.SIGURG
+
+
+def flush_output(signum, frame):
+    for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            f.flush()
+            f.reconfigure(line_buffering=True)
+        except BaseException:  # noqa: BLE001 - a snippet's own stream object, or ours interrupted mid-write
+            pass
+
+
 STDIO = None
 MAIN = None  # the snippets' __main__, made in the zygote: every child starts with its own pristine copy
 
@@ -464,6 +485,8 @@ def session_main(slot, mem_mb, fds):
             # fresh stdio objects every cell: a cell that replaced sys.stdout does not break the next
             sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", closefd=False)
             sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__ = STDIO[1:]
+            if STDIO[1].line_buffering:  # set by flush_output in a cell that then ended in time
+                STDIO[1].reconfigure(line_buffering=False)
             rc = run_code(code, MAIN)
             for f in (sys.__stdout__, sys.__stderr__, sys.stdout, sys.stderr):
                 try:
@@ -693,6 +716,11 @@ class Zygote:
             self.jobs[pid][2] = reason
             os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid cannot have been reused
 
+    def flush(self, rid):
+        pid = self.by_rid.get(rid)
+        if pid is not None and self.jobs[pid][2] == REASON_NONE:
+            os.kill(pid, FLUSH_SIGNAL)
+
     def reap(self):
         while True:
             try:
@@ -741,6 +769,8 @@ class Zygote:
                 elif kind == KIND_K:
                     rid, reason = ZKILL.unpack_from(msg, 1)
                     self.kill(rid, reason)
+                elif kind == KIND_F:
+                    self.flush(ZKILL.unpack_from(msg, 1)[0])
             if exited:
                 self.reap()  # also orphans re-parented to us, which have no pidfd of ours
 
@@ -758,6 +788,7 @@ def preload():
     # threading, random and logging must not be imported before the preloads: the at-fork hooks they
     # register are only recognised (and glibc's fork used, see plain_fork_blocker) when seen here.
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # what a normal interpreter does
+    signal.signal(FLUSH_SIGNAL, flush_output)
     os.environ.clear()
     os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8", OPENBLAS_NUM_THREADS="1",
                       OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HOME="/", TMPDIR="/")

@@ -201,6 +201,16 @@ export async function runTrajectory(
         }
         break;
       }
+      // The engine had no room for one token: the model's context is full. A tool turn must not be the last, as
+      // when it would not fit the budget, so the one that filled the context is taken back.
+      if (out.finishReason === 'length' && traj.responseIds.length === start && start > 0) {
+        for (const e of traj.events) {
+          if (e.kind !== 'tool_result' || e.turn !== turn - 1) continue;
+          e.end = e.start;
+          traj.responseIds.length = traj.responseMask.length = traj.responseLogprobs.length = e.start;
+        }
+        return end('tool_overflow');
+      }
       const genEnd = traj.responseIds.length;
       ev({
         kind: 'generation',

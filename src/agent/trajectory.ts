@@ -20,7 +20,7 @@ export type TrajectoryFinish =
   | 'answered' // the model ended a turn without a tool call
   | 'max_turns'
   | 'length' // response budget exhausted
-  | 'tool_overflow' // the next tool turn would not fit the budget
+  | 'tool_overflow' // the next tool turn would not fit the budget, or left no room in the model's context
   | 'error'; // engine failure after retries; the record says which in `error`
 
 export interface Trajectory {

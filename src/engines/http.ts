@@ -1,4 +1,5 @@
 import { sleep } from '../util/sleep.js';
+import type { GenerateResult } from './types.js';
 
 // Shared HTTP plumbing for remote engines: JSON POST/GET with a per-attempt timeout, retries on
 // connection loss / 5xx / 429 / timeout, and caller cancellation. Every failure ends as a thrown
@@ -112,6 +113,66 @@ export function failure(e: unknown): {
     finishReason: aborted ? 'abort' : 'error',
     error: (e as Error).message,
   };
+}
+
+/** What a served model's context holds: a request of P prompt tokens may ask for `tokens − spare − P` new ones,
+ *  none once P reaches `maxInput` (where the server takes shorter prompts than its context). */
+export interface ContextLimit {
+  tokens: number;
+  spare: number;
+  maxInput?: number;
+}
+
+/** The answer to a request with no room left in the model's context, which is then not sent: the trajectory is
+ *  out of context, which ends it at its length (finish 'length'), not as an engine failure. */
+export function outOfContext(): GenerateResult {
+  return { outputIds: [], logprobs: [], finishReason: 'length' };
+}
+
+/**
+ * Caps each request's new tokens to the model's context, as verl's rollout does: a multi-turn prompt grows every
+ * turn, and a server answers prompt + max new tokens past its context with HTTP 400, which would end the trajectory
+ * as an engine failure instead of at its length. The limit is read once; a server that publishes none (an older
+ * build) gets requests as they were, which is logged once. A read that fails is tried again on the next request.
+ */
+export class ContextCap {
+  private limit?: Promise<ContextLimit | undefined>;
+
+  constructor(
+    private readonly name: string,
+    private readonly read: () => Promise<ContextLimit | undefined>,
+    private readonly log: (line: string) => void = (l) => console.error(l),
+  ) {}
+
+  /** New tokens a request of `promptTokens` may ask for: at most `maxNew`, 0 when the context has no room. */
+  async fit(promptTokens: number, maxNew: number): Promise<number> {
+    // not the caller's signal: concurrent requests share this read, and one caller's abort must not fail the rest
+    this.limit ??= this.read().then(
+      (l) => {
+        if (!l)
+          this.log(`${this.name}: the server publishes no context length; new tokens are not capped to it`);
+        return l;
+      },
+      (e) => {
+        this.limit = undefined;
+        throw e;
+      },
+    );
+    const l = await this.limit;
+    if (!l) return maxNew;
+    if (l.maxInput !== undefined && promptTokens >= l.maxInput) return 0;
+    return Math.max(0, Math.min(maxNew, l.tokens - l.spare - promptTokens));
+  }
+}
+
+/** A GET whose route older servers lack: undefined on 404. */
+export async function getIfServed<T>(http: HttpClient, path: string): Promise<T | undefined> {
+  try {
+    return await http.json<T>('GET', path);
+  } catch (e) {
+    if (e instanceof HttpError && e.status === 404) return undefined;
+    throw e;
+  }
 }
 
 /** Prometheus text: every sample of `name` (one per label set, e.g. per vLLM engine core), in order. */

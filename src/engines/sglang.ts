@@ -1,4 +1,13 @@
-import { failure, HttpClient, HttpError, type HttpOptions } from './http.js';
+import {
+  ContextCap,
+  type ContextLimit,
+  failure,
+  getIfServed,
+  HttpClient,
+  HttpError,
+  type HttpOptions,
+  outOfContext,
+} from './http.js';
 import type {
   EngineLoad,
   FinishReason,
@@ -25,6 +34,7 @@ interface SGLangResponse {
 
 export interface SGLangOptions extends HttpOptions {
   capacityTokens?: number; // overrides max_total_num_tokens from /get_server_info
+  log?: (line: string) => void; // default: stderr
 }
 
 export class SGLangEngine implements WeightSyncEngine {
@@ -35,6 +45,7 @@ export class SGLangEngine implements WeightSyncEngine {
   private readonly once: HttpClient;
   private capacity?: number;
   private page?: number; // tokens per KV page (page_size), read with the capacity
+  private readonly cap: ContextCap;
 
   constructor(url: string, opts: SGLangOptions = {}) {
     this.http = new HttpClient(url, opts);
@@ -42,33 +53,49 @@ export class SGLangEngine implements WeightSyncEngine {
     this.url = this.http.base;
     this.name = `sglang:${this.http.base}`;
     this.capacity = opts.capacityTokens;
+    this.cap = new ContextCap(this.name, () => this.contextLimit(), opts.log);
   }
 
   async generate(inputIds: number[], s: SamplingParams, signal?: AbortSignal): Promise<GenerateResult> {
-    const body = {
-      input_ids: inputIds,
-      sampling_params: {
-        max_new_tokens: s.maxNewTokens,
-        temperature: s.temperature,
-        top_p: s.topP,
-        top_k: s.topK,
-        min_p: 0,
-        ...NO_PENALTIES,
-        stop_token_ids: s.stopTokenIds,
-        stop: s.stopStrings,
-        no_stop_trim: true, // keep the stop token: the trajectory must hold the exact sampled ids
-        skip_special_tokens: false,
-        ...(s.seed === undefined ? {} : { sampling_seed: s.seed }),
-      },
-      return_logprob: true,
-      logprob_start_len: -1,
-    };
     try {
+      const maxNew = await this.cap.fit(inputIds.length, s.maxNewTokens);
+      if (maxNew === 0) return outOfContext();
+      const body = {
+        input_ids: inputIds,
+        sampling_params: {
+          max_new_tokens: maxNew,
+          temperature: s.temperature,
+          top_p: s.topP,
+          top_k: s.topK,
+          min_p: 0,
+          ...NO_PENALTIES,
+          stop_token_ids: s.stopTokenIds,
+          stop: s.stopStrings,
+          no_stop_trim: true, // keep the stop token: the trajectory must hold the exact sampled ids
+          skip_special_tokens: false,
+          ...(s.seed === undefined ? {} : { sampling_seed: s.seed }),
+        },
+        return_logprob: true,
+        logprob_start_len: -1,
+      };
       const r = await this.http.json<SGLangResponse>('POST', '/generate', body, signal);
       return parseSGLang(r);
     } catch (e) {
       return failure(e);
     }
+  }
+
+  // The context is /v1/models' max_model_len (the model's, or --context-length); builds without it publish only
+  // /get_server_info's context_length, which is null unless --context-length was given. The tokenizer refuses
+  // prompt + max_new_tokens >= context (older builds; newer ones only >), hence one token spare, as verl keeps; the
+  // scheduler refuses a prompt of max_req_input_len (context or KV pool − 6) or more.
+  private async contextLimit(): Promise<ContextLimit | undefined> {
+    const info = (await getIfServed<Record<string, unknown>>(this.http, '/get_server_info')) ?? {};
+    const models = await getIfServed<{ data?: { max_model_len?: unknown }[] }>(this.http, '/v1/models');
+    const tokens = positive(models?.data?.[0]?.max_model_len) ?? positive(info.context_length);
+    if (tokens === undefined) return undefined;
+    const maxInput = positive(findKey(info, 'max_req_input_len'));
+    return { tokens, spare: 1 + draftReserve(info), ...(maxInput === undefined ? {} : { maxInput }) };
   }
 
   async load(): Promise<EngineLoad> {
@@ -215,6 +242,22 @@ export function parseSGLang(r: SGLangResponse): GenerateResult {
   if (typeof retractions === 'number' && retractions > 0) out.retractions = retractions;
   if (finishReason === 'abort') out.error = fr?.message ?? 'aborted by server';
   return out;
+}
+
+// Speculative decoding counts draft tokens into the prompt: SGLang's tokenizer adds speculative_num_draft_tokens
+// (older builds) or EAGLE's topk × steps (newer ones); the larger of the two fits either.
+function draftReserve(info: Record<string, unknown>): number {
+  const algo = info.speculative_algorithm;
+  if (typeof algo !== 'string' || algo === '' || algo.toUpperCase() === 'NONE') return 0;
+  const n = (k: string) => positive(info[k]) ?? 0;
+  return Math.max(
+    n('speculative_num_draft_tokens'),
+    n('speculative_eagle_topk') * n('speculative_num_steps'),
+  );
+}
+
+function positive(x: unknown): number | undefined {
+  return typeof x === 'number' && x > 0 ? x : undefined;
 }
 
 function findKey(o: unknown, key: string): unknown {

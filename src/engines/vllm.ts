@@ -1,4 +1,14 @@
-import { failure, HttpClient, HttpError, type HttpOptions, promValues } from './http.js';
+import {
+  ContextCap,
+  type ContextLimit,
+  failure,
+  getIfServed,
+  HttpClient,
+  HttpError,
+  type HttpOptions,
+  outOfContext,
+  promValues,
+} from './http.js';
 import { groupRequest, NO_PENALTIES } from './sglang.js';
 import type {
   EngineLoad,
@@ -23,6 +33,7 @@ interface VllmChoice {
 export interface VllmOptions extends HttpOptions {
   model?: string; // served model name; default: first of /v1/models
   capacityTokens?: number; // overrides num_gpu_blocks × block_size from /metrics
+  log?: (line: string) => void; // default: stderr
 }
 
 /** How vLLM must be started for broadcast sync (python/rstar2_worker/vllm_ext.py on its PYTHONPATH). */
@@ -36,6 +47,7 @@ export class VllmEngine implements WeightSyncEngine {
   private model?: string;
   private capacity?: number;
   private block?: number;
+  private readonly cap: ContextCap;
 
   constructor(url: string, opts: VllmOptions = {}) {
     this.http = new HttpClient(url, opts);
@@ -44,6 +56,7 @@ export class VllmEngine implements WeightSyncEngine {
     this.name = `vllm:${this.http.base}`;
     this.model = opts.model;
     this.capacity = opts.capacityTokens;
+    this.cap = new ContextCap(this.name, () => this.contextLimit(), opts.log);
   }
 
   private async modelName(signal?: AbortSignal): Promise<string> {
@@ -56,12 +69,26 @@ export class VllmEngine implements WeightSyncEngine {
     return this.model;
   }
 
+  // vLLM refuses prompt + max_tokens > max_model_len, and max_tokens < 1 (its serving layer's _validate_input and
+  // SamplingParams); /v1/models' card of the served model carries max_model_len (LoRA cards do not)
+  private async contextLimit(): Promise<ContextLimit | undefined> {
+    const r = await getIfServed<{ data?: { id?: string; max_model_len?: unknown }[] }>(
+      this.http,
+      '/v1/models',
+    );
+    const card = r?.data?.find((m) => m.id === this.model) ?? r?.data?.[0];
+    const tokens = card?.max_model_len;
+    return typeof tokens === 'number' && tokens > 0 ? { tokens, spare: 0 } : undefined;
+  }
+
   async generate(inputIds: number[], s: SamplingParams, signal?: AbortSignal): Promise<GenerateResult> {
     try {
+      const maxNew = await this.cap.fit(inputIds.length, s.maxNewTokens);
+      if (maxNew === 0) return outOfContext();
       const body = {
         model: await this.modelName(signal),
         prompt: inputIds,
-        max_tokens: s.maxNewTokens,
+        max_tokens: maxNew,
         temperature: s.temperature,
         top_p: s.topP,
         top_k: s.topK,

@@ -194,6 +194,12 @@ export class EmbeddedBackend implements PolicyBackend {
     const tokenizer = tokenizerFromFiles(files);
     const m = recipe.model;
     const worker = await PolicyWorker.start({ ...workerStartOptions(m), ...opts.launch });
+    const w = worker.info;
+    // which torch and device a run trains on is the first thing to check on a GPU machine
+    if (w)
+      (opts.log ?? console.error)(
+        `worker: torch ${w.torch} on ${w.device}, ${w.world} rank${w.world > 1 ? 's' : ''}`,
+      );
     let preset: ModelConfig | null = null;
     try {
       if (dir) await worker.load(dir);

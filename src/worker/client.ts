@@ -201,7 +201,8 @@ export class PolicyWorker {
   restarts = 0;
   /** See WorkerStartOptions.callTimeoutMs; may be changed between calls. */
   callTimeoutMs: number;
-  info: { version: number; torch: string; world: number } | null = null;
+  /** from the worker's hello: device is e.g. 'cuda (NVIDIA H100 80GB HBM3)' or 'cpu (2 threads)' (rank 0's) */
+  info: { version: number; torch: string; world: number; device: string } | null = null;
 
   private constructor(
     private readonly opts: Required<Pick<WorkerStartOptions, 'threads' | 'ranks'>> & WorkerStartOptions,
@@ -267,7 +268,12 @@ export class PolicyWorker {
           `python/rstar2_worker speaks v${v} (src/ and python/ come from different checkouts)`,
       );
     }
-    this.info = { version: PROTOCOL_VERSION, torch: String(hello.header.torch), world: this.world };
+    this.info = {
+      version: PROTOCOL_VERSION,
+      torch: String(hello.header.torch),
+      world: this.world,
+      device: String(hello.header.device ?? 'unknown'),
+    };
   }
 
   private async killAll(): Promise<void> {

@@ -26,6 +26,14 @@ export interface Fake {
   /** Weight-update group: a python rank (python/tests/fake_engine_rank.py) joins and receives; each update lands in a file. */
   received: string[]; // safetensors files, one per update, in order
   failInit?: boolean; // answer init_weights_update_group with HTTP 400 and success: false (without joining)
+  /** The model's context in tokens (default 32,768), published where the real servers publish it (SGLang: /v1/models
+   *  max_model_len, /get_server_info max_req_input_len; vLLM: /v1/models max_model_len) unless `publishesContext` is
+   *  false (an older build), and enforced on every generate request with the real servers' status and message. */
+  context: number;
+  publishesContext: boolean;
+  draftTokens?: number; // SGLang speculative decoding: draft tokens its tokenizer counts into the prompt
+  /** What the fake model samples for a prompt, before the request's max new tokens cut it; default OUT. */
+  sample?: (inputIds: number[]) => number[];
   close(): Promise<void>;
 }
 
@@ -57,9 +65,9 @@ class GroupRank {
 export const OUT = [11, 12, 13];
 export const LPS = [-0.1, -0.2, -0.3];
 
-function generateBody(api: Api, mode: Mode, cached?: number): unknown {
-  const ids = mode === 'abort' ? OUT.slice(0, 1) : OUT;
-  const lps = mode === 'abort' ? LPS.slice(0, 1) : LPS;
+function generateBody(api: Api, mode: Mode, ids: number[], cut: boolean, cached?: number): unknown {
+  if (mode === 'abort') ids = ids.slice(0, 1);
+  const lps = ids.map((_, i) => LPS[i] ?? -0.5);
   if (api === 'sglang') {
     return {
       text: 'abc',
@@ -70,7 +78,9 @@ function generateBody(api: Api, mode: Mode, cached?: number): unknown {
         finish_reason:
           mode === 'abort'
             ? { type: 'abort', message: 'Abort in waiting queue' }
-            : { type: 'stop', matched: 13 },
+            : cut
+              ? { type: 'length', length: ids.length }
+              : { type: 'stop', matched: ids.at(-1) },
       },
     };
   }
@@ -80,7 +90,7 @@ function generateBody(api: Api, mode: Mode, cached?: number): unknown {
         {
           text: 'abc',
           token_ids: ids,
-          finish_reason: mode === 'abort' ? 'abort' : 'stop',
+          finish_reason: mode === 'abort' ? 'abort' : cut ? 'length' : 'stop',
           logprobs: { tokens: ids.map((i) => `token_id:${i}`), token_logprobs: lps },
         },
       ],
@@ -91,10 +101,52 @@ function generateBody(api: Api, mode: Mode, cached?: number): unknown {
     content: 'abc',
     tokens: ids,
     stop: true,
-    stop_type: mode === 'abort' ? 'none' : 'eos',
+    stop_type: mode === 'abort' ? 'none' : cut ? 'limit' : 'eos',
     completion_probabilities: ids.map((id, i) => ({ id, token: 'x', logprob: lps[i], bytes: [] })),
   };
 }
+
+// SGLang's checks, in the order a request meets them (tokenizer_manager._validate_one_request, then the scheduler's
+// validate_input_length), as HTTP 400 {error: {message}}. The total check is older builds' (>=; newer ones refuse
+// only >). max_req_len is min(context − 1, KV pool − 1); the scheduler takes prompts below max_req_len − 5 and
+// silently clamps max_new_tokens to max_req_len − prompt − 1.
+function sglangCheck(f: Fake, prompt: number, maxNew: number): { refusal?: string; maxNew: number } {
+  const ctx = f.context;
+  const input = prompt + (f.draftTokens ?? 0);
+  if (input >= ctx)
+    return {
+      refusal: `The input (${input} tokens) is longer than the model's context length (${ctx} tokens).`,
+      maxNew,
+    };
+  if (input + maxNew >= ctx) {
+    const refusal =
+      `Requested token count exceeds the model's maximum context length of ${ctx} tokens. You requested a total ` +
+      `of ${input + maxNew} tokens: ${input} tokens from the input messages and ${maxNew} tokens for the ` +
+      'completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit.';
+    return { refusal, maxNew };
+  }
+  const maxReqLen = Math.min(ctx - 1, SGLANG_POOL / f.dp - 1);
+  if (prompt >= maxReqLen - 5) {
+    const refusal =
+      `Input length (${prompt} tokens) exceeds the maximum allowed length (${maxReqLen - 5} tokens). ` +
+      'Use a shorter input or enable --allow-auto-truncate.';
+    return { refusal, maxNew };
+  }
+  return { maxNew: Math.min(maxNew, maxReqLen - prompt - 1) };
+}
+
+// vLLM's serving layer (_validate_input) and SamplingParams, as HTTP 400 {error: {message, type, param, code}}.
+function vllmRefusal(f: Fake, prompt: number, maxTokens: number): string | undefined {
+  if (maxTokens < 1) return `max_tokens must be at least 1, got ${maxTokens}.`;
+  if (prompt + maxTokens > f.context)
+    return (
+      `'max_tokens' or 'max_completion_tokens' is too large: ${maxTokens}. This model's maximum context length is ` +
+      `${f.context} tokens and your request has ${prompt} input tokens (${maxTokens} > ${f.context} - ${prompt}).`
+    );
+  return undefined;
+}
+
+const SGLANG_POOL = 123456;
 
 export const GEN_PATH: Record<Api, string> = {
   sglang: '/generate',
@@ -103,14 +155,18 @@ export const GEN_PATH: Record<Api, string> = {
 };
 
 export async function fakeServer(api: Api): Promise<Fake> {
-  const f: Partial<Fake> & Pick<Fake, 'modes' | 'requests' | 'load' | 'dp' | 'dead' | 'received'> = {
-    modes: [],
-    requests: [],
-    load: { used: 1500, running: 3, waiting: 1 },
-    dp: 1,
-    dead: false,
-    received: [],
-  };
+  const f: Partial<Fake> &
+    Pick<Fake, 'modes' | 'requests' | 'load' | 'dp' | 'dead' | 'received' | 'context' | 'publishesContext'> =
+    {
+      modes: [],
+      requests: [],
+      load: { used: 1500, running: 3, waiting: 1 },
+      dp: 1,
+      dead: false,
+      received: [],
+      context: 32768,
+      publishesContext: true,
+    };
   let rank: GroupRank | undefined;
   let outDir: string | undefined;
   // SGLang's /init_weights_update_group and /update_weights_from_distributed bodies (vLLM: the same fields
@@ -142,8 +198,28 @@ export async function fakeServer(api: Api): Promise<Fake> {
         if (mode === 'drop') return req.socket.destroy();
         if (mode === '503') return json(503, { error: 'overloaded' });
         if (mode === '400') return json(400, { error: 'bad request: input too long' });
-        if (mode === 'slow') return void setTimeout(() => json(200, generateBody(api, 'ok')), 400);
-        return json(200, generateBody(api, mode, f.cached));
+        const input = (api === 'sglang' ? body.input_ids : body.prompt) as number[];
+        let maxNew = Number(
+          api === 'sglang'
+            ? (body.sampling_params as Record<string, unknown>).max_new_tokens
+            : api === 'vllm'
+              ? body.max_tokens
+              : body.n_predict,
+        );
+        if (api === 'sglang') {
+          const c = sglangCheck(f as Fake, input.length, maxNew);
+          if (c.refusal) return json(400, { error: { message: c.refusal } });
+          maxNew = c.maxNew;
+        }
+        const refusal = api === 'vllm' ? vllmRefusal(f as Fake, input.length, maxNew) : undefined;
+        if (refusal)
+          return json(400, {
+            error: { message: refusal, type: 'BadRequestError', param: 'max_tokens', code: 400 },
+          });
+        const sampled = f.sample?.(input) ?? OUT;
+        const ids = sampled.slice(0, maxNew);
+        const reply = () => json(200, generateBody(api, mode, ids, ids.length < sampled.length, f.cached));
+        return void (mode === 'slow' ? setTimeout(reply, 400) : reply());
       }
       // with 2 ranks: 2/3 of each count on rank 0, the rest on rank 1, all waiting on rank 0
       const share = (k: number, rank: number) => {
@@ -154,14 +230,30 @@ export async function fakeServer(api: Api): Promise<Fake> {
       const ranks = Array.from({ length: f.dp }, (_, r) => r);
       if (api === 'sglang' && path === '/get_server_info') {
         // as the DP controller answers: rank 0's pool, not the sum
+        const maxReqLen = Math.min(f.context - 1, SGLANG_POOL / f.dp - 1);
         return json(200, {
           model_path: 'x',
-          max_total_num_tokens: 123456 / f.dp,
+          context_length: null, // the --context-length server arg, unset
+          max_total_num_tokens: SGLANG_POOL / f.dp,
+          ...(f.publishesContext ? { max_req_input_len: maxReqLen - 5 } : {}),
+          ...(f.draftTokens
+            ? { speculative_algorithm: 'EAGLE', speculative_num_draft_tokens: f.draftTokens }
+            : { speculative_algorithm: null }),
           tp_size: 1,
           dp_size: f.dp,
           page_size: 16,
           internal_states: [{ load: 0 }],
         });
+      }
+      if (path === '/v1/models') {
+        const id = api === 'sglang' ? 'x' : 'tiny-model';
+        const card = {
+          id,
+          object: 'model',
+          root: id,
+          ...(f.publishesContext ? { max_model_len: f.context } : {}),
+        };
+        return json(200, { object: 'list', data: [card] });
       }
       if (api === 'sglang' && path.startsWith('/v1/loads')) {
         const { used, running, waiting } = f.load;
@@ -171,13 +263,12 @@ export async function fakeServer(api: Api): Promise<Fake> {
             num_running_reqs: share(running, r),
             num_waiting_reqs: r === 0 ? waiting : 0,
             num_used_tokens: share(used, r),
-            max_total_num_tokens: 123456 / f.dp,
+            max_total_num_tokens: SGLANG_POOL / f.dp,
           })),
         });
       }
       if (api === 'sglang' && path === '/update_weights_from_disk')
         return json(200, { success: true, message: 'ok' });
-      if (api === 'vllm' && path === '/v1/models') return json(200, { data: [{ id: 'tiny-model' }] });
       if (api === 'vllm' && path === '/metrics') {
         res.writeHead(200, { 'content-type': 'text/plain' });
         // one sample per engine core, each core with its own pool (vLLM V1 under data parallelism)

@@ -149,6 +149,55 @@ describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
     assert.equal(r.signal, 'SIGKILL');
   });
 
+  test('a timed-out call keeps what it printed, as code-judge shows it, under the same caps', async () => {
+    // Python buffers what it prints into a pipe; a little before the kill the call's process is told to flush it
+    const [sleeping, busy, streams, late, capped] = await pool.runBatch(
+      [
+        'print("before")\nimport time\ntime.sleep(5)',
+        'for i in range(3): print(i)\nwhile True: pass',
+        'import sys\nsys.stderr.write("err")\nprint("out", end="")\nwhile True: pass',
+        // printed after the flush, before the kill: the streams are line-buffered from the flush on
+        'import sys\nprint("early")\nwhile not sys.stdout.line_buffering: pass\nprint("late")\nwhile True: pass',
+        'print("z" * 5000)\nwhile True: pass',
+      ].map((code) => ({ code, timeoutMs: 1000 })),
+    );
+    for (const r of [sleeping, busy, streams, late, capped]) {
+      assert.deepEqual([r.status, r.timedOut, r.signal], ['timeout', true, 'SIGKILL']);
+      assert.ok(r.wallMs >= 1000 && r.wallMs < 2500, `wall ${r.wallMs}`);
+    }
+    assert.equal(sleeping.stdout, 'before\n');
+    assert.equal(busy.stdout, '0\n1\n2\n');
+    assert.deepEqual([streams.stdout, streams.stderr], ['out', 'err']);
+    assert.equal(late.stdout, 'early\nlate\n');
+    assert.deepEqual([capped.stdout, capped.truncated], ['z'.repeat(1000), true]);
+  });
+
+  test('a snippet that ignores, blocks or takes over the flush signal or SIGALRM is still killed at its deadline', async () => {
+    const rs = await pool.runBatch(
+      [
+        // its own alarm neither stops the flush nor is fired early
+        'import signal, time\nsignal.signal(signal.SIGALRM, lambda *a: print("alarm"))\nsignal.alarm(1)\n' +
+          'print("x")\nwhile True: time.sleep(1)',
+        'import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nsignal.alarm(0)\nprint("kept")\nwhile True: pass',
+        // the flush signal ignored, reset to its default (ignore), blocked, or handled forever: output lost, still
+        // a timeout at the deadline
+        'import signal\nsignal.signal(signal.SIGURG, signal.SIG_IGN)\nprint("lost")\nwhile True: pass',
+        'import signal\nsignal.signal(signal.SIGURG, signal.SIG_DFL)\nprint("lost")\nwhile True: pass',
+        'import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals))\nprint("lost")\nwhile True: pass',
+        'import signal\ndef h(*a):\n    while True: pass\nsignal.signal(signal.SIGURG, h)\nprint("lost")\nwhile True: pass',
+        'import os\nos.execv("/usr/bin/sleep", ["sleep", "10"])',
+      ].map((code) => ({ code, timeoutMs: 2000 })),
+    );
+    for (const r of rs) {
+      assert.deepEqual([r.status, r.signal], ['timeout', 'SIGKILL'], r.stderr);
+      assert.ok(r.wallMs >= 2000 && r.wallMs < 3500, `wall ${r.wallMs}`);
+    }
+    assert.deepEqual(
+      rs.map((r) => r.stdout),
+      ['x\nalarm\n', 'kept\n', '', '', '', '', ''],
+    );
+  });
+
   test('output beyond the cap is flagged truncated', async () => {
     const r = await pool.run({ code: 'print("z" * 5000)' });
     assert.equal(r.status, 'ok');

@@ -42,6 +42,44 @@ test('service over the isolated pool: tool calls through the native client', {
   assert.match(rs[2].text, /(PermissionError|FileNotFoundError) at line 1/);
 });
 
+test("code-judge's routes over the isolated pool: a timeout shows what the snippet printed, then the marker", {
+  timeout: 60_000,
+}, async () => {
+  const pool = await SandboxPool.start({ slots: 2, log: () => {} });
+  const server = new SandboxServer({ runner: pool, port: 0, timeoutMs: 1000, log: () => {} });
+  const { url } = await server.listen();
+  cleanup.push(
+    () => server.close(),
+    () => pool.close(),
+  );
+  const res = await fetch(`${url}/run/long-batch`, {
+    method: 'POST',
+    body: JSON.stringify({
+      type: 'batch',
+      submissions: [
+        { type: 'python', solution: 'print("before")\nimport time\ntime.sleep(5)' },
+        { type: 'python', solution: 'for i in range(3): print(i)\nwhile True: pass' },
+      ],
+    }),
+  });
+  const [sleeping, busy] = ((await res.json()) as { results: Array<Record<string, unknown>> }).results;
+  assert.deepEqual(
+    [sleeping.run_success, sleeping.reason, sleeping.stdout],
+    [false, 'worker_timeout', 'before\nSuicide from timeout.\n'],
+  );
+  assert.deepEqual([busy.reason, busy.stdout], ['worker_timeout', '0\n1\n2\nSuicide from timeout.\n']);
+  // the text the model reads, as rStar2's tool formats it
+  const code = 'print("before")\nwhile True: pass';
+  const [tool] = await executePythonToolBatch([{ code, input: '' }], pool, {
+    timeoutMs: 1000,
+    budget: Infinity,
+  });
+  assert.match(
+    tool.text,
+    /^Tool call failure\nreason: worker_timeout\nstdout: before\nSuicide from timeout\.\n\n/,
+  );
+});
+
 test('stateful sessions through the service: state persists until the session is closed', {
   timeout: 60_000,
 }, async () => {

@@ -118,6 +118,26 @@ describe('SandboxPool stateful sessions (bwrap)', { skip, timeout: 120_000 }, ()
     assert.equal((await pool.run({ code: 'print(1)' })).stdout, '1\n');
   });
 
+  test('a cell killed at its limit keeps what it printed; one told to flush that ends in time changes no later cell', async () => {
+    const r = await pool.run({
+      code: 'z = 1\nprint("partial", z)\nwhile True: pass',
+      session: 'flush',
+      timeoutMs: 1000,
+    });
+    assert.deepEqual([r.status, r.stdout], ['timeout', 'partial 1\n']);
+    pool.closeSession('flush');
+    // the flush line-buffers stdout until the kill; a cell that ends first leaves the next one block-buffered
+    const early = await pool.run({
+      code: 'import sys, time\nwhile not sys.stdout.line_buffering: time.sleep(0.005)\nprint("flushed")',
+      session: 'flush',
+      timeoutMs: 1000,
+    });
+    assert.deepEqual([early.status, early.stdout], ['ok', 'flushed\n']);
+    const next = await pool.run({ code: 'import sys\nprint(sys.stdout.line_buffering)', session: 'flush' });
+    assert.equal(next.stdout, 'False\n');
+    pool.closeSession('flush');
+  });
+
   test('a cell that ends the session process (os._exit, fork bomb) reports the loss', async () => {
     const r = await pool.run({ code: 'import os\nprint("bye", flush=True)\nos._exit(0)', session: 'exit' });
     assert.equal(r.stdout, 'bye\n');

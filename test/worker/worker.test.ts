@@ -22,6 +22,12 @@ after(async () => {
   await w?.close();
 });
 
+test("the worker's hello names its torch and device: here a CPU with the threads asked for", () => {
+  assert.equal(w.info?.world, 1);
+  assert.match(w.info?.torch ?? '', /^\d+\.\d+/);
+  assert.equal(w.info?.device, 'cpu (1 thread)');
+});
+
 test('generation is deterministic under a seed, and the seed matters', { timeout: 60_000 }, async () => {
   const a = await w.generate(prompts, sampling({ seed: 5 }));
   const b = await w.generate(prompts, sampling({ seed: 5 }));
