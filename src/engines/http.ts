@@ -136,7 +136,7 @@ export function outOfContext(): GenerateResult {
  * build) gets requests as they were, which is logged once. A read that fails is tried again on the next request.
  */
 export class ContextCap {
-  private limit?: Promise<ContextLimit | undefined>;
+  private cached?: Promise<ContextLimit | undefined>;
 
   constructor(
     private readonly name: string,
@@ -144,25 +144,34 @@ export class ContextCap {
     private readonly log: (line: string) => void = (l) => console.error(l),
   ) {}
 
-  /** New tokens a request of `promptTokens` may ask for: at most `maxNew`, 0 when the context has no room. */
-  async fit(promptTokens: number, maxNew: number): Promise<number> {
+  /** The server's limit, undefined where it publishes none. */
+  limit(): Promise<ContextLimit | undefined> {
     // not the caller's signal: concurrent requests share this read, and one caller's abort must not fail the rest
-    this.limit ??= this.read().then(
+    this.cached ??= this.read().then(
       (l) => {
         if (!l)
           this.log(`${this.name}: the server publishes no context length; new tokens are not capped to it`);
         return l;
       },
       (e) => {
-        this.limit = undefined;
+        this.cached = undefined;
         throw e;
       },
     );
-    const l = await this.limit;
-    if (!l) return maxNew;
-    if (l.maxInput !== undefined && promptTokens >= l.maxInput) return 0;
-    return Math.max(0, Math.min(maxNew, l.tokens - l.spare - promptTokens));
+    return this.cached;
   }
+
+  /** New tokens a request of `promptTokens` may ask for: at most `maxNew`, 0 when the context has no room. */
+  async fit(promptTokens: number, maxNew: number): Promise<number> {
+    return room(await this.limit(), promptTokens, maxNew);
+  }
+}
+
+/** New tokens a prompt of `promptTokens` may ask for under `l` (none published: all of `maxNew`). */
+export function room(l: ContextLimit | undefined, promptTokens: number, maxNew: number): number {
+  if (!l) return maxNew;
+  if (l.maxInput !== undefined && promptTokens >= l.maxInput) return 0;
+  return Math.max(0, Math.min(maxNew, l.tokens - l.spare - promptTokens));
 }
 
 /** A GET whose route older servers lack: undefined on 404. */

@@ -74,6 +74,7 @@ export class SGLangEngine implements WeightSyncEngine {
           no_stop_trim: true, // keep the stop token: the trajectory must hold the exact sampled ids
           skip_special_tokens: false,
           ...(s.seed === undefined ? {} : { sampling_seed: s.seed }),
+          ...(s.ignoreEos ? { ignore_eos: true } : {}),
         },
         return_logprob: true,
         logprob_start_len: -1,
@@ -96,6 +97,11 @@ export class SGLangEngine implements WeightSyncEngine {
     if (tokens === undefined) return undefined;
     const maxInput = positive(findKey(info, 'max_req_input_len'));
     return { tokens, spare: 1 + draftReserve(info), ...(maxInput === undefined ? {} : { maxInput }) };
+  }
+
+  /** The model's context as the server publishes it (undefined where it does not), read once. */
+  context(): Promise<ContextLimit | undefined> {
+    return this.cap.limit();
   }
 
   async load(): Promise<EngineLoad> {

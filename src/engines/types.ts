@@ -13,6 +13,9 @@ export interface SamplingParams {
   stopTokenIds: number[]; // generation ends after emitting one of these (it is included in outputIds)
   stopStrings: string[]; // generation ends once the decoded output contains one (included in outputIds)
   seed?: number;
+  /** Generate all maxNewTokens: the model's end-of-sequence token does not end it (SGLang, vLLM), so a timing probe
+   *  (bench/engine-probe.ts) knows how many steps it ran. */
+  ignoreEos?: boolean;
 }
 
 export type FinishReason = 'stop' | 'length' | 'abort' | 'error';

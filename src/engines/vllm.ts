@@ -102,6 +102,7 @@ export class VllmEngine implements WeightSyncEngine {
         return_token_ids: true,
         return_tokens_as_token_ids: true,
         ...(s.seed === undefined ? {} : { seed: s.seed }),
+        ...(s.ignoreEos ? { ignore_eos: true } : {}),
       };
       const r = await this.http.json<{
         choices?: VllmChoice[];
@@ -115,6 +116,11 @@ export class VllmEngine implements WeightSyncEngine {
     } catch (e) {
       return failure(e);
     }
+  }
+
+  /** The model's context as the server publishes it (undefined where it does not), read once. */
+  context(): Promise<ContextLimit | undefined> {
+    return this.cap.limit();
   }
 
   async load(): Promise<EngineLoad> {

@@ -34,7 +34,55 @@ export interface Fake {
   draftTokens?: number; // SGLang speculative decoding: draft tokens its tokenizer counts into the prompt
   /** What the fake model samples for a prompt, before the request's max new tokens cut it; default OUT. */
   sample?: (inputIds: number[]) => number[];
+  /** Generate as a batching engine with these step times, on timers; unset: every request is answered at once. */
+  timing?: StepTiming;
   close(): Promise<void>;
+}
+
+/** One step of a batching engine: stepMs + kvMs × the decoding requests' resident tokens + seqMs × their number,
+ *  plus prefillMs + prefillPerTokenMs × prompt tokens when the step admits requests (their prefill). */
+export interface StepTiming {
+  stepMs: number;
+  kvMs: number;
+  seqMs: number;
+  prefillMs: number;
+  prefillPerTokenMs: number;
+  admitPerStep?: number; // requests a step may prefill (default: all waiting), as a chunked prefill spreads them
+}
+
+// Requests that arrive join at the next step, whose prefill gives their first token; each later step gives every
+// running request one more. A step ends at the previous one's end plus its own time, however late its timer fires,
+// so the lateness of timers on a loaded machine does not add up over a run.
+function batchingEngine(timing: () => StepTiming) {
+  type Req = { tokens: number; left: number; done: () => void };
+  let running: Req[] = [];
+  const waiting: Req[] = [];
+  let end = 0; // when the current step ends (performance.now()); 0 while idle
+  const step = () => {
+    const t = timing();
+    const fresh = waiting.splice(0, t.admitPerStep ?? waiting.length);
+    let ms = t.stepMs + t.kvMs * running.reduce((a, r) => a + r.tokens, 0) + t.seqMs * running.length;
+    if (fresh.length) ms += t.prefillMs + t.prefillPerTokenMs * fresh.reduce((a, r) => a + r.tokens, 0);
+    end += ms;
+    setTimeout(() => {
+      running.push(...fresh);
+      for (const r of running) {
+        r.tokens++;
+        if (--r.left === 0) r.done();
+      }
+      running = running.filter((r) => r.left > 0);
+      if (running.length || waiting.length) step();
+      else end = 0;
+    }, end - performance.now());
+  };
+  return (promptTokens: number, newTokens: number, done: () => void) => {
+    if (newTokens === 0) return done();
+    waiting.push({ tokens: promptTokens, left: newTokens, done });
+    if (end === 0) {
+      end = performance.now();
+      step();
+    }
+  };
 }
 
 // One engine rank in a real process group (gloo), started on the first init request.
@@ -167,6 +215,7 @@ export async function fakeServer(api: Api): Promise<Fake> {
       context: 32768,
       publishesContext: true,
     };
+  const enqueue = batchingEngine(() => f.timing as StepTiming);
   let rank: GroupRank | undefined;
   let outDir: string | undefined;
   // SGLang's /init_weights_update_group and /update_weights_from_distributed bodies (vLLM: the same fields
@@ -217,8 +266,17 @@ export async function fakeServer(api: Api): Promise<Fake> {
             error: { message: refusal, type: 'BadRequestError', param: 'max_tokens', code: 400 },
           });
         const sampled = f.sample?.(input) ?? OUT;
-        const ids = sampled.slice(0, maxNew);
-        const reply = () => json(200, generateBody(api, mode, ids, ids.length < sampled.length, f.cached));
+        // ignore_eos: the model goes on past its own end, up to max new tokens
+        const ignoreEos =
+          (api === 'sglang'
+            ? (body.sampling_params as Record<string, unknown>).ignore_eos
+            : body.ignore_eos) === true;
+        const ids = ignoreEos
+          ? Array.from({ length: maxNew }, (_, i) => sampled[i] ?? 7)
+          : sampled.slice(0, maxNew);
+        const cut = ignoreEos || ids.length < sampled.length;
+        const reply = () => json(200, generateBody(api, mode, ids, cut, f.cached));
+        if (f.timing) return enqueue(input.length, ids.length, reply);
         return void (mode === 'slow' ? setTimeout(reply, 400) : reply());
       }
       // with 2 ranks: 2/3 of each count on rank 0, the rest on rank 1, all waiting on rank 0

@@ -1,0 +1,180 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { fitEngineModel, parseSamples } from '../../src/engines/calibrate.js';
+import { SGLangEngine } from '../../src/engines/sglang.js';
+import { DEFAULT_SAMPLING } from '../../src/engines/types.js';
+import { VllmEngine } from '../../src/engines/vllm.js';
+import { type Api, fakeServer, GEN_PATH, type StepTiming } from './fake-servers.js';
+
+// bench/engine-probe.ts against the fake servers made to take time like a batching engine: the constants it fits
+// are the fake's, within timer noise.
+
+// not spawnSync: the fake servers answer from this process's event loop
+const probe = (...args: string[]) =>
+  new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', 'bench/engine-probe.ts', ...args],
+      { encoding: 'utf8' },
+      (err, stdout, stderr) => resolve({ code: err ? Number(err.code) : 0, stdout, stderr }),
+    );
+  });
+
+const TIMING: StepTiming = { stepMs: 3, kvMs: 4e-4, seqMs: 0.2, prefillMs: 1, prefillPerTokenMs: 0.005 };
+const near = (got: number, want: number, what: string) =>
+  assert.ok(Math.abs(got - want) <= 0.3 * want, `${what}: ${got} against the fake's ${want}`);
+
+const prompts = (api: Api, f: { requests: { path: string; body: Record<string, unknown> }[] }) =>
+  f.requests
+    .filter((q) => q.path === GEN_PATH[api])
+    .map((q) => (api === 'sglang' ? q.body.input_ids : q.body.prompt) as number[]);
+
+for (const api of ['sglang', 'vllm'] as const) {
+  test(`${api}: ignoreEos asks the server for exactly maxNewTokens, and only when set`, async () => {
+    const f = await fakeServer(api);
+    try {
+      const e = api === 'sglang' ? new SGLangEngine(f.url) : new VllmEngine(f.url);
+      const r = await e.generate([1, 2], { ...DEFAULT_SAMPLING, maxNewTokens: 9, ignoreEos: true });
+      assert.equal(r.outputIds.length, 9);
+      assert.equal(r.finishReason, 'length');
+      assert.equal((await e.generate([1, 2], { ...DEFAULT_SAMPLING, maxNewTokens: 9 })).outputIds.length, 3);
+      const flags = f.requests
+        .filter((q) => q.path === GEN_PATH[api])
+        .map(
+          (q) => (api === 'sglang' ? (q.body.sampling_params as Record<string, unknown>) : q.body).ignore_eos,
+        );
+      assert.deepEqual(flags, [true, undefined]);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test(`${api}: the probe's samples fit the fake engine's step and prefill times`, async () => {
+    const f = await fakeServer(api);
+    const dir = mkdtempSync(join(tmpdir(), 'rstar2-probe-'));
+    try {
+      f.timing = TIMING;
+      f.load = { used: 0, running: 0, waiting: 0 };
+      const out = join(dir, 'samples.jsonl');
+      const r = await probe(
+        ...['--engine', `${api}+${f.url}`, '--batches', '1,16', '--contexts', '128,896'],
+        ...['--prefills', '256,1024,4096', '--steps', '8,40', '--reps', '3', '--vocab-range', '100,200'],
+        ...['--out', out],
+      );
+      assert.equal(r.code, 0, r.stderr);
+      const { steps, prefills } = parseSamples(readFileSync(out, 'utf8'));
+      assert.equal(steps.length, 4);
+      assert.equal(prefills.length, 3);
+      // each point's slope is the fake's step at its batch and KV
+      for (const s of steps)
+        near(
+          s.ms,
+          TIMING.stepMs + TIMING.kvMs * s.kv + TIMING.seqMs * s.batch,
+          `step at ${JSON.stringify(s)}`,
+        );
+      const m = fitEngineModel(steps, prefills);
+      near(m.stepBaseMs, TIMING.stepMs, 'step base');
+      near(m.kvMsPerToken, TIMING.kvMs, 'per KV token');
+      near(m.seqMs, TIMING.seqMs, 'per sequence');
+      near(m.prefillMsPerToken, TIMING.prefillPerTokenMs, 'prefill per token');
+      assert.match(r.stdout, /^fit: step [\d.]+ ms \+ [\d.]+ ns\/KV token/m);
+      assert.ok(r.stdout.includes(`npx tsx bench/scheduler-sim.ts --calibrate ${out} --comm-ms 0`), r.stdout);
+      // every prompt fresh, drawn from the vocabulary range, and every request generating all its tokens
+      const sent = prompts(api, f);
+      assert.equal(new Set(sent.map((p) => p.join())).size, sent.length);
+      assert.ok(sent.flat().every((id) => id >= 100 && id < 200));
+    } finally {
+      await f.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+}
+
+test('points whose KV would not fit the pool are skipped and named', async () => {
+  const f = await fakeServer('sglang'); // a pool of 123,456 tokens in pages of 16
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-probe-'));
+  try {
+    f.timing = TIMING;
+    const out = join(dir, 'samples.jsonl');
+    const r = await probe(
+      ...['--engine', `sglang+${f.url}`, '--batches', '2,1000', '--contexts', '128'],
+      ...['--prefills', '64', '--steps', '4,16', '--reps', '1', '--out', out],
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(
+      r.stdout,
+      /skipped, over the KV pool of 123456 tokens: batch 1000 × context 128 \(144000 KV tokens\)/,
+    );
+    const { steps } = parseSamples(readFileSync(out, 'utf8'));
+    assert.deepEqual(
+      steps.map((s) => s.batch),
+      [2],
+    );
+    // warm-up, batch 2 at 4 and at 16 new tokens, one prefill: nothing sent at batch 1000
+    assert.equal(prompts('sglang', f).length, 1 + 2 + 2 + 1);
+    assert.match(r.stdout, /no fit: /); // one decode point fits nothing
+  } finally {
+    await f.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a point whose batch was prefilled over more than N1 steps is left out and named', async () => {
+  const f = await fakeServer('vllm');
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-probe-'));
+  try {
+    // one request prefilled per step: at batch 16 the first has 8 tokens before the last starts
+    f.timing = { ...TIMING, admitPerStep: 1 };
+    const out = join(dir, 'samples.jsonl');
+    const r = await probe(
+      ...['--engine', `vllm+${f.url}`, '--batches', '2,16', '--contexts', '128'],
+      ...['--prefills', '64', '--steps', '4,12', '--reps', '1', '--out', out],
+    );
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /^batch 2 × context 128: [\d.]+ ms per step/m);
+    assert.match(r.stdout, /^batch 16 × context 128: left out, answers spread over \d+ steps, more than N1/m);
+    assert.match(r.stdout, /left out, not measured at their whole batch: batch 16 × context 128;/);
+    assert.deepEqual(
+      parseSamples(readFileSync(out, 'utf8')).steps.map((s) => s.batch),
+      [2],
+    );
+  } finally {
+    await f.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('refused: an engine that is not SGLang or vLLM, an unreachable server, a context beyond the model', async () => {
+  const dead = await fakeServer('sglang');
+  const live = await fakeServer('vllm'); // context 32,768 tokens
+  try {
+    dead.dead = true;
+    const [llama, plain, down, long, steps] = await Promise.all([
+      probe('--engine', `llamacpp+${live.url}`),
+      probe('--engine', live.url),
+      probe('--engine', `sglang+${dead.url}`),
+      probe('--engine', `vllm+${live.url}`, '--contexts', '512,40000'),
+      probe('--engine', `vllm+${live.url}`, '--steps', '96,32'),
+    ]);
+    for (const r of [llama, plain]) {
+      assert.equal(r.code, 2);
+      assert.match(r.stderr, /measures SGLang or vLLM servers/);
+    }
+    assert.equal(down.code, 2);
+    assert.ok(down.stderr.includes(`cannot read the server at ${dead.url}`), down.stderr);
+    assert.equal(long.code, 2);
+    assert.match(
+      long.stderr,
+      /--contexts 40000: 40000 \+ 96 new tokens do not fit the model's context 32768/,
+    );
+    assert.match(steps.stderr, /--steps: two new-token counts N1,N2 with N1 < N2/);
+    assert.equal(prompts('vllm', live).length, 0);
+  } finally {
+    await dead.close();
+    await live.close();
+  }
+});
