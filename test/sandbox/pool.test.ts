@@ -1,5 +1,8 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { findBwrap } from '../../src/sandbox/isolation.js';
 import { SandboxPool } from '../../src/sandbox/pool.js';
@@ -248,21 +251,33 @@ describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
 describe('SandboxPool faults and admission', { skip, timeout: 120_000 }, () => {
   test("the worker's RSTAR2_PYTHON (a venv with torch on GPU machines) is not the sandbox's interpreter", async () => {
     const saved = [process.env.RSTAR2_PYTHON, process.env.RSTAR2_SANDBOX_PYTHON];
-    process.env.RSTAR2_PYTHON = '/opt/venv-with-torch/bin/python3';
+    // a venv as `python -m venv` makes it: its python a link to the system's, its own site-packages, where
+    // Debian's python3-seccomp is not; used by the sandbox, it left the seccomp layer out
+    const venv = mkdtempSync(join(tmpdir(), 'rstar2-venv-'));
+    mkdirSync(join(venv, 'bin'));
+    symlinkSync('/usr/bin/python3', join(venv, 'bin', 'python3'));
+    writeFileSync(join(venv, 'pyvenv.cfg'), 'home = /usr/bin\ninclude-system-site-packages = false\n');
+    process.env.RSTAR2_PYTHON = join(venv, 'bin', 'python3');
     delete process.env.RSTAR2_SANDBOX_PYTHON;
     try {
       const pool = await SandboxPool.start({ slots: 1, log: () => {} });
       try {
         assert.equal((await pool.run({ code: 'print(6*7)' })).stdout, '42\n');
+        const seccomp = spawnSync('/usr/bin/python3', ['-c', 'import seccomp']).status === 0;
+        if (seccomp) assert.ok(!pool.info.notes.some((n) => /seccomp/.test(n)), pool.info.notes.join('; '));
       } finally {
         await pool.close();
       }
+      process.env.RSTAR2_PYTHON = '/opt/conda-with-torch/bin/python3'; // no /usr interpreter at all: still fine
+      const again = await SandboxPool.start({ slots: 1, log: () => {} });
+      await again.close();
       process.env.RSTAR2_SANDBOX_PYTHON = '/nowhere/python3';
       await assert.rejects(
         SandboxPool.start({ slots: 1, log: () => {} }),
         /not found at \/nowhere\/python3.*RSTAR2_SANDBOX_PYTHON/,
       );
     } finally {
+      rmSync(venv, { recursive: true });
       for (const [k, v] of [
         ['RSTAR2_PYTHON', saved[0]],
         ['RSTAR2_SANDBOX_PYTHON', saved[1]],
