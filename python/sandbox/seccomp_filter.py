@@ -15,7 +15,7 @@ import sys
 try:
     from seccomp import ALLOW, ERRNO, MASKED_EQ, NE, Arg, SyscallFilter
 except ImportError:
-    sys.stderr.write("python3-seccomp is not installed (apt-get install python3-seccomp)\n")
+    sys.stderr.write(f"{sys.executable} cannot import seccomp (apt-get install python3-seccomp)\n")
     sys.exit(3)
 
 DENIED = [
