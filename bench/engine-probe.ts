@@ -12,8 +12,8 @@
 // left out and named. A batch above the server's running-request limit (SGLang --max-running-requests, vLLM
 // --max-num-seqs) queues: keep B under it. A point whose B × (c + N2) tokens would not fit the KV pool is skipped
 // and named. Measure an idle engine: other traffic shares its steps.
-// Prefill: one request of a fresh T-token prompt and 1 new token, median wall of --reps. It includes one decode
-// step and the HTTP round trip, which the fit puts in the prefill base.
+// Prefill: one request of a fresh T-token prompt and 1 new token, median wall of --reps. The token comes from the
+// prefill pass itself; the HTTP round trip and sampling are in the wall too, and the fit puts them in the base.
 //
 // Run: npx tsx bench/engine-probe.ts --engine sglang+http://host:30000 (or vllm+URL) [--batches 16,64,256]
 //        [--contexts 512,2048,8192] [--prefills 512,2048,8192] [--steps 32,96] [--reps 3]
@@ -132,7 +132,7 @@ writeFileSync(out, '');
 console.log(
   `engine-probe: ${engine.name}, KV pool ${capacity} tokens (blocks of ${block}), ${contextText}; ` +
     `decode steps = (wall(${n2}) − wall(${n1})) / ${n2 - n1} over B concurrent fresh prompts; ` +
-    `prefill = wall of 1 request with 1 new token (includes one decode step and HTTP); medians of ${reps}; → ${out}`,
+    `prefill = wall of 1 request with 1 new token (its HTTP round trip and sampling included); medians of ${reps}; → ${out}`,
 );
 if (load.running || load.queued)
   console.log(`warning: the engine is not idle (${load.running ?? 0} running, ${load.queued ?? 0} queued)`);

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what rstar2 needs on a Debian or Ubuntu machine, then the npm dependencies. Safe to re-run.
 # Needed: bubblewrap, python3 with seccomp, numpy, sympy and jinja2, and PyTorch: Debian's python3-torch unless
-# RSTAR2_PYTHON names an interpreter that has torch (a GPU machine's venv or conda). Optional: redis-server (the
-# Redis-mode tests) and chromium (the dashboard's browser test): where one cannot be installed (Ubuntu ships
-# Chromium as a snap, which a container cannot run), setup says so and the tests that need it are skipped.
+# RSTAR2_PYTHON names an interpreter that has torch and numpy (a GPU machine's venv or conda). Optional:
+# redis-server (the Redis-mode tests) and chromium (the dashboard's browser test): where one cannot be installed
+# (Ubuntu ships Chromium as a snap, which a container cannot run), setup says so and the tests that need it are
+# skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=(bubblewrap python3-seccomp python3-numpy python3-sympy python3-jinja2)
-if [ -n "${RSTAR2_PYTHON:-}" ] && "$RSTAR2_PYTHON" -c 'import torch' 2>/dev/null; then
+if [ -n "${RSTAR2_PYTHON:-}" ] && "$RSTAR2_PYTHON" -c 'import torch, numpy' 2>/dev/null; then
   echo "setup: the policy worker's torch is $RSTAR2_PYTHON's; python3-torch not installed" >&2
 else
   need+=(python3-torch libopenblas0-pthread)

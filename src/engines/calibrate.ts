@@ -53,28 +53,43 @@ export function leastSquares(x: number[][], y: number[]): number[] {
 
 /** Least squares with every coefficient ≥ 0: a time constant below zero is a fit's artefact (a kernel that runs
  *  below its bandwidth at small sizes bends the line and pulls the intercept under zero, which made a simulated
- *  100-token prefill take negative time). Drops the most negative column and refits until none is left. */
+ *  100-token prefill take negative time). The models here have 2 or 3 constants, so every subset of them is fitted
+ *  and the non-negative fit with the least squared error wins (the constrained optimum, which dropping the most
+ *  negative constant one at a time can miss). */
 export function nonNegativeLeastSquares(x: number[][], y: number[]): number[] {
-  const free = x[0].map((_, j) => j);
-  for (;;) {
-    const b = leastSquares(
-      x.map((row) => free.map((j) => row[j])),
-      y,
-    );
-    const worst = b.reduce((w, v, i) => (v < 0 && (w < 0 || v < b[w]) ? i : w), -1);
-    if (worst < 0) {
-      const out = new Array<number>(x[0].length).fill(0);
-      free.forEach((j, i) => {
-        out[j] = b[i];
-      });
-      return out;
+  const k = x[0]?.length ?? 0;
+  const free = leastSquares(x, y); // refuses samples that cannot separate the constants, saying so
+  if (free.every((v) => v >= 0)) return free;
+  let best = new Array<number>(k).fill(0);
+  let bestErr = y.reduce((a, v) => a + v * v, 0);
+  for (let mask = 1; mask < 1 << k; mask++) {
+    const cols = [...Array(k).keys()].filter((j) => mask & (1 << j));
+    let b: number[];
+    try {
+      b = leastSquares(
+        x.map((row) => cols.map((j) => row[j])),
+        y,
+      );
+    } catch {
+      continue; // these columns alone cannot be separated
     }
-    free.splice(worst, 1);
-    if (free.length === 0) return new Array<number>(x[0].length).fill(0);
+    if (b.some((v) => v < 0)) continue;
+    const full = new Array<number>(k).fill(0);
+    cols.forEach((j, i) => {
+      full[j] = b[i];
+    });
+    const err = x.reduce((a, row, r) => a + (row.reduce((t, v, j) => t + v * full[j], 0) - y[r]) ** 2, 0);
+    if (err < bestErr) [best, bestErr] = [full, err];
   }
+  return best;
 }
 
 export function fitEngineModel(steps: StepSample[], prefills: PrefillSample[]): EngineTimeModel {
+  if (steps.length === 0 || prefills.length === 0)
+    throw new Error(
+      `calibration needs both kinds of sample: ${steps.length} decode steps {batch, kv, ms} and ` +
+        `${prefills.length} prefills {tokens, ms}`,
+    );
   // columns scaled to similar magnitudes so the normal equations stay well conditioned
   const kvScale = Math.max(1, ...steps.map((s) => s.kv));
   const batchScale = Math.max(1, ...steps.map((s) => s.batch));

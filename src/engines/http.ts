@@ -161,9 +161,21 @@ export class ContextCap {
     return this.cached;
   }
 
-  /** New tokens a request of `promptTokens` may ask for: at most `maxNew`, 0 when the context has no room. */
-  async fit(promptTokens: number, maxNew: number): Promise<number> {
-    return room(await this.limit(), promptTokens, maxNew);
+  /** New tokens a request of `promptTokens` may ask for: at most `maxNew`, 0 when the context has no room. The
+   *  caller's abort ends the wait for the shared read at once (an 'abort', as for a request in flight). */
+  async fit(promptTokens: number, maxNew: number, signal?: AbortSignal): Promise<number> {
+    let off = () => {};
+    const aborted = new Promise<never>((_, reject) => {
+      const on = () => reject(new HttpError('context length read: aborted by caller', undefined, true));
+      if (signal?.aborted) on();
+      signal?.addEventListener('abort', on, { once: true });
+      off = () => signal?.removeEventListener('abort', on);
+    });
+    try {
+      return room(await Promise.race([this.limit(), aborted]), promptTokens, maxNew);
+    } finally {
+      off();
+    }
   }
 }
 
@@ -174,12 +186,17 @@ export function room(l: ContextLimit | undefined, promptTokens: number, maxNew: 
   return Math.max(0, Math.min(maxNew, l.tokens - l.spare - promptTokens));
 }
 
-/** A GET whose route older servers lack: undefined on 404. */
+/** A GET whose route older servers lack: undefined on 404. Bounded by `CONTEXT_READ_MS`, not by the client's
+ *  long per-request timeout (made for long generations): every generate waits for this read. */
+export const CONTEXT_READ_MS = 30_000;
 export async function getIfServed<T>(http: HttpClient, path: string): Promise<T | undefined> {
   try {
-    return await http.json<T>('GET', path);
+    return await http.json<T>('GET', path, undefined, AbortSignal.timeout(CONTEXT_READ_MS));
   } catch (e) {
     if (e instanceof HttpError && e.status === 404) return undefined;
+    // the timeout aborts it as a caller would; it is the server's failure, not an abort
+    if (e instanceof HttpError && e.aborted)
+      throw new HttpError(`GET ${path}: no answer in ${CONTEXT_READ_MS} ms`);
     throw e;
   }
 }

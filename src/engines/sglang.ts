@@ -58,7 +58,7 @@ export class SGLangEngine implements WeightSyncEngine {
 
   async generate(inputIds: number[], s: SamplingParams, signal?: AbortSignal): Promise<GenerateResult> {
     try {
-      const maxNew = await this.cap.fit(inputIds.length, s.maxNewTokens);
+      const maxNew = await this.cap.fit(inputIds.length, s.maxNewTokens, signal);
       if (maxNew === 0) return outOfContext();
       const body = {
         input_ids: inputIds,

@@ -83,7 +83,7 @@ export class VllmEngine implements WeightSyncEngine {
 
   async generate(inputIds: number[], s: SamplingParams, signal?: AbortSignal): Promise<GenerateResult> {
     try {
-      const maxNew = await this.cap.fit(inputIds.length, s.maxNewTokens);
+      const maxNew = await this.cap.fit(inputIds.length, s.maxNewTokens, signal);
       if (maxNew === 0) return outOfContext();
       const body = {
         model: await this.modelName(signal),

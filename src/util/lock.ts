@@ -1,12 +1,14 @@
 import {
-  closeSync,
+  linkSync,
   mkdirSync,
-  openSync,
   readFileSync,
+  readlinkSync,
+  renameSync,
+  rmSync,
   statSync,
   unlinkSync,
   utimesSync,
-  writeSync,
+  writeFileSync,
 } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, resolve } from 'node:path';
@@ -14,6 +16,7 @@ import { dirname, resolve } from 'node:path';
 interface Holder {
   pid: number;
   host: string;
+  ns: string; // the pid namespace: containers on one host (host networking) share its name, not their pids
   since: string;
 }
 
@@ -26,76 +29,110 @@ function alive(pid: number): boolean {
   }
 }
 
-/** How often a holder touches its lock, and after how long without a touch a lock from another host is taken
- *  as its holder's last word: a job requeued on another node (Slurm, a rescheduled pod) must still resume. */
+function pidNamespace(): string {
+  try {
+    return readlinkSync('/proc/self/ns/pid');
+  } catch {
+    return '';
+  }
+}
+
+/** How often a holder touches its lock, and after how long without a touch a lock whose pid cannot be checked
+ *  from here is taken as its holder's last word: a job requeued on another node must still resume. */
 export const HEARTBEAT_MS = 30_000;
 export const STALE_MS = 4 * HEARTBEAT_MS;
+
+const held = new Set<string>(); // lock files this process holds
 
 /**
  * Holds `dir` for this process until it exits: two processes writing one run or eval directory (two resumes, or
  * two runs started in the same second) overwrite each other's checkpoints. `dir/.lock` names the holder; one left
- * by a process that is gone (kill -9, a crash) is taken over, so a killed run still resumes: on this host when its
- * pid is gone, and from any host when it has not been touched for STALE_MS. Returns the release.
+ * by a process that is gone (kill -9, a crash) is taken over, so a killed run still resumes: at once where its pid
+ * can be checked (same host and pid namespace) and is gone, and from anywhere once untouched for STALE_MS.
+ * Returns the release.
  */
-const held = new Set<string>(); // lock files this process holds
-
 export function lockDir(dir: string, what: string): () => void {
   mkdirSync(dir, { recursive: true });
   const file = resolve(dir, '.lock');
-  const me: Holder = { pid: process.pid, host: hostname(), since: new Date().toISOString() };
-  for (let tries = 0; ; tries++) {
-    try {
-      const fd = openSync(file, 'wx');
-      writeSync(fd, `${JSON.stringify(me)}\n`);
-      closeSync(fd);
-      break;
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-      if (tries === 5)
-        throw new Error(`${what} ${dir}: could not take ${file} (it comes back as soon as removed)`);
+  const me: Holder = {
+    pid: process.pid,
+    host: hostname(),
+    ns: pidNamespace(),
+    since: new Date().toISOString(),
+  };
+  const tmp = `${file}.${me.pid}.${Math.random().toString(36).slice(2)}`;
+  writeFileSync(tmp, `${JSON.stringify(me)}\n`);
+  try {
+    for (let tries = 0; ; tries++) {
+      try {
+        linkSync(tmp, file); // appears whole, content and all, or not at all
+        break;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+        if (tries === 5)
+          throw new Error(`${what} ${dir}: could not take ${file} (it comes back as soon as removed)`);
+      }
+      let h: Holder | undefined;
+      let st: ReturnType<typeof statSync>;
+      try {
+        st = statSync(file);
+        h = JSON.parse(readFileSync(file, 'utf8')) as Holder;
+      } catch {
+        continue; // released meanwhile (or unreadable: judged by its age below on the next look)
+      }
+      const quiet = Date.now() - st.mtimeMs;
+      const checkable = h.host === me.host && h.ns === me.ns;
+      // this very pid in a lock this process never took: a restarted container's process got its old pid back
+      const gone = checkable && (h.pid === me.pid ? !held.has(file) : !alive(h.pid));
+      if (quiet < STALE_MS && !gone) {
+        const where = checkable ? '' : ` on ${h.host} (its lock touched ${Math.round(quiet / 1000)} s ago)`;
+        throw new Error(
+          `${what} ${dir} is in use by process ${h.pid}${where} since ${h.since}: wait for it or stop it ` +
+            `(delete ${file} only if that process is gone)`,
+        );
+      }
+      // take the stale lock away under a name of our own, and give it back if, meanwhile, it was replaced by
+      // a live one (another process took it over first)
+      const aside = `${tmp}.stale`;
+      try {
+        renameSync(file, aside);
+      } catch {
+        continue;
+      }
+      if (statSync(aside).ino !== st.ino) {
+        try {
+          linkSync(aside, file);
+        } catch {
+          // a third process holds it now; ours to refuse on the next look
+        }
+      }
+      unlinkSync(aside);
     }
-    let h: Holder | undefined;
-    let quiet = 0;
-    try {
-      quiet = Date.now() - statSync(file).mtimeMs;
-      h = JSON.parse(readFileSync(file, 'utf8')) as Holder;
-    } catch {
-      // released meanwhile, or a holder killed between creating the file and writing it: nothing to keep
-    }
-    // a holder that stopped touching its lock is gone whatever its pid says: after a container restart the pid
-    // may be another process's, or this one's
-    const oldSelf = h?.pid === me.pid && !held.has(file);
-    if (h && quiet < STALE_MS && !oldSelf && (h.host !== me.host || alive(h.pid))) {
-      const where =
-        h.host === me.host ? '' : ` on ${h.host} (its lock touched ${Math.round(quiet / 1000)} s ago)`;
-      throw new Error(
-        `${what} ${dir} is in use by process ${h.pid}${where} since ${h.since}: wait for it or stop it ` +
-          `(delete ${file} only if that process is gone)`,
-      );
-    }
-    try {
-      unlinkSync(file);
-    } catch {
-      // released meanwhile
-    }
+  } finally {
+    unlinkSync(tmp);
   }
   held.add(file);
+  const content = readFileSync(file, 'utf8');
+  const ours = () => {
+    try {
+      return readFileSync(file, 'utf8') === content;
+    } catch {
+      return false;
+    }
+  };
   const beat = setInterval(() => {
+    if (!ours()) return; // taken over after this process stalled: never keep another's lock fresh
     try {
       const now = new Date();
       utimesSync(file, now, now);
     } catch {
-      // the directory was removed under us: nothing left to hold
+      // released or removed meanwhile
     }
   }, HEARTBEAT_MS).unref();
   const release = () => {
     clearInterval(beat);
     held.delete(file);
-    try {
-      if ((JSON.parse(readFileSync(file, 'utf8')) as Holder).pid === me.pid) unlinkSync(file);
-    } catch {
-      // already gone
-    }
+    if (ours()) rmSync(file, { force: true });
     process.off('exit', release);
   };
   process.on('exit', release);

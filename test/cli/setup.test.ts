@@ -58,7 +58,7 @@ test('a package this system cannot give: optional ones are skipped with a word, 
 test("RSTAR2_PYTHON with torch (a GPU machine's venv) leaves python3-torch out", () => {
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-py-'));
   const py = join(dir, 'python3');
-  writeFileSync(py, '#!/bin/bash\n[ "$1" = -c ] && [ "$2" = "import torch" ]\n');
+  writeFileSync(py, '#!/bin/bash\n[ "$1" = -c ] && [ "$2" = "import torch, numpy" ]\n');
   chmodSync(py, 0o755);
   const r = run({ refuse: [], env: { RSTAR2_PYTHON: py } });
   rmSync(dir, { recursive: true });

@@ -153,3 +153,25 @@ test('python -m rstar2_worker.decode_timing (CPU, a tiny shape) writes samples t
   for (const v of Object.values(fit)) assert.ok(Number.isFinite(v) && v >= 0);
   rmSync(dir, { recursive: true });
 });
+
+test('the non-negative fit is the constrained optimum (its KKT conditions hold) on random problems', () => {
+  const rng = new Rng(3);
+  for (let t = 0; t < 3000; t++) {
+    const x = Array.from({ length: 6 }, () => [1, rng.next(), rng.next()]);
+    const y = x.map(() => rng.next() * 2 - 0.5);
+    const b = nonNegativeLeastSquares(x, y);
+    // gradient of the squared error: zero along every constant left free, ≥ 0 along every one held at 0
+    const r = x.map((row, i) => row.reduce((a, v, j) => a + v * b[j], 0) - y[i]);
+    const g = b.map((_, j) => x.reduce((a, row, i) => a + row[j] * r[i], 0));
+    for (const [j, v] of b.entries()) {
+      assert.ok(v >= 0, `problem ${t}: constant ${j} is ${v}`);
+      if (v > 1e-12)
+        assert.ok(Math.abs(g[j]) < 1e-9, `problem ${t}: constant ${j} free but gradient ${g[j]}`);
+      else assert.ok(g[j] > -1e-9, `problem ${t}: constant ${j} held at 0 but gradient ${g[j]}`);
+    }
+  }
+  assert.throws(
+    () => fitEngineModel([{ batch: 8, kv: 1000, ms: 1 }], []),
+    /needs both kinds of sample: 1 decode steps \{batch, kv, ms\} and 0 prefills/,
+  );
+});

@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { runTrajectory } from '../../src/agent/loop.js';
 import { failureOf } from '../../src/agent/trajectory.js';
@@ -165,6 +167,29 @@ for (const api of ['sglang', 'vllm'] as Api[]) {
     }
   });
 }
+
+test("a caller's abort while the context length is being read answers at once, as 'abort'", async () => {
+  // a server that takes requests but never answers them (busy starting, or loading weights)
+  const srv = createServer(() => {});
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+  const url = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
+  try {
+    for (const e of [
+      new SGLangEngine(url, { timeoutMs: 20_000 }),
+      new VllmEngine(url, { timeoutMs: 20_000 }),
+    ]) {
+      const ac = new AbortController();
+      setTimeout(() => ac.abort(), 100);
+      const t0 = Date.now();
+      const r = await e.generate([1, 2, 3], { ...DEFAULT_SAMPLING, maxNewTokens: 8 }, ac.signal);
+      assert.equal(r.finishReason, 'abort', r.error);
+      assert.ok(Date.now() - t0 < 2000, `${e.name}: answered after ${Date.now() - t0} ms`);
+    }
+  } finally {
+    srv.closeAllConnections();
+    srv.close();
+  }
+});
 
 test('sglang: speculative draft tokens count into the prompt, so they are kept spare too', async () => {
   const f = await fakeServer('sglang');

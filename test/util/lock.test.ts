@@ -1,12 +1,38 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { freshDir, lockDir, STALE_MS } from '../../src/util/lock.js';
 
 const tmp = () => mkdtempSync(join(tmpdir(), 'rstar2-lock-'));
+const ns = readlinkSync('/proc/self/ns/pid');
+
+/** Another process that tries to lock `dir` ('held', kept 0.5 s, or 'refused'). */
+function holdOnce(dir: string): Promise<string> {
+  const src = new URL('../../src/util/lock.ts', import.meta.url).pathname;
+  const script = `import { lockDir } from ${JSON.stringify(src)};
+    try { lockDir(${JSON.stringify(dir)}, 'run'); console.log('held'); setTimeout(() => {}, 500); }
+    catch (e) { console.log('refused'); }`;
+  return new Promise<string>((res) => {
+    const c = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script]);
+    let out = '';
+    c.stdout.on('data', (d) => {
+      out += d;
+    });
+    c.on('close', () => res(out.trim()));
+  });
+}
 
 test('a directory held by a live process is refused, naming it; released, it can be taken again', () => {
   const dir = join(tmp(), 'run');
@@ -25,7 +51,7 @@ test("a lock left by a killed process is taken over; another host's once it has 
   const dir = tmp();
   const gone = spawnSync(process.execPath, ['-e', 'console.log(process.pid)'], { encoding: 'utf8' });
   const pid = Number(gone.stdout.trim());
-  writeFileSync(join(dir, '.lock'), JSON.stringify({ pid, host: hostname(), since: 'then' }));
+  writeFileSync(join(dir, '.lock'), JSON.stringify({ pid, host: hostname(), ns, since: 'then' }));
   const release = lockDir(dir, 'run');
   assert.equal(JSON.parse(readFileSync(join(dir, '.lock'), 'utf8')).pid, process.pid);
   release();
@@ -39,29 +65,47 @@ test("a lock left by a killed process is taken over; another host's once it has 
   utimesSync(join(dir, '.lock'), old, old); // a job requeued on another node after its holder died
   lockDir(dir, 'eval')();
   // this very pid in a lock this process never took: a restarted container's node often gets its old pid back
-  writeFileSync(join(dir, '.lock'), JSON.stringify({ pid: process.pid, host: hostname(), since: 'then' }));
+  writeFileSync(
+    join(dir, '.lock'),
+    JSON.stringify({ pid: process.pid, host: hostname(), ns, since: 'then' }),
+  );
   lockDir(dir, 'run')();
   rmSync(dir, { recursive: true });
 });
 
 test('two processes locking one directory at once: exactly one holds it', async () => {
   const dir = tmp();
-  const src = new URL('../../src/util/lock.ts', import.meta.url).pathname;
-  const script = `import { lockDir } from ${JSON.stringify(src)};
-    try { lockDir(${JSON.stringify(dir)}, 'run'); console.log('held'); setTimeout(() => {}, 500); }
-    catch (e) { console.log('refused'); }`;
-  const one = () =>
-    new Promise<string>((res) => {
-      const c = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script]);
-      let out = '';
-      c.stdout.on('data', (d) => {
-        out += d;
-      });
-      c.on('close', () => res(out.trim()));
-    });
-  const got = (await Promise.all([one(), one(), one()])).sort();
+  const got = (await Promise.all([holdOnce(dir), holdOnce(dir), holdOnce(dir)])).sort();
   assert.deepEqual(got, ['held', 'refused', 'refused']);
   assert.equal(existsSync(join(dir, '.lock')), false); // released at exit
+  rmSync(dir, { recursive: true });
+});
+
+test('a pid is only checked where it means the same: another host, or another pid namespace here, waits for the heartbeat', () => {
+  const dir = tmp();
+  const dead = Number(
+    spawnSync(process.execPath, ['-e', 'console.log(process.pid)'], { encoding: 'utf8' }).stdout,
+  );
+  // a pod on another node whose process has this process's pid; a container beside this one (host networking:
+  // the same host name) whose pid is dead in this namespace but not in its own
+  for (const h of [
+    { pid: process.pid, host: 'node-b', ns },
+    { pid: dead, host: hostname(), ns: 'pid:[1]' },
+  ]) {
+    writeFileSync(join(dir, '.lock'), JSON.stringify({ ...h, since: 'then' }));
+    assert.throws(() => lockDir(dir, 'run'), /is in use by process/);
+  }
+  rmSync(dir, { recursive: true });
+});
+
+test('processes racing to take over one stale lock: exactly one holds it, and nothing is left behind', async () => {
+  const dir = tmp();
+  writeFileSync(join(dir, '.lock'), JSON.stringify({ pid: 1, host: 'gone', since: 'then' }));
+  const old = new Date(Date.now() - STALE_MS - 1000);
+  utimesSync(join(dir, '.lock'), old, old);
+  const got = (await Promise.all(Array.from({ length: 6 }, () => holdOnce(dir)))).sort();
+  assert.deepEqual(got, ['held', 'refused', 'refused', 'refused', 'refused', 'refused']);
+  assert.deepEqual(readdirSync(dir), []); // released at exit, no temporary or set-aside files
   rmSync(dir, { recursive: true });
 });
 
