@@ -47,8 +47,8 @@ const held = new Set<string>(); // lock files this process holds
 /**
  * Holds `dir` for this process until it exits: two processes writing one run or eval directory (two resumes, or
  * two runs started in the same second) overwrite each other's checkpoints. `dir/.lock` names the holder; one left
- * by a process that is gone (kill -9, a crash) is taken over, so a killed run still resumes: at once where its pid
- * can be checked (same host and pid namespace) and is gone, and from anywhere once untouched for STALE_MS.
+ * by a process that is gone (kill -9, a crash) is taken over, so a killed run still resumes: where its pid can be
+ * checked (same host and pid namespace) once that pid is gone, elsewhere once untouched for STALE_MS.
  * Returns the release.
  */
 export function lockDir(dir: string, what: string): () => void {
@@ -72,22 +72,31 @@ export function lockDir(dir: string, what: string): () => void {
         if (tries === 5)
           throw new Error(`${what} ${dir}: could not take ${file} (it comes back as soon as removed)`);
       }
-      let h: Holder | undefined;
       let st: ReturnType<typeof statSync>;
       try {
         st = statSync(file);
+      } catch {
+        continue; // released meanwhile
+      }
+      let h: Holder | undefined;
+      try {
         h = JSON.parse(readFileSync(file, 'utf8')) as Holder;
       } catch {
-        continue; // released meanwhile (or unreadable: judged by its age below on the next look)
+        // unreadable (cut short by a crash): only its age can say
       }
       const quiet = Date.now() - st.mtimeMs;
-      const checkable = h.host === me.host && h.ns === me.ns;
-      // this very pid in a lock this process never took: a restarted container's process got its old pid back
-      const gone = checkable && (h.pid === me.pid ? !held.has(file) : !alive(h.pid));
-      if (quiet < STALE_MS && !gone) {
-        const where = checkable ? '' : ` on ${h.host} (its lock touched ${Math.round(quiet / 1000)} s ago)`;
+      const checkable = h !== undefined && h.host === me.host && h.ns === me.ns;
+      // Where the pid can be checked it decides, however old the lock (a holder stopped with ^Z, or a machine
+      // woken from sleep, is still there), and this very pid in a lock this process never took is a restarted
+      // container's process that got its old pid back. Elsewhere only the heartbeat can say.
+      const holding = h && checkable ? (h.pid === me.pid ? held.has(file) : alive(h.pid)) : quiet < STALE_MS;
+      if (holding) {
+        const who = h ? `process ${h.pid}` : 'a process';
+        const where = checkable
+          ? ''
+          : ` on ${h?.host ?? '?'} (its lock touched ${Math.round(quiet / 1000)} s ago)`;
         throw new Error(
-          `${what} ${dir} is in use by process ${h.pid}${where} since ${h.since}: wait for it or stop it ` +
+          `${what} ${dir} is in use by ${who}${where} since ${h?.since ?? '?'}: wait for it or stop it ` +
             `(delete ${file} only if that process is gone)`,
         );
       }

@@ -98,6 +98,25 @@ test('a pid is only checked where it means the same: another host, or another pi
   rmSync(dir, { recursive: true });
 });
 
+test('where its pid can be checked, a live holder keeps an old lock (stopped with ^Z); an unreadable one goes by age', () => {
+  const dir = tmp();
+  const lock = join(dir, '.lock');
+  const old = new Date(Date.now() - STALE_MS - 1000);
+  const sleeper = spawn('sleep', ['30']);
+  try {
+    writeFileSync(lock, JSON.stringify({ pid: sleeper.pid, host: hostname(), ns, since: 'then' }));
+    utimesSync(lock, old, old);
+    assert.throws(() => lockDir(dir, 'run'), new RegExp(`in use by process ${sleeper.pid} since then`));
+  } finally {
+    sleeper.kill();
+  }
+  writeFileSync(lock, ''); // a holder of an older version cut short between creating and writing it
+  assert.throws(() => lockDir(dir, 'run'), /in use by a process on \? \(its lock touched 0 s ago\)/);
+  utimesSync(lock, old, old);
+  lockDir(dir, 'run')();
+  rmSync(dir, { recursive: true });
+});
+
 test('processes racing to take over one stale lock: exactly one holds it, and nothing is left behind', async () => {
   const dir = tmp();
   writeFileSync(join(dir, '.lock'), JSON.stringify({ pid: 1, host: 'gone', since: 'then' }));
