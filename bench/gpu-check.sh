@@ -4,7 +4,8 @@
 # does, model.backend transformers scores and trains a Llama as transformers does, and the log-prob slices'
 # bf16 gradients match full fp32 logits, (2) bf16 training
 # throughput and MFU of a random ~0.5B model at 4K and 8K tokens, with `rstar2 plan`'s memory estimate against
-# each case's measured peak, (3) sharding: fsdp, world size 1, through the same launcher as DDP.
+# each case's measured peak, (3) sharding: fsdp, world size 1, through the same launcher as DDP, (4) decode_timing's
+# samples (Qwen3-14B's TP4 rank) and their fit.
 # Needs CUDA, torch >= 2 (>= 2.2 for step 3) and transformers in $RSTAR2_PYTHON (default python3).
 # Run from anywhere: bash bench/gpu-check.sh    Exit: 0 all passed, 1 a check failed, 2 missing prerequisites.
 set -euo pipefail
@@ -23,4 +24,14 @@ PEAKS=$(mktemp); trap 'rm -f "$PEAKS"' EXIT
 RSTAR2_GPU_PEAKS="$PEAKS" "$PY" -m rstar2_worker.gpu_check throughput
 node --import tsx bench/gpu-plan.ts "$PEAKS"
 node --import tsx bench/gpu-fsdp.ts
+# (4) the engine time model's tool: Qwen3-14B's TP4 rank, a few points, fitted as scheduler-sim --calibrate fits them
+SAMPLES=$(mktemp); trap 'rm -f "$PEAKS" "$SAMPLES"' EXIT
+"$PY" -m rstar2_worker.decode_timing --tp 4 --kv-tokens 131072 --batches 64,128,256 --contexts 256,512 \
+  --prefills 256,1024,4096 --out "$SAMPLES"
+node --import tsx -e "
+  import { readFileSync } from 'node:fs';
+  import { fitEngineModel, parseSamples } from './src/engines/calibrate.ts';
+  const { steps, prefills } = parseSamples(readFileSync(process.argv[1], 'utf8'));
+  console.log('gpu-check: decode_timing fit', JSON.stringify(fitEngineModel(steps, prefills)));
+" "$SAMPLES"
 echo "gpu-check: all passed"
