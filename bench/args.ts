@@ -28,3 +28,9 @@ export function benchArgs<T extends ParseArgsConfig>(
     process.exit(2);
   }
 }
+
+/** The median (the mean of the two middle values for an even count). */
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}

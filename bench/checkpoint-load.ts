@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { PYTHON_DIR } from '../src/util/python.js';
 
-import { benchArgs } from './args.js';
+import { benchArgs, median } from './args.js';
 
 const { values } = benchArgs(import.meta.url, {
   options: { reps: { type: 'string', default: '5' }, pythonpath: { type: 'string', default: PYTHON_DIR } },
@@ -34,11 +34,6 @@ function py(code: string, pythonpath: string, ...args: string[]): string {
   if (r.status !== 0) throw new Error(r.stderr);
   return r.stdout.trim();
 }
-
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
 
 const root = mkdtempSync(join(tmpdir(), 'rstar2-loadbench-'));
 try {

@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { cleanEnv, sh, stageCheckout } from '../test/package/stage.js';
-import { benchArgs } from './args.js';
+import { benchArgs, median } from './args.js';
 
 const { values } = benchArgs(import.meta.url, { options: { runs: { type: 'string', default: '15' } } });
 const runs = Number(values.runs);
@@ -45,10 +45,6 @@ console.log((performance.now() - t).toFixed(3));`;
       if (r >= 0) times[i].push(v.inner ? Number(p.stdout) : ms); // run -1 warms caches (fs, tsx)
     });
   }
-  const median = (xs: number[]) => {
-    const s = [...xs].sort((a, b) => a - b);
-    return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-  };
   const cpu = /model name\s*:\s*(.*)/.exec(readFileSync('/proc/cpuinfo', 'utf8'))?.[1] ?? 'unknown CPU';
   console.log(
     `${cpu}, Node ${process.version}, median of ${runs} runs (min-max); build ${build.ms.toFixed(0)} ms`,

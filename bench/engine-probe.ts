@@ -27,7 +27,7 @@ import { type ContextLimit, room } from '../src/engines/http.js';
 import type { SGLangEngine } from '../src/engines/sglang.js';
 import { DEFAULT_SAMPLING, type EngineLoad } from '../src/engines/types.js';
 import type { VllmEngine } from '../src/engines/vllm.js';
-import { benchArgs } from './args.js';
+import { benchArgs, median } from './args.js';
 
 const { values: args } = benchArgs(import.meta.url, {
   options: {
@@ -101,7 +101,6 @@ for (const t of prefills)
 const sampling = { ...DEFAULT_SAMPLING, ignoreEos: true };
 const prompt = (tokens: number) =>
   Array.from({ length: tokens }, () => vocabLo + Math.floor(Math.random() * (vocabHi - vocabLo)));
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** `batch` concurrent requests of fresh `context`-token prompts, each generating exactly `n` tokens: the wall
  *  ms, and the ms between the first request's answer and the last's. */

@@ -6,7 +6,7 @@
 // same batch in a loop while the first is timed; "both" is the two workers' steps per second together.
 import { Rng } from '../src/util/index.js';
 import { MODEL_PRESETS, PolicyWorker, type TrainBatch } from '../src/worker/index.js';
-import { benchArgs } from './args.js';
+import { benchArgs, median } from './args.js';
 
 const { values, positionals } = benchArgs(import.meta.url, {
   allowPositionals: true,
@@ -25,7 +25,6 @@ const batch: TrainBatch = {
     return { ids, mask: ids.map((_, i) => (i < 20 ? 0 : 1)) };
   }),
 };
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 function envOf(setting: string): Record<string, string> | undefined {
   if (setting === 'rstar2') return undefined;

@@ -9,7 +9,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Rng } from '../src/util/index.js';
 import { MODEL_PRESETS, type ModelConfig, PolicyWorker } from '../src/worker/index.js';
-import { benchArgs } from './args.js';
+import { benchArgs, median } from './args.js';
 
 const { values } = benchArgs(import.meta.url, {
   options: { reps: { type: 'string', default: '3' }, len: { type: 'string', default: '4096' } },
@@ -44,8 +44,6 @@ async function peak(w: PolicyWorker, fn: () => Promise<unknown>): Promise<number
   await fn();
   return kb(pid, 'VmHWM') - before;
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 for (const [name, config] of Object.entries(models)) {
   const rng = new Rng(1);

@@ -8,7 +8,7 @@
 // alternate repetition by repetition, so both see the same machine load. Prints medians and ratios.
 import { Rng } from '../src/util/index.js';
 import { MODEL_PRESETS, type ModelPreset, PolicyWorker, type TrainBatch } from '../src/worker/index.js';
-import { benchArgs } from './args.js';
+import { benchArgs, median } from './args.js';
 
 const { values } = benchArgs(import.meta.url, {
   options: {
@@ -20,11 +20,6 @@ const { values } = benchArgs(import.meta.url, {
 const reps = Number(values.reps);
 const threads = Number(values.threads);
 const S = { batch: 64, prompt: 32, new: 96, trainBatch: 32, trainLen: 128 };
-
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
 
 async function timeIt(fn: () => Promise<unknown>): Promise<number> {
   const t0 = performance.now();

@@ -80,13 +80,8 @@ test('eval over a served SGLang-API engine with real tool calls', { skip, timeou
       join(d, 'tok'),
     ];
     args.push('--data', data, '--samples', '2', '--out', out, '--max-response-tokens', '4096');
-    const child = spawn(process.execPath, args, { env: { ...process.env, RSTAR2_NO_PROGRESS: '1' } });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c) => (stdout += c));
-    child.stderr.on('data', (c) => (stderr += c));
-    const code = await new Promise<number | null>((ok) => child.once('exit', ok));
-    assert.equal(code, 0, stderr);
+    const { status, stdout, stderr } = await cli(args);
+    assert.equal(status, 0, stderr);
     assert.match(
       stdout,
       /mul: avg@2 100\.0% {2}pass@2 100\.0% {2}maj@2 100\.0% {2}tokens \d+ {2}tool calls 1\.00/,
