@@ -70,14 +70,13 @@ export class VllmEngine implements WeightSyncEngine {
   }
 
   // vLLM refuses prompt + max_tokens > max_model_len, and max_tokens < 1 (its serving layer's _validate_input and
-  // SamplingParams); /v1/models' card of the served model carries max_model_len (LoRA cards do not)
+  // SamplingParams); /v1/models' card of the served model carries max_model_len, a LoRA adapter's card does not
+  // (serving_models.py) and names its base model as `parent`, whose context it shares
   private async contextLimit(): Promise<ContextLimit | undefined> {
-    const r = await getIfServed<{ data?: { id?: string; max_model_len?: unknown }[] }>(
-      this.http,
-      '/v1/models',
-    );
-    const card = r?.data?.find((m) => m.id === this.model) ?? r?.data?.[0];
-    const tokens = card?.max_model_len;
+    type Card = { id?: string; parent?: string | null; max_model_len?: unknown };
+    const cards = (await getIfServed<{ data?: Card[] }>(this.http, '/v1/models'))?.data ?? [];
+    const card = cards.find((m) => m.id === this.model) ?? cards[0];
+    const tokens = card?.max_model_len ?? cards.find((m) => m.id === card?.parent)?.max_model_len;
     return typeof tokens === 'number' && tokens > 0 ? { tokens, spare: 0 } : undefined;
   }
 

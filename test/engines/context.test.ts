@@ -191,6 +191,21 @@ test("a caller's abort while the context length is being read answers at once, a
   }
 });
 
+test("vllm: a LoRA adapter's requests are capped to its base model's context", async () => {
+  const f = await fakeServer('vllm');
+  try {
+    f.context = 100;
+    f.lora = 'adapter';
+    const e = new VllmEngine(f.url, { ...FAST, model: 'adapter' });
+    const r = await e.generate(Array(90).fill(7), { ...DEFAULT_SAMPLING, maxNewTokens: 64 });
+    assert.equal(r.error, undefined);
+    assert.deepEqual(sent('vllm', f), [10]);
+    assert.equal(f.requests.find((q) => q.path === GEN_PATH.vllm)?.body.model, 'adapter');
+  } finally {
+    await f.close();
+  }
+});
+
 test('sglang: speculative draft tokens count into the prompt, so they are kept spare too', async () => {
   const f = await fakeServer('sglang');
   try {

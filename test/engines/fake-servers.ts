@@ -31,6 +31,7 @@ export interface Fake {
    *  false (an older build), and enforced on every generate request with the real servers' status and message. */
   context: number;
   publishesContext: boolean;
+  lora?: string; // vLLM: a LoRA adapter served under this name, listed in /v1/models after the base model
   draftTokens?: number; // SGLang speculative decoding: draft tokens its tokenizer counts into the prompt
   /** What the fake model samples for a prompt, before the request's max new tokens cut it; default OUT. */
   sample?: (inputIds: number[]) => number[];
@@ -311,7 +312,9 @@ export async function fakeServer(api: Api): Promise<Fake> {
           root: id,
           ...(f.publishesContext ? { max_model_len: f.context } : {}),
         };
-        return json(200, { object: 'list', data: [card] });
+        // vLLM's card of a LoRA adapter carries no max_model_len and names the base model as its parent
+        const lora = f.lora ? [{ id: f.lora, object: 'model', root: '/adapters/a', parent: id }] : [];
+        return json(200, { object: 'list', data: [card, ...lora] });
       }
       if (api === 'sglang' && path.startsWith('/v1/loads')) {
         const { used, running, waiting } = f.load;
