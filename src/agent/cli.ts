@@ -1,4 +1,4 @@
-import { writeFileSync } from 'node:fs';
+import { existsSync, statSync, writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { commaList, deprecatedAliases, float, int, positiveInt, seed } from '../cli/options.js';
 import { isLayout, LAYOUTS, type Layout } from '../data/layouts.js';
@@ -18,6 +18,7 @@ interface RolloutFlags {
   limit?: number;
   samples: number;
   out: string;
+  resume?: boolean;
   sandbox: string;
   policy: string;
   budgetCoef: number;
@@ -60,7 +61,15 @@ export function registerAgentCommands(program: Command): void {
     .option('--map <fields>', 'problem fields from other dotted paths, e.g. question=q,answer=extra_info.gt')
     .option('--limit <n>', 'use only the first n problems', positiveInt())
     .option('-n, --samples <n>', 'samples per problem', positiveInt(), 8)
-    .requiredOption('--out <file>', 'trajectories JSONL (appended as they finish; truncated at start)')
+    .requiredOption(
+      '--out <file>',
+      'trajectories JSONL, appended as they finish; an existing one is refused unless --resume',
+    )
+    .option(
+      '--resume',
+      'continue the --out of an earlier run of this rollout (same problems and --samples): keep its trajectories, ' +
+        'sample only the missing ones and those that failed outside the model (engine error, sandbox fault)',
+    )
     .option('--sandbox <where>', "'embedded' (local bubblewrap pool) or a sandbox service URL", 'embedded')
     .option(
       '--policy <name>',
@@ -116,6 +125,7 @@ export function registerAgentCommands(program: Command): void {
       limit: f.limit ?? null,
       n,
       out: f.out,
+      resume: f.resume ?? false,
       sandbox: f.sandbox,
       policy,
       budgetCoef: f.budgetCoef,
@@ -139,12 +149,26 @@ export function registerAgentCommands(program: Command): void {
     const { openRolloutStack } = await import('./stack.js');
     const { streamRollouts } = await import('./loop.js');
     const { appendJsonl } = await import('../util/jsonl.js');
+    const { resumeTrajectoryFile } = await import('../eval/trajfile.js');
     const { Progress } = await import('../util/progress.js');
     const problems = await loadRolloutProblems(f.data, {
       layout: config.layout,
       map: config.map ?? undefined,
       limit: config.limit ?? undefined,
     });
+    // before the engines start, so a wrong file costs nothing; nothing finished is ever truncated
+    let saved = new Set<string>();
+    if (f.resume) {
+      saved = resumeTrajectoryFile(
+        f.out,
+        problems.map((p) => p.id),
+        n,
+      );
+    } else if (existsSync(f.out) && statSync(f.out).size > 0) {
+      throw new Error(
+        `${f.out} already holds trajectories: --resume continues that rollout; to start over, remove it or give another --out`,
+      );
+    }
     const stack = await openRolloutStack({
       engines: f.engines,
       backend: f.backend as Backend,
@@ -169,8 +193,10 @@ export function registerAgentCommands(program: Command): void {
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
     try {
-      writeFileSync(f.out, '');
-      const total = problems.length * n;
+      writeFileSync(f.out, '', { flag: 'a' });
+      const total = problems.length * n - saved.size;
+      if (saved.size > 0)
+        console.error(`rollout: resuming ${f.out}: ${saved.size} trajectories already saved`);
       const bar = new Progress('rollout', total);
       const finishes: Record<string, number> = {};
       let turns = 0;
@@ -184,6 +210,7 @@ export function registerAgentCommands(program: Command): void {
         runner: stack.runner,
         problems,
         n,
+        skip: saved,
         sampling: config.sampling,
         maxTurns: config.maxTurns,
         maxResponseTokens: config.maxResponseTokens,
@@ -205,6 +232,7 @@ export function registerAgentCommands(program: Command): void {
       console.log(
         JSON.stringify({
           trajectories: total,
+          ...(saved.size > 0 ? { resumed: saved.size } : {}),
           finish: finishes,
           turns,
           toolCalls: tools,

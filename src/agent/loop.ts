@@ -62,6 +62,7 @@ export interface RolloutProblem {
 export interface RolloutOptions extends AgentOptions {
   problems: RolloutProblem[];
   n?: number; // samples per problem; default 1
+  skip?: ReadonlySet<string>; // trajectory ids (`promptId#sample`) not to sample: a resumed rollout's saved ones
   scheduler?: Scheduler; // shared across calls (kept open)
   engines?: Engine[]; // or: a scheduler is made for this call and closed after
   schedulerOptions?: SchedulerOptions;
@@ -295,7 +296,7 @@ export async function* streamRollouts(opts: RolloutOptions): AsyncGenerator<Traj
   const runner =
     opts.toolBatching === false ? opts.runner : new BatchingRunner(opts.runner, opts.toolBatching);
   const agentOpts: AgentOptions = { ...opts, runner };
-  const total = opts.problems.length * n;
+  let total = 0;
   const done: Trajectory[] = [];
   let wake: (() => void) | undefined;
   let finished = 0;
@@ -308,6 +309,8 @@ export async function* streamRollouts(opts: RolloutOptions): AsyncGenerator<Traj
       } catch {}
     }
     for (let s = 0; s < n; s++) {
+      if (opts.skip?.has(`${p.id}#${s}`)) continue;
+      total++;
       void runTrajectory(p, s, scheduler, agentOpts, opts.signal)
         .catch((e: Error) => errorRecord(p, s, `agent loop failed: ${e.message}`))
         .then((t) => {

@@ -1,8 +1,8 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
-import { dedupe, problemsFromSamples } from '../eval/run.js';
+import { problemsFromSamples } from '../eval/run.js';
 import { scoreEval } from '../eval/score.js';
-import { type IndexEntry, TrajectoryIndex, type TrajSummary } from '../eval/trajfile.js';
+import { dedupe, type IndexEntry, TrajectoryIndex, type TrajSummary } from '../eval/trajfile.js';
 import { readJsonlTolerant } from '../util/jsonl.js';
 import { type TrajectoryView, viewTrajectory } from './turns.js';
 

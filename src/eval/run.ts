@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, truncateSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Trajectory } from '../agent/trajectory.js';
 import { failureOf } from '../agent/trajectory.js';
-import { appendJsonl, writeAtomic } from '../util/jsonl.js';
+import { appendJsonl, dropTornTail, writeAtomic } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
 import { type BenchProblem, type EvalReport, renderMarkdown, scoreEval } from './score.js';
-import { eachTrajectory, TrajectoryIndex, type TrajSummary } from './trajfile.js';
+import { dedupe, eachTrajectory, TrajectoryIndex, type TrajSummary } from './trajfile.js';
 import { type VerifyFn, withScore } from './verify.js';
 
 // An eval directory (docs/RUN_DIR.md) is append-only: every finished trajectory is appended to
@@ -140,13 +140,6 @@ export interface EvalState {
 }
 
 // A killed writer may leave a torn last line; appending after it would glue two records together.
-function dropTornTail(path: string): void {
-  if (!existsSync(path)) return;
-  const buf = readFileSync(path);
-  if (buf.length === 0 || buf[buf.length - 1] === 0x0a) return;
-  truncateSync(path, buf.lastIndexOf(0x0a) + 1);
-}
-
 export function readEvalDir(dir: string): {
   config: EvalConfig;
   samples: TrajSummary[];
@@ -161,19 +154,6 @@ export function readEvalDir(dir: string): {
     : { wallTimeS: 0, sessions: 0, updated: '' };
   const samples = new TrajectoryIndex(join(dir, 'trajectories.jsonl')).refresh().map((e) => e.summary);
   return { config, samples, state };
-}
-
-/** First usable record per (problem, sample): a later model answer replaces a failed record (failureOf). */
-export function dedupe<T extends Pick<Trajectory, 'promptId' | 'sample' | 'finish'> & { failure?: string }>(
-  trajectories: T[],
-): T[] {
-  const by = new Map<string, T>();
-  for (const t of trajectories) {
-    const key = `${t.promptId}#${t.sample}`;
-    const prev = by.get(key);
-    if (!prev || (failureOf(prev) !== undefined && failureOf(t) === undefined)) by.set(key, t);
-  }
-  return [...by.values()];
 }
 
 export function writeReport(dir: string, report: EvalReport, title?: string): void {

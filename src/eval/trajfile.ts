@@ -1,6 +1,16 @@
-import { closeSync, existsSync, fstatSync, openSync, readSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fstatSync,
+  openSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  writeFileSync,
+} from 'node:fs';
 import type { Trajectory } from '../agent/trajectory.js';
 import { failureOf } from '../agent/trajectory.js';
+import { dropTornTail } from '../util/jsonl.js';
 import type { ScoredSample } from './score.js';
 
 // Trajectory files hold every response id, mask and logprob: a paper-scale step or eval file runs to
@@ -46,6 +56,49 @@ export function summarize(t: StoredTrajectory): TrajSummary {
     advantage: t.advantage,
     failure: failureOf(t), // from the events, which a summary drops
   };
+}
+
+/** First usable record per (problem, sample): a later model answer replaces a failed record (failureOf). */
+export function dedupe<T extends Pick<Trajectory, 'promptId' | 'sample' | 'finish'> & { failure?: string }>(
+  trajectories: T[],
+): T[] {
+  const by = new Map<string, T>();
+  for (const t of trajectories) {
+    const key = `${t.promptId}#${t.sample}`;
+    const prev = by.get(key);
+    if (!prev || (failureOf(prev) !== undefined && failureOf(t) === undefined)) by.set(key, t);
+  }
+  return [...by.values()];
+}
+
+/**
+ * Makes an earlier rollout's trajectory file ready to be continued and returns the ids (`promptId#sample`) it
+ * already holds. A line torn by a kill is cut off; of each (problem, sample) one model answer is kept, and records
+ * that failed outside the model (engine error, sandbox fault: failureOf) are dropped to be sampled again; when
+ * anything goes, the file is rewritten whole, the kept lines byte for byte. A record of a problem not in `problemIds`,
+ * or of a sample index ≥ n, is another rollout's: the file is refused and left as it is.
+ */
+export function resumeTrajectoryFile(path: string, problemIds: string[], n: number): Set<string> {
+  dropTornTail(path);
+  const entries = new TrajectoryIndex(path).refresh();
+  const ids = new Set(problemIds);
+  const foreign = entries.find((e) => !ids.has(e.summary.promptId) || !(e.summary.sample < n));
+  if (foreign) {
+    throw new Error(
+      `${path} holds trajectory '${foreign.summary.id}', which is not one of this rollout's ` +
+        `(${ids.size} problems × ${n} samples): resuming needs the same problems and samples per problem`,
+    );
+  }
+  const kept = new Set(dedupe(entries.map((e) => e.summary)).filter((t) => failureOf(t) === undefined));
+  if (kept.size < entries.length) {
+    const buf = readFileSync(path);
+    const lines = entries
+      .filter((e) => kept.has(e.summary))
+      .map((e) => buf.subarray(e.offset, e.offset + e.length + 1));
+    writeFileSync(`${path}.tmp`, Buffer.concat(lines));
+    renameSync(`${path}.tmp`, path);
+  }
+  return new Set([...kept].map((t) => `${t.promptId}#${t.sample}`));
 }
 
 export class TrajectoryIndex {

@@ -4,6 +4,7 @@ import {
   existsSync,
   readFileSync,
   renameSync,
+  truncateSync,
   writeFileSync,
 } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -46,6 +47,14 @@ export async function* streamJsonl<T = unknown>(path: string): AsyncGenerator<T>
 export function appendJsonl(path: string, records: unknown[]): void {
   if (records.length === 0) return;
   appendFileSync(path, records.map((r) => JSON.stringify(r)).join('\n') + '\n');
+}
+
+/** Cuts a line torn by a writer killed mid-line off the end of a file, before appending to it again. */
+export function dropTornTail(path: string): void {
+  if (!existsSync(path)) return;
+  const buf = readFileSync(path);
+  if (buf.length === 0 || buf[buf.length - 1] === 0x0a) return;
+  truncateSync(path, buf.lastIndexOf(0x0a) + 1);
 }
 
 // For files written by a process that may have been killed mid-line: drops a torn final line.

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -44,6 +44,44 @@ test('rstar2 rollout --engines fake runs the loop with the embedded sandbox and 
     assert.equal(t.responseIds.length, t.responseMask.length);
   }
   assert.match(r.stdout, /"trajectories":6/);
+});
+
+test('rstar2 rollout: an existing --out is refused unless --resume, which keeps what it holds and samples the rest', {
+  timeout: 180_000,
+}, () => {
+  const out = join(dir, 'resume.jsonl');
+  const args = ['--engines', 'fake', '--data', data, '-n', '3', '--out', out];
+  assert.equal(cli(args).status, 0);
+  const lines = readFileSync(out, 'utf8').trimEnd().split('\n');
+  assert.equal(lines.length, 6);
+
+  const refused = cli(args);
+  assert.notEqual(refused.status, 0);
+  assert.match(refused.stderr, /already holds trajectories: --resume continues that rollout/);
+  assert.equal(readFileSync(out, 'utf8').trimEnd().split('\n').length, 6, 'left as it was');
+
+  // a run killed after three trajectories, one of them an engine error, mid-way through writing a fourth
+  const failed = { ...JSON.parse(lines[2]), finish: 'error', error: 'engine down' };
+  const kept = [lines[0], lines[1]];
+  writeFileSync(out, `${[...kept, JSON.stringify(failed)].join('\n')}\n${lines[3].slice(0, 40)}`);
+  const r = cli([...args, '--resume']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /"trajectories":4,"resumed":2/);
+  const after = readFileSync(out, 'utf8').trimEnd().split('\n');
+  assert.deepEqual(after.slice(0, 2), kept, 'saved trajectories kept byte for byte');
+  const ts = after.map((l) => JSON.parse(l) as Trajectory);
+  assert.deepEqual(ts.map((t) => t.id).sort(), ['a#0', 'a#1', 'a#2', 'b#0', 'b#1', 'b#2']);
+  assert.ok(ts.every((t) => t.finish === 'answered'));
+
+  // another rollout's file (more samples per problem than this one) is refused, not rewritten
+  const before = readFileSync(out, 'utf8');
+  const other = cli(['--engines', 'fake', '--data', data, '-n', '2', '--out', out, '--resume']);
+  assert.notEqual(other.status, 0);
+  assert.match(
+    other.stderr,
+    /holds trajectory 'a#2', which is not one of this rollout's \(2 problems × 2 samples\)/,
+  );
+  assert.equal(readFileSync(out, 'utf8'), before);
 });
 
 test('rstar2 rollout: --print-config and clear errors for bad input', () => {
