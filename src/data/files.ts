@@ -2,6 +2,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { AsyncBuffer, FileMetaData } from 'hyparquet';
 import { globSync, isDynamicPattern } from 'tinyglobby';
+import { stripBom } from '../util/jsonl.js';
 
 // Reading rows from data files: JSONL (one object a line) and Parquet, from a path, a directory or a glob.
 // Every row carries where it came from, so each error downstream can name the file and line (JSONL, 1-based,
@@ -34,8 +35,21 @@ export function resolveFiles(spec: string, noun = 'rows'): string[] {
 
 export const isParquet = (file: string) => file.endsWith('.parquet');
 
-function jsonlRows(file: string, text: string, start: number): SourceRow[] {
+// A .json export (one array or pretty-printed object) fails on its first line; say what it is instead.
+function jsonDocument(file: string, text: string): string {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch {
+    return '';
+  }
+  const convert = Array.isArray(doc) ? `: convert it with jq -c '.[]' ${file} > rows.jsonl` : '';
+  return `; the file is one JSON document, not JSONL (one object per line)${convert}`;
+}
+
+function jsonlRows(file: string, raw: string, start: number): SourceRow[] {
   const out: SourceRow[] = [];
+  const text = stripBom(raw);
   text.split('\n').forEach((line, i) => {
     if (line.trim() === '') return;
     const where = `${file}:${i + 1}`;
@@ -43,10 +57,12 @@ function jsonlRows(file: string, text: string, start: number): SourceRow[] {
     try {
       row = JSON.parse(line);
     } catch (e) {
-      throw new Error(`${where}: malformed JSON line (${(e as Error).message})`);
+      const doc = out.length === 0 ? jsonDocument(file, text) : '';
+      throw new Error(`${where}: malformed JSON line (${(e as Error).message})${doc}`);
     }
     if (typeof row !== 'object' || row === null || Array.isArray(row)) {
-      throw new Error(`${where}: expected a JSON object, got ${kindOf(row)}`);
+      const doc = out.length === 0 ? jsonDocument(file, text) : '';
+      throw new Error(`${where}: expected a JSON object, got ${kindOf(row)}${doc}`);
     }
     out.push({ row: row as Record<string, unknown>, where, index: start + out.length });
   });

@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Trajectory } from '../agent/trajectory.js';
 import { failureOf } from '../agent/trajectory.js';
-import { appendJsonl, dropTornTail, writeAtomic } from '../util/jsonl.js';
+import { appendJsonl, dropTornTail, readJson, writeAtomic } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
 import { type BenchProblem, type EvalReport, renderMarkdown, scoreEval } from './score.js';
 import { dedupe, eachTrajectory, TrajectoryIndex, type TrajSummary } from './trajfile.js';
@@ -147,10 +147,13 @@ export function readEvalDir(dir: string): {
 } {
   const cfgPath = join(dir, 'config.json');
   if (!existsSync(cfgPath)) throw new Error(`${dir} is not an eval directory (no config.json)`);
-  const config = JSON.parse(readFileSync(cfgPath, 'utf8')) as EvalConfig;
+  const config = readJson<EvalConfig>(cfgPath);
+  // every eval's config.json has these; a model or run directory's does not
+  if (typeof config?.k !== 'number' || typeof config.dataFile !== 'string')
+    throw new Error(`${dir} is not an eval directory (its config.json has no k or dataFile)`);
   const statePath = join(dir, 'state.json');
   const state: EvalState = existsSync(statePath)
-    ? JSON.parse(readFileSync(statePath, 'utf8'))
+    ? readJson<EvalState>(statePath)
     : { wallTimeS: 0, sessions: 0, updated: '' };
   const samples = new TrajectoryIndex(join(dir, 'trajectories.jsonl')).refresh().map((e) => e.summary);
   return { config, samples, state };

@@ -3,6 +3,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { commaList, deprecatedAliases, nonNegativeInt, positiveInt, seed } from '../cli/options.js';
+import { readJson } from '../util/jsonl.js';
 import { freshDir, lockDir } from '../util/lock.js';
 import type { LaunchOptions } from '../worker/launch.js';
 import type { Overrides, Recipe } from './config.js';
@@ -63,14 +64,9 @@ async function makeBackend(
   launch: LaunchOptions,
 ): Promise<PolicyBackend> {
   if (flags.policyBackend === 'fake') {
-    if (Object.keys(launch).length > 0)
-      throw new Error('--nproc-per-node/--nnodes/--master need --policy-backend embedded');
-    if (flags.engines) throw new Error('--engines needs --policy-backend embedded (the torch worker trains)');
     const { FakeBackend } = await import('./fake.js');
     return new FakeBackend();
   }
-  if (flags.policyBackend !== 'embedded')
-    throw new Error(`unknown --policy-backend ${flags.policyBackend} (choose: embedded, fake)`);
   const { EmbeddedBackend } = await import('./backend.js');
   const { remoteEngine } = await import('../engines/factory.js');
   const mode = flags.weightSync as WeightSyncMode;
@@ -109,13 +105,19 @@ async function train(flags: TrainFlags): Promise<void> {
   }
   const overrides: Overrides = { set, ...(flags.roc ? { roc: flags.roc as 'on' | 'off' } : {}) };
   const launch = await launchFlags(flags);
+  // before --dry-run and before the run directory is made: a dry run must not pass what the run refuses
+  if (flags.policyBackend !== 'embedded' && flags.policyBackend !== 'fake')
+    throw new Error(`unknown --policy-backend ${flags.policyBackend} (choose: embedded, fake)`);
+  if (flags.policyBackend === 'fake') {
+    if (Object.keys(launch).length > 0)
+      throw new Error('--nproc-per-node/--nnodes/--master need --policy-backend embedded');
+    if (flags.engines) throw new Error('--engines needs --policy-backend embedded (the torch worker trains)');
+  }
   if ((launch.nodeRank ?? 0) > 0) {
     const cfg = flags.resume ? join(flags.resume, 'config.json') : undefined;
     if (!cfg && !flags.recipe) throw new Error('--node-rank needs the same --recipe or --resume as node 0');
     return joinJob(
-      cfg
-        ? parseRecipe(JSON.parse(readFileSync(cfg, 'utf8')), cfg, { set })
-        : loadRecipe(flags.recipe!, overrides),
+      cfg ? parseRecipe(readJson(cfg), cfg, { set }) : loadRecipe(flags.recipe!, overrides),
       launch,
     );
   }
@@ -130,7 +132,7 @@ async function train(flags: TrainFlags): Promise<void> {
         '--recipe, --roc, --seed and --set cannot change a run being resumed; its config.json decides',
       );
     // only --strict-health and --logger are left in `set` here: neither changes what is trained
-    recipe = parseRecipe(JSON.parse(readFileSync(cfg, 'utf8')), cfg, { set });
+    recipe = parseRecipe(readJson(cfg), cfg, { set });
   } else {
     let forkSrc: string | undefined;
     if (flags.fork) {
@@ -140,7 +142,7 @@ async function train(flags: TrainFlags): Promise<void> {
         throw new Error(`--fork ${flags.fork}: no config.json in ${forkSrc}`);
       recipe = flags.recipe
         ? loadRecipe(flags.recipe, overrides)
-        : parseRecipe(JSON.parse(readFileSync(cfg, 'utf8')), cfg, overrides);
+        : parseRecipe(readJson(cfg), cfg, overrides);
     } else {
       if (!flags.recipe)
         throw new Error('give --recipe NAME|FILE (e.g. --recipe quickstart) or --resume RUN');

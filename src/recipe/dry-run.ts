@@ -5,6 +5,7 @@ import { chatSegments } from '../data/index.js';
 import type { WeightSyncEngine } from '../engines/types.js';
 import { SandboxPool } from '../sandbox/pool.js';
 import { ChatTemplate, PYTHON_TOOL_SCHEMA, tokenizerFromFiles } from '../tokenizer/index.js';
+import { readJson } from '../util/jsonl.js';
 import { parameterCount, plan } from '../worker/plan.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
 import type { ModelConfig } from '../worker/types.js';
@@ -55,7 +56,14 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
   if (dir) {
     const cfg = join(dir, 'config.json');
     if (!existsSync(cfg)) throw new Error(`model.path ${dir}: no config.json`);
-    config = JSON.parse(readFileSync(cfg, 'utf8'));
+    config = readJson(cfg);
+    // the worker's own check (policy.py, load), made here so that a dry run does not pass what the run refuses
+    const type = config.model_type ?? 'qwen2';
+    if (recipe.model.backend === 'native' && type !== 'qwen2' && type !== 'qwen3')
+      throw new Error(
+        `${cfg}: model_type '${type}' is not supported by the built-in model (qwen2, qwen3); ` +
+          "model.backend 'transformers' loads it with transformers' AutoModelForCausalLM",
+      );
     const weights = ['model.safetensors', 'model.safetensors.index.json'].filter((f) =>
       existsSync(join(dir, f)),
     );

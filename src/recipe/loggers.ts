@@ -1,9 +1,9 @@
-import { appendFileSync, existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { crc32c } from '@node-rs/crc32';
 import protobuf from 'protobufjs';
-import { readJsonlTolerant } from '../util/jsonl.js';
+import { readJson, readJsonlTolerant } from '../util/jsonl.js';
 import type { LoggerName } from './config.js';
 
 // Experiment tracking. metrics.jsonl and evals.jsonl stay the run's record (resume and the dashboard read them);
@@ -272,10 +272,18 @@ export function exportMetrics(runDir: string, outDir: string): { path: string; r
     throw new Error(
       `${outDir} already holds event files; TensorBoard would show both (give a new directory)`,
     );
-  const { stages } = JSON.parse(readFileSync(cfg, 'utf8')) as { stages: StageInfo[] };
+  const { stages } = readJson<{ stages: StageInfo[] }>(cfg);
   const tb = new TensorBoardLogger(outDir);
   const log = new RunLog(stages, [tb]);
-  const records = log.replay(runDir);
+  let records: number;
+  try {
+    records = log.replay(runDir);
+  } catch (e) {
+    // a file with only its header would make the export's own re-run refuse outDir
+    log.close();
+    rmSync(tb.path);
+    throw e;
+  }
   log.close();
   return { path: tb.path, records };
 }

@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import type { Command } from 'commander';
 import { deprecatedAliases, positiveInt } from '../cli/options.js';
 import type { VerifyProfile } from './types.js';
@@ -62,7 +62,8 @@ async function runVerify(
   o: { profile: VerifyProfile; extractOnly: boolean; extract: boolean; timeoutMs: number; workers?: number },
 ): Promise<void> {
   if (!existsSync(file)) throw new Error(`verify: file not found: ${file}`);
-  const { streamJsonl } = await import('../util/jsonl.js');
+  if (statSync(file).isDirectory()) throw new Error(`verify: ${file} is a directory, not a JSONL file`);
+  const { streamJsonlLines } = await import('../util/jsonl.js');
   const { extractAnswer } = await import('./extract.js');
   const { VerifierPool } = await import('./pool.js');
   const pool = o.extractOnly
@@ -72,9 +73,8 @@ async function runVerify(
         defaults: { profile: o.profile, timeoutMs: o.timeoutMs, extract: o.extract },
       });
   let buf: { n: number; rec: Line }[] = [];
-  let n = 0;
   const flush = async () => {
-    if (!pool) return;
+    if (!pool || buf.length === 0) return;
     const results = await pool.verifyBatch(
       buf.map(({ rec }) => ({ pred: String(rec.pred), gold: String(rec.gold) })),
     );
@@ -92,8 +92,7 @@ async function runVerify(
     buf = [];
   };
   try {
-    for await (const rec of streamJsonl<Line>(file)) {
-      n++;
+    for await (const { line: n, value: rec } of streamJsonlLines<Line>(file)) {
       if (rec === null || typeof rec !== 'object' || typeof rec.pred !== 'string') {
         throw new Error(`${file}:${n}: each line needs a string "pred" field`);
       }

@@ -33,6 +33,10 @@ export class SandboxClient implements CodeRunner {
   private readonly headers: Record<string, string>;
 
   constructor(opts: SandboxClientOptions) {
+    // a mistyped --sandbox would otherwise fail every tool call, and a run would go on scoring them as errors
+    const protocol = URL.canParse(opts.url) ? new URL(opts.url).protocol : '';
+    if (protocol !== 'http:' && protocol !== 'https:')
+      throw new Error(`invalid sandbox service URL '${opts.url}' (expected e.g. http://127.0.0.1:8088)`);
     this.o = {
       retries: 5,
       backoffMs: 200,

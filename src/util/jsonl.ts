@@ -12,10 +12,23 @@ import { createInterface } from 'node:readline';
 // JSONL is the on-disk shape of every record that passes between stages (trajectories, metrics,
 // eval items), so a stage can be re-run from the previous stage's file.
 
+// Editors on Windows start UTF-8 files with a byte-order mark, which JSON.parse refuses as a token.
+export const stripBom = (text: string): string => (text.charCodeAt(0) === 0xfeff ? text.slice(1) : text);
+
+/** A whole JSON file (config.json, state.json); a parse error names the file. */
+export function readJson<T = unknown>(path: string): T {
+  const text = readFileSync(path, 'utf8');
+  try {
+    return JSON.parse(stripBom(text)) as T;
+  } catch (e) {
+    throw new Error(`${path}: invalid JSON (${(e as Error).message})`);
+  }
+}
+
 export function readJsonl<T = unknown>(path: string): T[] {
   if (!existsSync(path)) return [];
   const out: T[] = [];
-  readFileSync(path, 'utf8')
+  stripBom(readFileSync(path, 'utf8'))
     .split('\n')
     .forEach((line, i) => {
       if (line.trim() === '') return;
@@ -29,13 +42,21 @@ export function readJsonl<T = unknown>(path: string): T[] {
 }
 
 export async function* streamJsonl<T = unknown>(path: string): AsyncGenerator<T> {
+  for await (const { value } of streamJsonlLines<T>(path)) yield value;
+}
+
+/** Records with their 1-based line numbers (blank lines are skipped but counted), for errors that name the line. */
+export async function* streamJsonlLines<T = unknown>(
+  path: string,
+): AsyncGenerator<{ line: number; value: T }> {
   const rl = createInterface({ input: createReadStream(path, 'utf8'), crlfDelay: Infinity });
   let n = 0;
-  for await (const line of rl) {
+  for await (const text of rl) {
     n++;
+    const line = n === 1 ? stripBom(text) : text;
     if (line.trim() === '') continue;
     try {
-      yield JSON.parse(line) as T;
+      yield { line: n, value: JSON.parse(line) as T };
     } catch (e) {
       throw new Error(`${path}:${n}: invalid JSON line (${(e as Error).message})`);
     }

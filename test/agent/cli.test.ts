@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -116,4 +116,15 @@ test('loadProblems accepts the data/ format and names bad rows', () => {
   writeFileSync(bad, '{"id": "x", "problem": "p"}\n{"id": "x", "problem": "q"}\n');
   assert.throws(() => loadProblems(bad), /duplicate problem id 'x'/);
   assert.throws(() => loadProblems(join(dir, 'missing.jsonl')), /no problems/);
+});
+
+test('rstar2 rollout: a --sandbox that is neither embedded nor a URL is refused before any sample', () => {
+  const out = join(dir, 'nosandbox.jsonl');
+  const r = cli(['--engines', 'fake', '--data', data, '-n', '1', '--out', out, '--sandbox', 'embeded']);
+  assert.notEqual(r.status, 0);
+  assert.match(
+    r.stderr,
+    /invalid sandbox service URL 'embeded' \(expected e\.g\. http:\/\/127\.0\.0\.1:8088\)/,
+  );
+  assert.equal(existsSync(out), false);
 });

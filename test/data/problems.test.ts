@@ -253,6 +253,25 @@ test('bad input: each error names the file, the line and the field', async () =>
   );
 });
 
+test('files saved on Windows (a byte-order mark, CRLF) read like any other; a .json document is named as such', async () => {
+  const bom = file(
+    'bom.jsonl',
+    '\ufeff{"problem": "1+1?", "answer": "2"}\r\n{"problem": "2+2?", "answer": 4}\r\n',
+  );
+  assert.deepEqual(
+    (await loadProblems(bom)).map((p) => [p.question, p.answer]),
+    [
+      ['1+1?', '2'],
+      ['2+2?', '4'],
+    ],
+  );
+  const array = file('rows.json', JSON.stringify([{ problem: '1+1?', answer: '2' }], null, 2));
+  await assert.rejects(
+    loadProblems(array),
+    /rows\.json:1: .*one JSON document, not JSONL \(one object per line\): convert it with jq -c '\.\[\]'/,
+  );
+});
+
 test('ids: a repeated row is kept for dedupe to drop; the same id on another question is an error', async () => {
   const rep = file(
     'rep.jsonl',

@@ -381,6 +381,21 @@ test('rescoring a saved eval reproduces the report without a rollout', async () 
   assert.deepEqual(JSON.parse(readFileSync(join(out, 'report.json'), 'utf8')), r1);
 });
 
+test('an --out that is not an eval directory, or a damaged config.json, is refused by name', async () => {
+  const model = dir();
+  writeFileSync(join(model, 'config.json'), JSON.stringify({ model_type: 'qwen2', vocab_size: 267 }));
+  const opts = { config: config(), problems, rollout: perRequest(async (q) => rolloutFn(q), 4) };
+  await assert.rejects(
+    runEval({ outDir: model, ...opts, verify: fallbackVerify, ...quiet }),
+    /is not an eval directory \(its config\.json has no k or dataFile\)/,
+  );
+  assert.throws(() => rescoreEvalDir(model, problems), /is not an eval directory/);
+  const out = dir();
+  await runEval({ outDir: out, ...opts, verify: fallbackVerify, ...quiet });
+  writeFileSync(join(out, 'config.json'), '{"bench": ');
+  assert.throws(() => rescoreEvalDir(out, problems), /config\.json: invalid JSON/);
+});
+
 test('loadProblems validates rows', () => {
   const d = dir();
   const f = join(d, 'b.jsonl');

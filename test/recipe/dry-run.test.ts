@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -125,4 +126,35 @@ test('bad input is named: model dir, data layout, a row without an answer', asyn
     ),
     /dapo-arith\.jsonl:1/,
   );
+});
+
+test("a model_type the built-in model cannot load fails the dry run as the worker's load would", async () => {
+  const model = join(tmp(), 'llama');
+  mkdirSync(model);
+  writeFileSync(join(model, 'config.json'), JSON.stringify({ model_type: 'llama' }));
+  const base = { name: 'x', eval: { n: 2 }, stages: [{ type: 'rl', steps: 1 }] };
+  await assert.rejects(
+    lines(parseRecipe({ ...base, model: { path: model } })),
+    /config\.json: model_type 'llama' is not supported by the built-in model \(qwen2, qwen3\); model\.backend 'transformers'/,
+  );
+  // transformers loads it: the dry run goes on to the next check
+  await assert.rejects(
+    lines(parseRecipe({ ...base, model: { path: model, backend: 'transformers' } })),
+    /no weights/,
+  );
+});
+
+test('an unknown --policy-backend fails --dry-run as the run would, and makes no run directory', () => {
+  const bin = join(import.meta.dirname, '../../bin/rstar2.js');
+  const out = join(tmp(), 'run');
+  for (const extra of [['--dry-run'], ['--out', out]]) {
+    const r = spawnSync(
+      process.execPath,
+      [bin, 'train', '--recipe', 'quickstart', '--policy-backend', 'fakee', ...extra],
+      { encoding: 'utf8' },
+    );
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /unknown --policy-backend fakee \(choose: embedded, fake\)/);
+  }
+  assert.equal(existsSync(out), false);
 });

@@ -379,6 +379,26 @@ test('export-metrics and a resume that adds tensorboard both write what the reco
   assert.match(help.stdout, /--tensorboard <dir>/);
 });
 
+test('export-metrics that stops on a damaged metrics.jsonl leaves no event file, so its re-run is not refused', async () => {
+  const run = mkdtempSync(join(tmpdir(), 'rstar2-tb-export-'));
+  await new Trainer(recipe(), run, new FakeBackend(), quiet).run();
+  const metrics = join(run, 'metrics.jsonl');
+  const good = readFileSync(metrics, 'utf8');
+  const lines = good.split('\n');
+  lines[1] = '{"step": 2,';
+  writeFileSync(metrics, lines.join('\n'));
+  const out = join(run, 'exported');
+  const cli = () =>
+    spawnSync(process.execPath, [bin, 'export-metrics', run, '--tensorboard', out], { encoding: 'utf8' });
+  const r = cli();
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /metrics\.jsonl:2: invalid JSON line/);
+  assert.deepEqual(readdirSync(out), []);
+  writeFileSync(metrics, good);
+  const again = cli();
+  assert.equal(again.status, 0, again.stderr);
+});
+
 test('a bad logger name is rejected with the names to choose from; wandb stops before training and says what to do', () => {
   assert.throws(
     () => parseRecipe({ logger: ['tensorbord'], stages: [{ type: 'sft' }] }),

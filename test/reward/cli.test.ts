@@ -100,3 +100,22 @@ test('rstar2 verify: bad input gets a clear error', { timeout: 60_000 }, () => {
   const m = run(['verify', join(dir, 'none.jsonl')]);
   assert.match(m.stderr, /file not found/);
 });
+
+test('rstar2 verify: errors name the file line past blank lines; an empty file writes nothing', {
+  timeout: 60_000,
+}, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-verify-'));
+  const file = join(dir, 'gaps.jsonl');
+  writeFileSync(file, '\ufeff{"pred": "\\\\boxed{2}", "gold": "2"}\r\n\n\n{"pred": "\\\\boxed{2}"}\n');
+  const r = run(['verify', file]);
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /gaps\.jsonl:4: missing "gold"/);
+  const empty = join(dir, 'empty.jsonl');
+  writeFileSync(empty, '');
+  const e = run(['verify', empty]);
+  assert.equal(e.status, 0, e.stderr);
+  assert.equal(e.stdout, '');
+  const d = run(['verify', dir]);
+  assert.notEqual(d.status, 0);
+  assert.match(d.stderr, /verify: .* is a directory, not a JSONL file/);
+});

@@ -3,7 +3,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { appendJsonl, readJsonl, readJsonlTolerant } from '../../src/util/jsonl.js';
+import { appendJsonl, readJson, readJsonl, readJsonlTolerant } from '../../src/util/jsonl.js';
 import { Rng } from '../../src/util/rng.js';
 
 test('Rng is deterministic under a seed and differs across seeds', () => {
@@ -41,4 +41,16 @@ test('JSONL round-trips and tolerates only a torn final line', () => {
   assert.deepEqual(readJsonlTolerant(p), [{ a: 1 }]);
   writeFileSync(p, '{"a":1}\n{"b":\n{"c":3}\n');
   assert.throws(() => readJsonlTolerant(p), /a\.jsonl:2/);
+});
+
+test('readJson names the file it cannot parse and reads one that starts with a byte-order mark', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-'));
+  const p = join(dir, 'config.json');
+  writeFileSync(p, '{"k": ');
+  assert.throws(() => readJson(p), /config\.json: invalid JSON \(/);
+  writeFileSync(p, '\ufeff{"k": 1}\r\n');
+  assert.deepEqual(readJson(p), { k: 1 });
+  const q = join(dir, 'a.jsonl');
+  writeFileSync(q, '\ufeff{"a":1}\r\n{"b":2}\r\n');
+  assert.deepEqual(readJsonl(q), [{ a: 1 }, { b: 2 }]);
 });
