@@ -1,6 +1,6 @@
 import { existsSync, statSync, writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { commaList, deprecatedAliases, float, int, positiveInt, seed } from '../cli/options.js';
+import { commaList, deprecatedAliases, float, positiveInt, seed, topK } from '../cli/options.js';
 import { isLayout, LAYOUTS, type Layout } from '../data/layouts.js';
 import { POLICIES, type Policy } from '../engines/scheduler.js';
 import { BACKENDS, type Backend } from '../engines/types.js';
@@ -97,7 +97,7 @@ export function registerAgentCommands(program: Command): void {
     )
     .option('--temperature <t>', 'sampling temperature', float({ min: 0 }), 1.0)
     .option('--top-p <p>', 'nucleus sampling (1 = off)', float({ min: 0, minExclusive: true, max: 1 }), 1.0)
-    .option('--top-k <k>', 'top-k sampling (-1 = off)', int({ min: -1 }), -1)
+    .option('--top-k <k>', 'top-k sampling (-1 = off)', topK(), -1)
     .option('--seed <n>', 'sampling seed', seed())
     .option('--print-config', 'print the resolved configuration and exit');
   deprecatedAliases(rollout, { '--engine <spec...>': '--engines', '--n <n>': '--samples' });

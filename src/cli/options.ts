@@ -60,6 +60,17 @@ export const float = (range: Range = {}): NumberParser => numberParser('a number
 /** A TCP port; 0 asks the system for any free one. */
 export const port = (): NumberParser =>
   numberParser('an integer', { min: 0, max: 65535 }, 'a port from 0 to 65535 (0: any free port)');
+/** top-k sampling: -1 is off; 0 is refused, as SGLang (and vLLM before 0.8) refuse it in every request. */
+export const topK = (): NumberParser => {
+  const expected = '-1 (off) or a positive integer';
+  const k = numberParser('an integer', { min: -1 }, expected);
+  const parse = (value: string): number => {
+    const x = k(value);
+    if (x === 0) throw new InvalidArgumentError(`Expected ${expected}.`);
+    return x;
+  };
+  return Object.assign(parse, { expected });
+};
 /** A sampling or initialisation seed (what every engine and torch take). */
 export const seed = (): NumberParser => nonNegativeInt(2 ** 31 - 1);
 

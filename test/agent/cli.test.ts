@@ -103,6 +103,12 @@ test('rstar2 rollout: --print-config and clear errors for bad input', () => {
     n.stderr,
     /option '-n, --samples <n>' argument 'lots' is invalid\. Expected a positive integer\./,
   );
+  const k0 = cli(['--engines', 'fake', '--data', data, '--out', 'x', '--top-k', '0']);
+  assert.notEqual(k0.status, 0);
+  assert.match(
+    k0.stderr,
+    /'--top-k <k>' argument '0' is invalid\. Expected -1 \(off\) or a positive integer\./,
+  );
   const nomodel = cli(['--engines', 'http://127.0.0.1:1', '--data', data, '--out', 'x']);
   assert.match(nomodel.stderr, /prompts need a tokenizer: give --tokenizer PATH .* or --model DIR/);
 });
