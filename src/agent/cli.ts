@@ -150,6 +150,7 @@ export function registerAgentCommands(program: Command): void {
     const { streamRollouts } = await import('./loop.js');
     const { appendJsonl } = await import('../util/jsonl.js');
     const { resumeTrajectoryFile } = await import('../eval/trajfile.js');
+    const { lockFile } = await import('../util/lock.js');
     const { Progress } = await import('../util/progress.js');
     const problems = await loadRolloutProblems(f.data, {
       layout: config.layout,
@@ -157,17 +158,22 @@ export function registerAgentCommands(program: Command): void {
       limit: config.limit ?? undefined,
     });
     // before the engines start, so a wrong file costs nothing; nothing finished is ever truncated
+    if (existsSync(f.out) && !statSync(f.out).isFile()) throw new Error(`--out ${f.out} is not a file`);
+    // held to the end: a second rollout or resume on this file would sample the same samples, and the resume's
+    // rewrite would drop what the first appended meanwhile
+    lockFile(f.out, 'rollout --out');
     let saved = new Set<string>();
-    if (f.resume) {
-      saved = resumeTrajectoryFile(
-        f.out,
-        problems.map((p) => p.id),
-        n,
-      );
-    } else if (existsSync(f.out) && statSync(f.out).size > 0) {
+    if (f.resume) saved = resumeTrajectoryFile(f.out, problems, n);
+    else if (existsSync(f.out) && statSync(f.out).size > 0) {
       throw new Error(
         `${f.out} already holds trajectories: --resume continues that rollout; to start over, remove it or give another --out`,
       );
+    }
+    const total = problems.length * n - saved.size;
+    if (saved.size > 0) console.error(`rollout: resuming ${f.out}: ${saved.size} trajectories already saved`);
+    if (total === 0) {
+      console.log(JSON.stringify({ trajectories: 0, resumed: saved.size, out: f.out }));
+      return;
     }
     const stack = await openRolloutStack({
       engines: f.engines,
@@ -194,9 +200,6 @@ export function registerAgentCommands(program: Command): void {
     process.on('SIGTERM', onSignal);
     try {
       writeFileSync(f.out, '', { flag: 'a' });
-      const total = problems.length * n - saved.size;
-      if (saved.size > 0)
-        console.error(`rollout: resuming ${f.out}: ${saved.size} trajectories already saved`);
       const bar = new Progress('rollout', total);
       const finishes: Record<string, number> = {};
       let turns = 0;

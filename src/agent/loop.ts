@@ -300,7 +300,14 @@ export async function* streamRollouts(opts: RolloutOptions): AsyncGenerator<Traj
   const done: Trajectory[] = [];
   let wake: (() => void) | undefined;
   let finished = 0;
-  for (const problem of opts.problems) {
+  // A seed is per sample, as eval derives it: one seed on every request would give the n samples of a problem
+  // the same prompt and the same draws, so one answer n times.
+  const seed = opts.sampling?.seed;
+  const seeded = (i: number): AgentOptions =>
+    seed === undefined
+      ? agentOpts
+      : { ...agentOpts, sampling: { ...opts.sampling, seed: (seed + i) % 2 ** 31 } };
+  for (const [pi, problem] of opts.problems.entries()) {
     // the n samples of a problem share one tokenised prompt; a failure is reported per trajectory
     let p = problem;
     if (!p.promptIds && n > 1) {
@@ -311,7 +318,7 @@ export async function* streamRollouts(opts: RolloutOptions): AsyncGenerator<Traj
     for (let s = 0; s < n; s++) {
       if (opts.skip?.has(`${p.id}#${s}`)) continue;
       total++;
-      void runTrajectory(p, s, scheduler, agentOpts, opts.signal)
+      void runTrajectory(p, s, scheduler, seeded(pi * n + s), opts.signal)
         .catch((e: Error) => errorRecord(p, s, `agent loop failed: ${e.message}`))
         .then((t) => {
           done.push(t);

@@ -10,11 +10,18 @@ export function toRolloutProblem(p: Problem): RolloutProblem {
   return r;
 }
 
+// A repeated row (the same id: src/data refuses one id on two questions) is sampled once; twice, its trajectories
+// would share ids, and a resumed rollout could not tell them apart.
+function once(problems: Problem[]): RolloutProblem[] {
+  const seen = new Set<string>();
+  return problems.filter((p) => !seen.has(p.id) && seen.add(p.id)).map(toRolloutProblem);
+}
+
 export async function loadRolloutProblems(spec: string, opts: LoadOptions = {}): Promise<RolloutProblem[]> {
-  return (await loadData(spec, opts)).map(toRolloutProblem);
+  return once(await loadData(spec, opts));
 }
 
 /** The synchronous form, JSONL only: `{id?, problem|question|prompt, answer|gold?}` per line, or verl/DAPO rows. */
 export function loadProblems(path: string, limit?: number): RolloutProblem[] {
-  return loadProblemsSync(path, { limit }).map(toRolloutProblem);
+  return once(loadProblemsSync(path, { limit }));
 }

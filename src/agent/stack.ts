@@ -113,6 +113,11 @@ export async function openRolloutStack(o: StackOptions): Promise<RolloutStack> {
   if (o.backend && !BACKENDS.includes(o.backend)) {
     throw new Error(`--backend must be one of ${BACKENDS.join(', ')}`);
   }
+  // a mistyped --sandbox is refused before a worker loads a model: as a URL every tool call would fail
+  if (typeof o.sandbox === 'string' && o.sandbox !== 'embedded' && !/^https?:\/\//.test(o.sandbox))
+    throw new Error(
+      `--sandbox must be 'embedded' or a sandbox service URL such as http://127.0.0.1:8088, got '${o.sandbox}'`,
+    );
   const tokenizer = openTokenizer(o);
   const chat =
     o.template instanceof ChatTemplate ? o.template : ChatTemplate.resolve(o.template ?? 'rstar2', tokenizer);

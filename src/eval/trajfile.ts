@@ -1,13 +1,4 @@
-import {
-  closeSync,
-  existsSync,
-  fstatSync,
-  openSync,
-  readFileSync,
-  readSync,
-  renameSync,
-  writeFileSync,
-} from 'node:fs';
+import { closeSync, existsSync, fstatSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
 import type { Trajectory } from '../agent/trajectory.js';
 import { failureOf } from '../agent/trajectory.js';
 import { dropTornTail } from '../util/jsonl.js';
@@ -75,27 +66,45 @@ export function dedupe<T extends Pick<Trajectory, 'promptId' | 'sample' | 'finis
  * Makes an earlier rollout's trajectory file ready to be continued and returns the ids (`promptId#sample`) it
  * already holds. A line torn by a kill is cut off; of each (problem, sample) one model answer is kept, and records
  * that failed outside the model (engine error, sandbox fault: failureOf) are dropped to be sampled again; when
- * anything goes, the file is rewritten whole, the kept lines byte for byte. A record of a problem not in `problemIds`,
- * or of a sample index ≥ n, is another rollout's: the file is refused and left as it is.
+ * anything goes, the file is rewritten, the kept lines copied byte for byte. A record of a problem not in
+ * `problems` (or with another gold answer: ids of rows without one are their line numbers), or of a sample index
+ * outside 0..n-1, is another rollout's: the file is refused and left as it is.
  */
-export function resumeTrajectoryFile(path: string, problemIds: string[], n: number): Set<string> {
+export function resumeTrajectoryFile(
+  path: string,
+  problems: { id: string; gold?: string }[],
+  n: number,
+): Set<string> {
   dropTornTail(path);
   const entries = new TrajectoryIndex(path).refresh();
-  const ids = new Set(problemIds);
-  const foreign = entries.find((e) => !ids.has(e.summary.promptId) || !(e.summary.sample < n));
-  if (foreign) {
-    throw new Error(
-      `${path} holds trajectory '${foreign.summary.id}', which is not one of this rollout's ` +
-        `(${ids.size} problems × ${n} samples): resuming needs the same problems and samples per problem`,
-    );
-  }
+  const gold = new Map(problems.map((p) => [p.id, p.gold]));
+  entries.forEach(({ summary: t }, i) => {
+    const ours =
+      gold.has(t.promptId) &&
+      (t.gold === undefined || gold.get(t.promptId) === undefined || t.gold === gold.get(t.promptId)) &&
+      Number.isInteger(t.sample) &&
+      t.sample >= 0 &&
+      t.sample < n;
+    if (!ours)
+      throw new Error(
+        `${path}: record ${i + 1} (trajectory '${t.id}') is not one of this rollout's (${gold.size} problems × ` +
+          `${n} samples): resuming needs the same problems and samples per problem`,
+      );
+  });
   const kept = new Set(dedupe(entries.map((e) => e.summary)).filter((t) => failureOf(t) === undefined));
   if (kept.size < entries.length) {
-    const buf = readFileSync(path);
-    const lines = entries
-      .filter((e) => kept.has(e.summary))
-      .map((e) => buf.subarray(e.offset, e.offset + e.length + 1));
-    writeFileSync(`${path}.tmp`, Buffer.concat(lines));
+    const src = openSync(path, 'r');
+    const dst = openSync(`${path}.tmp`, 'w');
+    try {
+      for (const e of entries.filter((e) => kept.has(e.summary))) {
+        const line = Buffer.alloc(e.length + 1); // the record and its newline (dropTornTail left one on each)
+        readSync(src, line, 0, line.length, e.offset);
+        writeSync(dst, line);
+      }
+    } finally {
+      closeSync(src);
+      closeSync(dst);
+    }
     renameSync(`${path}.tmp`, path);
   }
   return new Set([...kept].map((t) => `${t.promptId}#${t.sample}`));
@@ -168,6 +177,8 @@ export class TrajectoryIndex {
         } catch (e) {
           throw new Error(`${this.path}: record ${lineNo}: invalid JSON line (${(e as Error).message})`);
         }
+        if (typeof t !== 'object' || t === null || Array.isArray(t))
+          throw new Error(`${this.path}: record ${lineNo}: not a trajectory (a JSON object)`);
         this.entries.push({ offset, length: line.length, summary: summarize(t) });
       }
       if (start < n) pending.push(Buffer.from(chunk.subarray(start, n)));

@@ -57,8 +57,10 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
     const cfg = join(dir, 'config.json');
     if (!existsSync(cfg)) throw new Error(`model.path ${dir}: no config.json`);
     config = readJson(cfg);
+    if (typeof config !== 'object' || config === null || Array.isArray(config))
+      throw new Error(`${cfg}: not a model config (a JSON object)`);
     // the worker's own check (policy.py, load), made here so that a dry run does not pass what the run refuses
-    const type = config.model_type ?? 'qwen2';
+    const type = config.model_type === undefined ? 'qwen2' : config.model_type;
     if (recipe.model.backend === 'native' && type !== 'qwen2' && type !== 'qwen3')
       throw new Error(
         `${cfg}: model_type '${type}' is not supported by the built-in model (qwen2, qwen3); ` +

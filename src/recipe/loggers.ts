@@ -272,7 +272,8 @@ export function exportMetrics(runDir: string, outDir: string): { path: string; r
     throw new Error(
       `${outDir} already holds event files; TensorBoard would show both (give a new directory)`,
     );
-  const { stages } = readJson<{ stages: StageInfo[] }>(cfg);
+  const stages = readJson<{ stages?: StageInfo[] } | null>(cfg)?.stages;
+  if (!Array.isArray(stages)) throw new Error(`${cfg}: no stages (not a run's config.json)`);
   const tb = new TensorBoardLogger(outDir);
   const log = new RunLog(stages, [tb]);
   let records: number;

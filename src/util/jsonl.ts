@@ -1,11 +1,16 @@
 import {
   appendFileSync,
+  closeSync,
   createReadStream,
   existsSync,
+  fstatSync,
+  ftruncateSync,
+  openSync,
   readFileSync,
+  readSync,
   renameSync,
-  truncateSync,
   writeFileSync,
+  writeSync,
 } from 'node:fs';
 import { createInterface } from 'node:readline';
 
@@ -70,12 +75,36 @@ export function appendJsonl(path: string, records: unknown[]): void {
   appendFileSync(path, records.map((r) => JSON.stringify(r)).join('\n') + '\n');
 }
 
-/** Cuts a line torn by a writer killed mid-line off the end of a file, before appending to it again. */
+/**
+ * Before appending to a file again: cuts a line torn by a writer killed mid-line off its end, or ends a whole last
+ * record that only lacks its newline (a file saved by an editor). Reads only the last line: such files run to GBs.
+ */
 export function dropTornTail(path: string): void {
   if (!existsSync(path)) return;
-  const buf = readFileSync(path);
-  if (buf.length === 0 || buf[buf.length - 1] === 0x0a) return;
-  truncateSync(path, buf.lastIndexOf(0x0a) + 1);
+  const fd = openSync(path, 'r+');
+  try {
+    const size = fstatSync(fd).size;
+    const chunk = Buffer.alloc(1 << 16);
+    const tail: Buffer[] = [];
+    let start = size; // where the last line starts
+    while (start > 0) {
+      const n = Math.min(chunk.length, start);
+      readSync(fd, chunk, 0, n, start - n);
+      const nl = chunk.subarray(0, n).lastIndexOf(0x0a);
+      tail.unshift(Buffer.from(chunk.subarray(nl + 1, n)));
+      start -= n - (nl + 1);
+      if (nl >= 0) break;
+    }
+    if (start === size) return; // empty, or ends with a newline
+    try {
+      JSON.parse(Buffer.concat(tail).toString('utf8'));
+      writeSync(fd, '\n', size);
+    } catch {
+      ftruncateSync(fd, start);
+    }
+  } finally {
+    closeSync(fd);
+  }
 }
 
 // For files written by a process that may have been killed mid-line: drops a torn final line.

@@ -53,7 +53,15 @@ const held = new Set<string>(); // lock files this process holds
  */
 export function lockDir(dir: string, what: string): () => void {
   mkdirSync(dir, { recursive: true });
-  const file = resolve(dir, '.lock');
+  return hold(dir, resolve(dir, '.lock'), what);
+}
+
+/** The same for a file that a process appends to (`rollout --out`): the lock is `<path>.lock` beside it. */
+export function lockFile(path: string, what: string): () => void {
+  return hold(path, `${resolve(path)}.lock`, what);
+}
+
+function hold(dir: string, file: string, what: string): () => void {
   const me: Holder = {
     pid: process.pid,
     host: hostname(),

@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { loadProblems } from '../../src/agent/problems.js';
 import type { Trajectory } from '../../src/agent/trajectory.js';
 import { readJsonl } from '../../src/util/jsonl.js';
@@ -79,9 +80,51 @@ test('rstar2 rollout: an existing --out is refused unless --resume, which keeps 
   assert.notEqual(other.status, 0);
   assert.match(
     other.stderr,
-    /holds trajectory 'a#2', which is not one of this rollout's \(2 problems × 2 samples\)/,
+    /record \d \(trajectory '[ab]#2'\) is not one of this rollout's \(2 problems × 2 samples\)/,
   );
   assert.equal(readFileSync(out, 'utf8'), before);
+  // so is one of other problems under the same ids (rows without ids are numbered by line)
+  const data2 = join(dir, 'probs2.jsonl');
+  writeFileSync(data2, readFileSync(data, 'utf8').replace('"answer":"2"', '"answer":"3"'));
+  const moved = cli(['--engines', 'fake', '--data', data2, '-n', '3', '--out', out, '--resume']);
+  assert.match(moved.stderr, /trajectory 'a#\d'\) is not one of this rollout's/);
+  assert.equal(readFileSync(out, 'utf8'), before);
+
+  // a finished file: nothing to sample, nothing started
+  const whole = cli([...args, '--resume']);
+  assert.equal(whole.status, 0, whole.stderr);
+  assert.match(whole.stdout, /\{"trajectories":0,"resumed":6,/);
+  assert.equal(readFileSync(out, 'utf8'), before);
+
+  const folder = cli(['--engines', 'fake', '--data', data, '--out', dir]);
+  assert.match(folder.stderr, /--out .* is not a file/);
+});
+
+test('rstar2 rollout: a running rollout holds its --out; after a kill -9 it resumes', {
+  timeout: 180_000,
+}, async () => {
+  const out = join(dir, 'held.jsonl');
+  const args = ['--engines', 'fake', '--data', data, '-n', '1500', '--out', out];
+  const first = spawn(process.execPath, ['bin/rstar2.js', 'rollout', ...args], {
+    env: { ...process.env, RSTAR2_NO_PROGRESS: '1' },
+    stdio: 'ignore',
+  });
+  const exited = new Promise((r) => first.on('exit', r));
+  while (!existsSync(out) || readFileSync(out, 'utf8').split('\n').length < 20) await sleep(50);
+  const second = cli([...args, '--resume']);
+  assert.notEqual(second.status, 0);
+  assert.match(second.stderr, new RegExp(`rollout --out ${out} is in use by process ${first.pid}`));
+  first.kill('SIGKILL');
+  await exited;
+  const saved = readFileSync(out, 'utf8').split('\n').length - 1;
+  const r = cli([...args, '--resume']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, new RegExp(`"trajectories":${3000 - saved},"resumed":${saved}`));
+  const ids = readFileSync(out, 'utf8')
+    .trimEnd()
+    .split('\n')
+    .map((l) => (JSON.parse(l) as Trajectory).id);
+  assert.equal(new Set(ids).size, 3000);
 });
 
 test('rstar2 rollout: --print-config and clear errors for bad input', () => {
@@ -119,6 +162,8 @@ test('loadProblems accepts the data/ format and names bad rows', () => {
   const bad = join(dir, 'bad.jsonl');
   writeFileSync(bad, '{"id": "x", "answer": "1"}\n');
   assert.throws(() => loadProblems(bad), /bad.jsonl:1: needs a non-empty string field 'problem'/);
+  writeFileSync(bad, '{"id": "x", "problem": "p"}\n{"id": "x", "problem": "p"}\n');
+  assert.equal(loadProblems(bad).length, 1, 'a repeated row is sampled once');
   writeFileSync(bad, '{"id": "x", "problem": "p"}\n{"id": "x", "problem": "q"}\n');
   assert.throws(() => loadProblems(bad), /duplicate problem id 'x'/);
   assert.throws(() => loadProblems(join(dir, 'missing.jsonl')), /no problems/);
@@ -130,7 +175,7 @@ test('rstar2 rollout: a --sandbox that is neither embedded nor a URL is refused 
   assert.notEqual(r.status, 0);
   assert.match(
     r.stderr,
-    /invalid sandbox service URL 'embeded' \(expected e\.g\. http:\/\/127\.0\.0\.1:8088\)/,
+    /--sandbox must be 'embedded' or a sandbox service URL such as http:\/\/127\.0\.0\.1:8088, got 'embeded'/,
   );
   assert.equal(existsSync(out), false);
 });

@@ -272,6 +272,38 @@ test('runRollouts: n samples per problem, sticky engines, progress, all reservat
   await sched.close();
 });
 
+test('a rollout seed is one per sample (the same seed n times would draw one answer n times), the same each run', async () => {
+  const seeds = new Map<string, number[]>();
+  const e = new FakeEngine((ids, s) => {
+    const q = decode(ids);
+    seeds.set(q, [...(seeds.get(q) ?? []), s.seed as number]);
+    return { outputIds: encode(`\\boxed{1}${IM_END}`) };
+  });
+  const problems = [0, 1].map((i) => ({ id: `q${i}`, question: `problem ${i}` }));
+  const run = () =>
+    runRollouts({
+      engines: [e],
+      schedulerOptions: { pollMs: 0 },
+      template,
+      runner: new FakeRunner(),
+      problems,
+      n: 3,
+      sampling: { seed: 2 ** 31 - 2 },
+    });
+  await run();
+  const first = [...seeds.values()].map((v) => [...v].sort((a, b) => a - b));
+  assert.deepEqual(first, [
+    [0, 2 ** 31 - 2, 2 ** 31 - 1],
+    [1, 2, 3],
+  ]);
+  seeds.clear();
+  await run();
+  assert.deepEqual(
+    [...seeds.values()].map((v) => [...v].sort((a, b) => a - b)),
+    first,
+  );
+});
+
 test('a slow tool call does not block other trajectories', async () => {
   const slowRunner = new FakeRunner(undefined, 300);
   const e = new FakeEngine((ids) => {

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { appendJsonl, readJson, readJsonl, readJsonlTolerant } from '../../src/util/jsonl.js';
+import { appendJsonl, dropTornTail, readJson, readJsonl, readJsonlTolerant } from '../../src/util/jsonl.js';
 import { Rng } from '../../src/util/rng.js';
 
 test('Rng is deterministic under a seed and differs across seeds', () => {
@@ -53,4 +53,23 @@ test('readJson names the file it cannot parse and reads one that starts with a b
   const q = join(dir, 'a.jsonl');
   writeFileSync(q, '\ufeff{"a":1}\r\n{"b":2}\r\n');
   assert.deepEqual(readJsonl(q), [{ a: 1 }, { b: 2 }]);
+});
+
+test('dropTornTail cuts a torn last line, ends a whole one that lacks its newline, and reads past 64 KiB lines', () => {
+  const f = join(mkdtempSync(join(tmpdir(), 'rstar2-torn-')), 't.jsonl');
+  const long = JSON.stringify({ ids: Array(30_000).fill(7) }); // longer than one read from the end
+  for (const [before, after] of [
+    ['', ''],
+    ['{"a":1}\n', '{"a":1}\n'],
+    ['{"a":1}\n{"b":', '{"a":1}\n'],
+    ['{"a":1}\r\n{"b', '{"a":1}\r\n'],
+    ['{"a":1}\n{"b":2}', '{"a":1}\n{"b":2}\n'],
+    [`{"a":1}\n${long}`, `{"a":1}\n${long}\n`],
+    [`{"a":1}\n${long.slice(0, -1)}`, '{"a":1}\n'],
+    [long.slice(0, -1), ''],
+  ]) {
+    writeFileSync(f, before);
+    dropTornTail(f);
+    assert.equal(readFileSync(f, 'utf8'), after, JSON.stringify(before.slice(0, 20)));
+  }
 });
