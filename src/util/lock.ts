@@ -5,8 +5,8 @@ import {
   readlinkSync,
   renameSync,
   rmSync,
+  type Stats,
   statSync,
-  unlinkSync,
   utimesSync,
   writeFileSync,
 } from 'node:fs';
@@ -61,6 +61,36 @@ export function lockFile(path: string, what: string): () => void {
   return hold(path, `${resolve(path)}.lock`, what);
 }
 
+const TAKEOVER_STALE_MS = 10_000; // a takeover lasts microseconds; one this old was left by a process that died in it
+
+/** Replaces the stale lock `file` (as `st` saw it) by `tmp`'s content; false when another process is taking it
+ *  over or it changed meanwhile (the caller looks again). */
+function takeOver(file: string, tmp: string, st: Stats): boolean {
+  const mutex = `${file}.takeover`;
+  try {
+    linkSync(tmp, mutex);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    try {
+      if (Date.now() - statSync(mutex).mtimeMs > TAKEOVER_STALE_MS) rmSync(mutex, { force: true });
+    } catch {
+      // released meanwhile
+    }
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5); // let its holder finish
+    return false;
+  }
+  try {
+    const now = statSync(file, { throwIfNoEntry: false });
+    if (now?.ino !== st.ino || now.mtimeMs !== st.mtimeMs) return false; // released, taken or touched meanwhile
+    const mine = `${tmp}.new`;
+    writeFileSync(mine, readFileSync(tmp));
+    renameSync(mine, file);
+    return true;
+  } finally {
+    rmSync(mutex, { force: true });
+  }
+}
+
 function hold(dir: string, file: string, what: string): () => void {
   const me: Holder = {
     pid: process.pid,
@@ -77,7 +107,7 @@ function hold(dir: string, file: string, what: string): () => void {
         break;
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-        if (tries === 5)
+        if (tries === 50)
           throw new Error(`${what} ${dir}: could not take ${file} (it comes back as soon as removed)`);
       }
       let st: ReturnType<typeof statSync>;
@@ -108,25 +138,13 @@ function hold(dir: string, file: string, what: string): () => void {
             `(delete ${file} only if that process is gone)`,
         );
       }
-      // take the stale lock away under a name of our own, and give it back if, meanwhile, it was replaced by
-      // a live one (another process took it over first)
-      const aside = `${tmp}.stale`;
-      try {
-        renameSync(file, aside);
-      } catch {
-        continue;
-      }
-      if (statSync(aside).ino !== st.ino) {
-        try {
-          linkSync(aside, file);
-        } catch {
-          // a third process holds it now; ours to refuse on the next look
-        }
-      }
-      unlinkSync(aside);
+      // Take the stale lock over under a second lock, and replace it in one rename, so that the path never lacks
+      // a lock: moving it aside first let a third process link its own in the gap while a slower racer moved
+      // the new holder's away, and two processes held it (seen in CI with six racers).
+      if (takeOver(file, tmp, st)) break;
     }
   } finally {
-    unlinkSync(tmp);
+    rmSync(tmp, { force: true });
   }
   held.add(file);
   const content = readFileSync(file, 'utf8');

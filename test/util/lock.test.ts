@@ -19,19 +19,33 @@ const tmp = () => mkdtempSync(join(tmpdir(), 'rstar2-lock-'));
 const ns = readlinkSync('/proc/self/ns/pid');
 
 /** Another process that tries to lock `dir` ('held', kept 0.5 s, or 'refused'). */
-function holdOnce(dir: string): Promise<string> {
+// n processes try to lock `dir` at once; a holder keeps the lock until every one has answered (under load one that
+// let go after a fixed time would free it for a late starter, which is no race), then all exit and release
+async function race(dir: string, n: number): Promise<string[]> {
   const src = new URL('../../src/util/lock.ts', import.meta.url).pathname;
   const script = `import { lockDir } from ${JSON.stringify(src)};
-    try { lockDir(${JSON.stringify(dir)}, 'run'); console.log('held'); setTimeout(() => {}, 500); }
+    try { lockDir(${JSON.stringify(dir)}, 'run'); console.log('held'); process.stdin.on('end', () => process.exit(0)).resume(); }
     catch (e) { console.log('refused'); }`;
-  return new Promise<string>((res) => {
-    const c = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script]);
-    let out = '';
-    c.stdout.on('data', (d) => {
-      out += d;
-    });
-    c.on('close', () => res(out.trim()));
-  });
+  const kids = Array.from({ length: n }, () =>
+    spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script]),
+  );
+  const closed = kids.map((c) => new Promise((r) => c.on('close', r)));
+  const got = await Promise.all(
+    kids.map(
+      (c) =>
+        new Promise<string>((res) => {
+          let out = '';
+          c.stdout.on('data', (d) => {
+            out += d;
+            if (out.includes('\n')) res(out.trim());
+          });
+          c.on('close', () => res(out.trim()));
+        }),
+    ),
+  );
+  for (const c of kids) c.stdin.end();
+  await Promise.all(closed);
+  return got.sort();
 }
 
 test('a directory held by a live process is refused, naming it; released, it can be taken again', () => {
@@ -75,7 +89,7 @@ test("a lock left by a killed process is taken over; another host's once it has 
 
 test('two processes locking one directory at once: exactly one holds it', async () => {
   const dir = tmp();
-  const got = (await Promise.all([holdOnce(dir), holdOnce(dir), holdOnce(dir)])).sort();
+  const got = await race(dir, 3);
   assert.deepEqual(got, ['held', 'refused', 'refused']);
   assert.equal(existsSync(join(dir, '.lock')), false); // released at exit
   rmSync(dir, { recursive: true });
@@ -122,7 +136,7 @@ test('processes racing to take over one stale lock: exactly one holds it, and no
   writeFileSync(join(dir, '.lock'), JSON.stringify({ pid: 1, host: 'gone', since: 'then' }));
   const old = new Date(Date.now() - STALE_MS - 1000);
   utimesSync(join(dir, '.lock'), old, old);
-  const got = (await Promise.all(Array.from({ length: 6 }, () => holdOnce(dir)))).sort();
+  const got = await race(dir, 6);
   assert.deepEqual(got, ['held', 'refused', 'refused', 'refused', 'refused', 'refused']);
   assert.deepEqual(readdirSync(dir), []); // released at exit, no temporary or set-aside files
   rmSync(dir, { recursive: true });
