@@ -1,6 +1,8 @@
 import {
+  closeSync,
   linkSync,
   mkdirSync,
+  openSync,
   readFileSync,
   readlinkSync,
   renameSync,
@@ -68,7 +70,7 @@ const TAKEOVER_STALE_MS = 10_000; // a takeover lasts microseconds; one this old
 function takeOver(file: string, tmp: string, st: Stats): boolean {
   const mutex = `${file}.takeover`;
   try {
-    linkSync(tmp, mutex);
+    closeSync(openSync(mutex, 'wx')); // made now, so its age is the takeover's
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
     try {
