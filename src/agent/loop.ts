@@ -2,6 +2,7 @@ import { type RolloutStats, Scheduler, type SchedulerOptions } from '../engines/
 import { DEFAULT_SAMPLING, type Engine, type GenerateResult, type SamplingParams } from '../engines/types.js';
 import { executePythonTool, PYTHON_TOOL_NAME, type PythonToolOptions } from '../sandbox/tool.js';
 import type { CodeRunner } from '../sandbox/types.js';
+import { seedFor } from '../util/rng.js';
 import { type BatchingOptions, BatchingRunner } from './batching.js';
 import { decodeFailureText, type ParsedToolCall, parseToolCalls } from './parser.js';
 import type { Trajectory, TrajectoryFinish, TurnEvent } from './trajectory.js';
@@ -300,14 +301,15 @@ export async function* streamRollouts(opts: RolloutOptions): AsyncGenerator<Traj
   const done: Trajectory[] = [];
   let wake: (() => void) | undefined;
   let finished = 0;
-  // A seed is per sample, as eval derives it: one seed on every request would give the n samples of a problem
-  // the same prompt and the same draws, so one answer n times.
+  // A seed is per sample: one seed on every request gave the n samples of a problem the same prompt and the same
+  // draws, so one answer n times. Hashed from (seed, problem id, sample), so it moves with neither the problem's
+  // place in the file nor --limit, and runs with neighbouring seeds do not share samples (S + index would).
   const seed = opts.sampling?.seed;
-  const seeded = (i: number): AgentOptions =>
+  const seeded = (id: string, s: number): AgentOptions =>
     seed === undefined
       ? agentOpts
-      : { ...agentOpts, sampling: { ...opts.sampling, seed: (seed + i) % 2 ** 31 } };
-  for (const [pi, problem] of opts.problems.entries()) {
+      : { ...agentOpts, sampling: { ...opts.sampling, seed: seedFor(seed, id, s) % 2 ** 31 } };
+  for (const problem of opts.problems) {
     // the n samples of a problem share one tokenised prompt; a failure is reported per trajectory
     let p = problem;
     if (!p.promptIds && n > 1) {
@@ -318,7 +320,7 @@ export async function* streamRollouts(opts: RolloutOptions): AsyncGenerator<Traj
     for (let s = 0; s < n; s++) {
       if (opts.skip?.has(`${p.id}#${s}`)) continue;
       total++;
-      void runTrajectory(p, s, scheduler, seeded(pi * n + s), opts.signal)
+      void runTrajectory(p, s, scheduler, seeded(p.id, s), opts.signal)
         .catch((e: Error) => errorRecord(p, s, `agent loop failed: ${e.message}`))
         .then((t) => {
           done.push(t);

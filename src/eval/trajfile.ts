@@ -1,7 +1,7 @@
 import { closeSync, existsSync, fstatSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
 import type { Trajectory } from '../agent/trajectory.js';
 import { failureOf } from '../agent/trajectory.js';
-import { dropTornTail } from '../util/jsonl.js';
+import { dropTornTail, stripBom } from '../util/jsonl.js';
 import type { ScoredSample } from './score.js';
 
 // Trajectory files hold every response id, mask and logprob: a paper-scale step or eval file runs to
@@ -169,7 +169,7 @@ export class TrajectoryIndex {
         pendingStart = pos + nl + 1;
         start = nl + 1;
         lineNo++;
-        const text = line.toString('utf8');
+        const text = offset === 0 ? stripBom(line.toString('utf8')) : line.toString('utf8');
         if (text.trim() === '') continue;
         let t: StoredTrajectory;
         try {
@@ -189,7 +189,7 @@ export class TrajectoryIndex {
     if (pending.length > 0) {
       const line = Buffer.concat(pending);
       try {
-        const t = JSON.parse(line.toString('utf8')) as StoredTrajectory;
+        const t = JSON.parse(stripBom(line.toString('utf8'))) as StoredTrajectory;
         this.tail = { offset: pendingStart, length: line.length, summary: summarize(t) };
       } catch {
         // torn by a killed writer: ignored until completed

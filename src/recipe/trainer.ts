@@ -7,7 +7,7 @@ import { type Scored, scoreTrajectory } from '../reward/index.js';
 import { type PenaltyOptions, selectAndScore } from '../rl/index.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
-import { Rng } from '../util/rng.js';
+import { Rng, seedFor } from '../util/rng.js';
 import type { TrainOptions, TrainStats } from '../worker/types.js';
 import type { Recipe, RlStageConfig, SftStageConfig, Stage } from './config.js';
 import { rowFilters, sectionExamples, sectionProblems } from './data.js';
@@ -103,13 +103,6 @@ const MAX_REDRAWS = 8;
 const pad = (n: number) => String(n).padStart(6, '0');
 const mean = (xs: number[]) => (xs.length === 0 ? 0 : xs.reduce((a, b) => a + b, 0) / xs.length);
 const round = (x: number, d = 4) => Math.round(x * 10 ** d) / 10 ** d;
-
-/** A stable 32-bit seed for (run seed, stage, step, purpose): resumed steps redraw exactly the same data. */
-function seedFor(...parts: (number | string)[]): number {
-  let h = 0x811c9dc5;
-  for (const c of parts.join('|')) h = Math.imul(h ^ c.charCodeAt(0), 0x01000193) >>> 0;
-  return h;
-}
 
 /** The stage's learning rate at a step (1-based); the worker applies warmup on top. */
 export function stageLr(stage: Stage, step: number): number {

@@ -97,7 +97,7 @@ export function dropTornTail(path: string): void {
     }
     if (start === size) return; // empty, or ends with a newline
     try {
-      JSON.parse(Buffer.concat(tail).toString('utf8'));
+      JSON.parse(stripBom(Buffer.concat(tail).toString('utf8')));
       writeSync(fd, '\n', size);
     } catch {
       ftruncateSync(fd, start);

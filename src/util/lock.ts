@@ -1,5 +1,6 @@
 import {
   closeSync,
+  fstatSync,
   linkSync,
   mkdirSync,
   openSync,
@@ -65,31 +66,38 @@ export function lockFile(path: string, what: string): () => void {
 
 const TAKEOVER_STALE_MS = 10_000; // a takeover lasts microseconds; one this old was left by a process that died in it
 
-/** Replaces the stale lock `file` (as `st` saw it) by `tmp`'s content; false when another process is taking it
- *  over or it changed meanwhile (the caller looks again). */
-function takeOver(file: string, tmp: string, st: Stats): boolean {
+/**
+ * Replaces the stale lock `file` (as `st` and its `text` were judged) by `tmp`'s content. 'busy': another process
+ * is taking it over (wait and look again); 'changed': released, taken or touched meanwhile (look again).
+ */
+function takeOver(file: string, tmp: string, st: Stats, text: string): 'taken' | 'busy' | 'changed' {
   const mutex = `${file}.takeover`;
+  let ino: number;
   try {
-    closeSync(openSync(mutex, 'wx')); // made now, so its age is the takeover's
+    const fd = openSync(mutex, 'wx'); // made now, so its age is the takeover's
+    ino = fstatSync(fd).ino;
+    closeSync(fd);
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-    try {
-      if (Date.now() - statSync(mutex).mtimeMs > TAKEOVER_STALE_MS) rmSync(mutex, { force: true });
-    } catch {
-      // released meanwhile
-    }
+    const m = statSync(mutex, { throwIfNoEntry: false });
+    if (m && Date.now() - m.mtimeMs > TAKEOVER_STALE_MS) rmSync(mutex, { force: true });
     Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5); // let its holder finish
-    return false;
+    return 'busy';
   }
+  const mine = `${tmp}.new`;
   try {
+    // the same inode, time and holder: an inode freed and reused within one tick of a coarse clock is told apart
+    // by its content
     const now = statSync(file, { throwIfNoEntry: false });
-    if (now?.ino !== st.ino || now.mtimeMs !== st.mtimeMs) return false; // released, taken or touched meanwhile
-    const mine = `${tmp}.new`;
+    if (now?.ino !== st.ino || now.mtimeMs !== st.mtimeMs || readFileSync(file, 'utf8') !== text)
+      return 'changed';
     writeFileSync(mine, readFileSync(tmp));
     renameSync(mine, file);
-    return true;
+    return 'taken';
   } finally {
-    rmSync(mutex, { force: true });
+    rmSync(mine, { force: true });
+    // ours only: past TAKEOVER_STALE_MS (a stopped process) another may have broken it and made its own
+    if (statSync(mutex, { throwIfNoEntry: false })?.ino === ino) rmSync(mutex, { force: true });
   }
 }
 
@@ -109,7 +117,7 @@ function hold(dir: string, file: string, what: string): () => void {
         break;
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-        if (tries === 50)
+        if (tries === 5)
           throw new Error(`${what} ${dir}: could not take ${file} (it comes back as soon as removed)`);
       }
       let st: ReturnType<typeof statSync>;
@@ -119,8 +127,10 @@ function hold(dir: string, file: string, what: string): () => void {
         continue; // released meanwhile
       }
       let h: Holder | undefined;
+      let text = '';
       try {
-        h = JSON.parse(readFileSync(file, 'utf8')) as Holder;
+        text = readFileSync(file, 'utf8');
+        h = JSON.parse(text) as Holder;
       } catch {
         // unreadable (cut short by a crash): only its age can say
       }
@@ -143,7 +153,9 @@ function hold(dir: string, file: string, what: string): () => void {
       // Take the stale lock over under a second lock, and replace it in one rename, so that the path never lacks
       // a lock: moving it aside first let a third process link its own in the gap while a slower racer moved
       // the new holder's away, and two processes held it (seen in CI with six racers).
-      if (takeOver(file, tmp, st)) break;
+      const got = takeOver(file, tmp, st, text);
+      if (got === 'taken') break;
+      if (got === 'busy') tries--; // waiting out another's takeover is not a failed try
     }
   } finally {
     rmSync(tmp, { force: true });

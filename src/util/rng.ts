@@ -1,5 +1,13 @@
 // Seeded PRNG (SplitMix32-style mixing over a 32-bit state): deterministic across platforms, so
 // sampling decisions (RoC negatives, data splits, random-point checks) reproduce from a seed.
+/** A stable 32-bit seed for a tuple (run seed, stage, step, purpose; a rollout's seed, problem id, sample): resumed
+ *  work redraws exactly the same, and tuples that differ anywhere draw apart. */
+export function seedFor(...parts: (number | string)[]): number {
+  let h = 0x811c9dc5;
+  for (const c of parts.join('|')) h = Math.imul(h ^ c.charCodeAt(0), 0x01000193) >>> 0;
+  return h;
+}
+
 export class Rng {
   private state: number;
   constructor(seed: number) {

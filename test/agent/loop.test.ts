@@ -272,36 +272,33 @@ test('runRollouts: n samples per problem, sticky engines, progress, all reservat
   await sched.close();
 });
 
-test('a rollout seed is one per sample (the same seed n times would draw one answer n times), the same each run', async () => {
-  const seeds = new Map<string, number[]>();
+test('a rollout seed is one per sample (the same seed n times would draw one answer n times), stable, not shared', async () => {
+  const seen = new Map<string, number>(); // `${question}#${seed}` -> how often
   const e = new FakeEngine((ids, s) => {
-    const q = decode(ids);
-    seeds.set(q, [...(seeds.get(q) ?? []), s.seed as number]);
+    const key = `${decode(ids)}#${s.seed}`;
+    seen.set(key, (seen.get(key) ?? 0) + 1);
     return { outputIds: encode(`\\boxed{1}${IM_END}`) };
   });
   const problems = [0, 1].map((i) => ({ id: `q${i}`, question: `problem ${i}` }));
-  const run = () =>
-    runRollouts({
+  const run = async (seed: number, ps = problems) => {
+    seen.clear();
+    await runRollouts({
       engines: [e],
       schedulerOptions: { pollMs: 0 },
       template,
       runner: new FakeRunner(),
-      problems,
+      problems: ps,
       n: 3,
-      sampling: { seed: 2 ** 31 - 2 },
+      sampling: { seed },
     });
-  await run();
-  const first = [...seeds.values()].map((v) => [...v].sort((a, b) => a - b));
-  assert.deepEqual(first, [
-    [0, 2 ** 31 - 2, 2 ** 31 - 1],
-    [1, 2, 3],
-  ]);
-  seeds.clear();
-  await run();
-  assert.deepEqual(
-    [...seeds.values()].map((v) => [...v].sort((a, b) => a - b)),
-    first,
-  );
+    return new Set(seen.keys());
+  };
+  const a = await run(7);
+  assert.equal(a.size, 6, 'six samples, six (prompt, seed) pairs');
+  for (const k of a) assert.ok(Number(k.split('#')[1]) < 2 ** 31);
+  assert.deepEqual(await run(7, [...problems].reverse()), a, 'the same seeds each run, in any order');
+  const b = await run(8);
+  assert.equal([...b].filter((k) => a.has(k)).length, 0, 'a neighbouring seed shares no sample');
 });
 
 test('a slow tool call does not block other trajectories', async () => {

@@ -131,6 +131,23 @@ test('where its pid can be checked, a live holder keeps an old lock (stopped wit
   rmSync(dir, { recursive: true });
 });
 
+test('a takeover left half-done by a killed process delays the next one until it is stale, and is cleared', () => {
+  const dir = tmp();
+  const lock = join(dir, '.lock');
+  const old = new Date(Date.now() - STALE_MS - 1000);
+  writeFileSync(lock, JSON.stringify({ pid: 1, host: 'gone', since: 'then' }));
+  utimesSync(lock, old, old);
+  const mutex = `${lock}.takeover`;
+  writeFileSync(mutex, '');
+  const nearlyStale = new Date(Date.now() - 9_700); // the takeover lock goes stale at 10 s
+  utimesSync(mutex, nearlyStale, nearlyStale);
+  const t0 = Date.now();
+  lockDir(dir, 'run')();
+  assert.ok(Date.now() - t0 >= 200, `waited ${Date.now() - t0} ms for the takeover lock to go stale`);
+  assert.deepEqual(readdirSync(dir), []);
+  rmSync(dir, { recursive: true });
+});
+
 test('processes racing to take over one stale lock: exactly one holds it, and nothing is left behind', async () => {
   const dir = tmp();
   writeFileSync(join(dir, '.lock'), JSON.stringify({ pid: 1, host: 'gone', since: 'then' }));

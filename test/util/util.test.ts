@@ -67,6 +67,7 @@ test('dropTornTail cuts a torn last line, ends a whole one that lacks its newlin
     [`{"a":1}\n${long}`, `{"a":1}\n${long}\n`],
     [`{"a":1}\n${long.slice(0, -1)}`, '{"a":1}\n'],
     [long.slice(0, -1), ''],
+    ['\ufeff{"a":1}', '\ufeff{"a":1}\n'], // an editor's byte-order mark on the one record
   ]) {
     writeFileSync(f, before);
     dropTornTail(f);
