@@ -1,11 +1,13 @@
 import {
   closeSync,
+  existsSync,
   fstatSync,
   linkSync,
   mkdirSync,
   openSync,
   readFileSync,
   readlinkSync,
+  realpathSync,
   renameSync,
   rmSync,
   type Stats,
@@ -59,9 +61,10 @@ export function lockDir(dir: string, what: string): () => void {
   return hold(dir, resolve(dir, '.lock'), what);
 }
 
-/** The same for a file that a process appends to (`rollout --out`): the lock is `<path>.lock` beside it. */
+/** The same for a file that a process appends to (`rollout --out`): the lock is `<path>.lock` beside it, beside the
+ *  file a link points to (two names for one file take one lock). */
 export function lockFile(path: string, what: string): () => void {
-  return hold(path, `${resolve(path)}.lock`, what);
+  return hold(path, `${existsSync(path) ? realpathSync(path) : resolve(path)}.lock`, what);
 }
 
 const TAKEOVER_STALE_MS = 10_000; // a takeover lasts microseconds; one this old was left by a process that died in it

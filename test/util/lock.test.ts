@@ -7,13 +7,14 @@ import {
   readFileSync,
   readlinkSync,
   rmSync,
+  symlinkSync,
   utimesSync,
   writeFileSync,
 } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { freshDir, lockDir, STALE_MS } from '../../src/util/lock.js';
+import { freshDir, lockDir, lockFile, STALE_MS } from '../../src/util/lock.js';
 
 const tmp = () => mkdtempSync(join(tmpdir(), 'rstar2-lock-'));
 const ns = readlinkSync('/proc/self/ns/pid');
@@ -128,6 +129,19 @@ test('where its pid can be checked, a live holder keeps an old lock (stopped wit
   assert.throws(() => lockDir(dir, 'run'), /in use by a process on \? \(its lock touched 0 s ago\)/);
   utimesSync(lock, old, old);
   lockDir(dir, 'run')();
+  rmSync(dir, { recursive: true });
+});
+
+test('a file is locked beside it, once for all its names (a link to it takes the same lock)', () => {
+  const dir = tmp();
+  const out = join(dir, 'traj.jsonl');
+  writeFileSync(out, '');
+  symlinkSync(out, join(dir, 'alias.jsonl'));
+  const release = lockFile(out, 'rollout --out');
+  assert.ok(existsSync(`${out}.lock`));
+  assert.throws(() => lockFile(join(dir, 'alias.jsonl'), 'rollout --out'), /is in use by process/);
+  release();
+  assert.deepEqual(readdirSync(dir).sort(), ['alias.jsonl', 'traj.jsonl']);
   rmSync(dir, { recursive: true });
 });
 
