@@ -1,4 +1,4 @@
-import { existsSync, statSync, writeFileSync } from 'node:fs';
+import { statSync, writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { commaList, deprecatedAliases, float, positiveInt, seed, topK } from '../cli/options.js';
 import { isLayout, LAYOUTS, type Layout } from '../data/layouts.js';
@@ -158,13 +158,14 @@ export function registerAgentCommands(program: Command): void {
       limit: config.limit ?? undefined,
     });
     // before the engines start, so a wrong file costs nothing; nothing finished is ever truncated
-    if (existsSync(f.out) && !statSync(f.out).isFile()) throw new Error(`--out ${f.out} is not a file`);
+    const outStat = statSync(f.out, { throwIfNoEntry: false });
+    if (outStat && !outStat.isFile()) throw new Error(`--out ${f.out} is not a file`);
     // held to the end: a second rollout or resume on this file would sample the same samples, and the resume's
     // rewrite would drop what the first appended meanwhile
     lockFile(f.out, 'rollout --out');
     let saved = new Set<string>();
     if (f.resume) saved = resumeTrajectoryFile(f.out, problems, n);
-    else if (existsSync(f.out) && statSync(f.out).size > 0) {
+    else if (outStat && outStat.size > 0) {
       throw new Error(
         `${f.out} already holds trajectories: --resume continues that rollout; to start over, remove it or give another --out`,
       );

@@ -145,7 +145,7 @@ export class TrajectoryIndex {
     try {
       const buf = Buffer.alloc(e.length);
       readSync(fd, buf, 0, e.length, e.offset);
-      return JSON.parse(buf.toString('utf8')) as StoredTrajectory;
+      return JSON.parse(stripBom(buf.toString('utf8'))) as StoredTrajectory;
     } finally {
       closeSync(fd);
     }
@@ -169,7 +169,7 @@ export class TrajectoryIndex {
         pendingStart = pos + nl + 1;
         start = nl + 1;
         lineNo++;
-        const text = offset === 0 ? stripBom(line.toString('utf8')) : line.toString('utf8');
+        const text = stripBom(line.toString('utf8')); // a byte-order mark can only open the first
         if (text.trim() === '') continue;
         let t: StoredTrajectory;
         try {

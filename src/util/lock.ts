@@ -1,5 +1,6 @@
 import {
   closeSync,
+  copyFileSync,
   existsSync,
   fstatSync,
   linkSync,
@@ -94,7 +95,7 @@ function takeOver(file: string, tmp: string, st: Stats, text: string): 'taken' |
     const now = statSync(file, { throwIfNoEntry: false });
     if (now?.ino !== st.ino || now.mtimeMs !== st.mtimeMs || readFileSync(file, 'utf8') !== text)
       return 'changed';
-    writeFileSync(mine, readFileSync(tmp));
+    copyFileSync(tmp, mine);
     renameSync(mine, file);
     return 'taken';
   } finally {

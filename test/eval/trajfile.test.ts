@@ -51,3 +51,15 @@ test('TrajectoryIndex summarises lines, reads records back by byte range, follow
   writeFileSync(path, '{"id": broken}\n{}\n');
   assert.throws(() => new TrajectoryIndex(path).refresh(), /record 1: invalid JSON line/);
 });
+
+test('TrajectoryIndex reads a file saved with a byte-order mark, and names a line that is not a trajectory', () => {
+  const path = join(mkdtempSync(join(tmpdir(), 'rstar2-idx-')), 't.jsonl');
+  const a = traj('p', 0, { gen: 3 });
+  writeFileSync(path, `\ufeff${JSON.stringify(a)}\n`);
+  const idx = new TrajectoryIndex(path);
+  const [e] = idx.refresh();
+  assert.equal(e.summary.id, 'p#0');
+  assert.deepEqual(idx.read(e), a);
+  appendFileSync(path, 'null\n');
+  assert.throws(() => new TrajectoryIndex(path).refresh(), /record 2: not a trajectory/);
+});
