@@ -2,7 +2,7 @@
 // Usage: flock /tmp/bench.lock npx tsx bench/sandbox-pool.ts [--n 3000] [--concurrency 64] [--slots N]
 // Prints calls/s, p50/p99 latency and CPU ms per call (Node + every process in the sandbox tree) for:
 // idle sequential calls, trivial calls at concurrency C, stateful-session calls (--only session), a stdlib
-// math snippet (--only math), numpy preloaded, 0.5 s busy loops, the fork floor of this machine (--only floor),
+// math snippet (--only math), numpy preloaded, 0.5 s busy loops, the fork floor of this machine and what a page costs a new process (--only floor),
 // and calls without pre-forked spares (--only no-prefork).
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -223,6 +223,38 @@ for fork_name in ${JSON.stringify(forks)}:
     encoding: 'utf8',
   });
 }
+// What a page costs a new process. Under a software MMU (a PVM guest shadows every process's page tables in the
+// hypervisor) a fresh process's first touch of each page it inherited traps, so a call costs in proportion to
+// the pages it touches and the fork floor, which touches few, understates it: on such a host the ratio to the
+// floor cannot be compared with a host whose MMU is hardware-virtualised (where the first touch is ~free).
+function pageCosts(): string {
+  const script = `
+import mmap, os, struct, time
+N = 2048
+m = mmap.mmap(-1, N * 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for i in range(0, N * 4096, 4096): m[i] = 1
+def per_page(write):
+    t = time.perf_counter()
+    for i in range(0, N * 4096, 4096):
+        if write: m[i] = 2
+        else: m[i]
+    return (time.perf_counter() - t) / N * 1e6
+r, w = os.pipe()
+runs = []
+for _ in range(5):
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, struct.pack("3d", per_page(False), per_page(False), per_page(True)))
+        os._exit(0)
+    os.waitpid(pid, 0)
+    runs.append(struct.unpack("3d", os.read(r, 24)))
+first, warm, cow = (sorted(x)[2] for x in zip(*runs))
+print(f"a page in a forked child: first read {first:.2f} us, read again {warm:.2f} us, first write (copy-on-write) {cow:.2f} us")
+`;
+  return execFileSync(findPython(undefined, 'RSTAR2_SANDBOX_PYTHON'), ['-I', '-S', '-c', script], {
+    encoding: 'utf8',
+  }).trimEnd();
+}
 const floorMsOf = (out: string) => Number(/os\.fork\+_exit\s+cpu\/call=([\d.]+)ms/.exec(out)?.[1]);
 
 const trivial = { code: 'print(1+1)' };
@@ -239,7 +271,7 @@ console.log(
     ['+_exit', '+print(1+1)+_exit'],
     ['os.fork', 'glibc fork'],
     values.only === 'floor' ? Math.min(N, 2000) : 1000,
-  ).trimEnd()}`,
+  ).trimEnd()}\n${pageCosts()}`,
 );
 if (want('trivial')) {
   await withPool({}, async (pool) => {

@@ -21,11 +21,11 @@ writeFileSync(
     .join('\n')}\n`,
 );
 
-function cli(args: string[]) {
+function cli(args: string[], timeout = 120_000) {
   return spawnSync(process.execPath, ['bin/rstar2.js', 'rollout', ...args], {
     encoding: 'utf8',
     env: { ...process.env, RSTAR2_NO_PROGRESS: '1' },
-    timeout: 120_000,
+    timeout,
   });
 }
 
@@ -100,11 +100,13 @@ test('rstar2 rollout: an existing --out is refused unless --resume, which keeps 
   assert.match(folder.stderr, /--out .* is not a file/);
 });
 
+// Every sample runs a sandbox call: a host where a process is dear (a PVM guest, ~90 calls/s) resumes ~25 a second
+// under the suite's load, so the sample count and the time limits leave room for it.
 test('rstar2 rollout: a running rollout holds its --out; after a kill -9 it resumes', {
-  timeout: 180_000,
+  timeout: 360_000,
 }, async () => {
   const out = join(dir, 'held.jsonl');
-  const args = ['--engines', 'fake', '--data', data, '-n', '1500', '--out', out];
+  const args = ['--engines', 'fake', '--data', data, '-n', '600', '--out', out];
   const first = spawn(process.execPath, ['bin/rstar2.js', 'rollout', ...args], {
     env: { ...process.env, RSTAR2_NO_PROGRESS: '1' },
     stdio: 'ignore',
@@ -117,14 +119,14 @@ test('rstar2 rollout: a running rollout holds its --out; after a kill -9 it resu
   first.kill('SIGKILL');
   await exited;
   const saved = readFileSync(out, 'utf8').split('\n').length - 1;
-  const r = cli([...args, '--resume']);
+  const r = cli([...args, '--resume'], 300_000);
   assert.equal(r.status, 0, r.stderr);
-  assert.match(r.stdout, new RegExp(`"trajectories":${3000 - saved},"resumed":${saved}`));
+  assert.match(r.stdout, new RegExp(`"trajectories":${1200 - saved},"resumed":${saved}`));
   const ids = readFileSync(out, 'utf8')
     .trimEnd()
     .split('\n')
     .map((l) => (JSON.parse(l) as Trajectory).id);
-  assert.equal(new Set(ids).size, 3000);
+  assert.equal(new Set(ids).size, 1200);
 });
 
 test('rstar2 rollout: --print-config and clear errors for bad input', () => {
