@@ -589,6 +589,23 @@ def use_plain_fork(hooks, early):
         fork = _libc_fork
 
 
+def kill_uid(uid):
+    """SIGKILL to every process of one slot uid: kill(-1) from a helper running as that uid reaches exactly them,
+    atomically (none can fork past it)."""
+    try:
+        h = os.fork()
+    except OSError:  # the host's process limit is full, likely by the snippet's own forks
+        kill_uids(uid, 1)
+        return
+    if h == 0:
+        try:
+            os.setresuid(uid, uid, uid)
+            os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(h, 0)
+
+
 def kill_uids(first, n):
     """kill(-1) as each of uids first..first+n-1 without a process to do it: SIGKILL to each live process of those
     uids found in /proc, until a scan finds none alive. Nothing is reaped meanwhile, so no pid comes free for a
@@ -662,19 +679,7 @@ class Zygote:
         left = [p for p in self.unknown_children() if self.uid_of(p) in (uid, None)]
         if not left:
             return 0
-        try:
-            h = os.fork()  # kill(-1) as the slot uid reaches exactly that uid's processes, atomically
-        except OSError:  # the host's process limit is full, likely by the snippet's own forks
-            h = -1
-            kill_uids(uid, 1)
-        if h == 0:
-            try:
-                os.setresuid(uid, uid, uid)
-                os.kill(-1, signal.SIGKILL)
-            finally:
-                os._exit(0)
-        if h > 0:
-            os.waitpid(h, 0)
+        kill_uid(uid)
         # reap, including grandchildren that get re-parented to us while their parents die
         for _ in range(1000):
             rest = [p for p in self.unknown_children() if self.uid_of(p) in (uid, None)]
@@ -715,6 +720,12 @@ class Zygote:
         if pid is not None and self.jobs[pid][2] == REASON_NONE:
             self.jobs[pid][2] = reason
             os.kill(pid, signal.SIGKILL)  # not reaped yet, so the pid cannot have been reused
+            # and everything it forked, now rather than after it is reaped: a killed process still needs CPU to exit,
+            # and beside a fork bomb's forks (demoted with it, forking on) that took 0.1-3.5 s on a host where a
+            # process is dear, so Node's watchdog took the sandbox for wedged and restarted it
+            uid = slot_uid(self.jobs[pid][1])
+            if uid:
+                kill_uid(uid)
 
     def flush(self, rid):
         pid = self.by_rid.get(rid)
