@@ -2,8 +2,8 @@
 // Usage: flock /tmp/bench.lock npx tsx bench/sandbox-pool.ts [--n 3000] [--concurrency 64] [--slots N]
 // Prints calls/s, p50/p99 latency and CPU ms per call (Node + every process in the sandbox tree) for:
 // idle sequential calls, trivial calls at concurrency C, stateful-session calls (--only session), a stdlib
-// math snippet (--only math), numpy preloaded, 0.5 s busy loops, the fork floor of this machine and what a page costs a new process (--only floor),
-// and calls without pre-forked spares (--only no-prefork).
+// math snippet (--only math), numpy preloaded, 0.5 s busy loops, the fork floor of this machine and what a page
+// costs a new process (--only floor), and calls without pre-forked spares (--only no-prefork).
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { availableParallelism, release } from 'node:os';

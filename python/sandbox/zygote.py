@@ -656,8 +656,9 @@ class Zygote:
             return None
         return None
 
-    def sweep(self, slot, pid):
-        """Kill every process the call left behind; returns how many there were."""
+    def sweep(self, slot, pid, killed):
+        """Kill every process the call left behind; returns how many there were. A killed call's were killed
+        with it (kill), so only the reap is left."""
         if os.pread(self.children_fd, 1 << 16, 0).count(b" ") == len(self.jobs):
             return 0  # every child is a job (each pid is followed by a space): the usual case, kept short
         uid = slot_uid(slot)
@@ -679,7 +680,8 @@ class Zygote:
         left = [p for p in self.unknown_children() if self.uid_of(p) in (uid, None)]
         if not left:
             return 0
-        kill_uid(uid)
+        if not killed:
+            kill_uid(uid)
         # reap, including grandchildren that get re-parented to us while their parents die
         for _ in range(1000):
             rest = [p for p in self.unknown_children() if self.uid_of(p) in (uid, None)]
@@ -747,7 +749,7 @@ class Zygote:
             del self.by_rid[rid]
             self.ep.unregister(pidfd)
             os.close(pidfd)
-            leftovers = self.sweep(slot, pid)
+            leftovers = self.sweep(slot, pid, reason != REASON_NONE)
             if os.WIFSIGNALED(status):
                 code, sig = -1, os.WTERMSIG(status)
             else:

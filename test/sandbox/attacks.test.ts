@@ -82,7 +82,7 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
       'import os, time\nr, w = os.pipe()\nif os.fork() == 0:\n    os.close(w)\n    os.read(r, 1)\n' +
         '    print("outlived its parent", flush=True)\n    os._exit(0)\nos.close(r)\nb = b"x" * (400 << 20)\n' +
         'print("held", flush=True)\ntime.sleep(60)',
-      { timeoutMs: 4000 },
+      { timeoutMs: 8000 }, // room to fill 400 MB where a fresh page is dear
     );
     assert.equal(r.status, 'timeout');
     assert.equal(r.stdout, 'held\n');
