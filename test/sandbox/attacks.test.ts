@@ -307,13 +307,15 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
 
   test("a call still running after demoteAfterMs drops to nice 19 with its children; the next call and a session's next cell start where calls start", async () => {
     const nice = 'import os\nprint(os.nice(0))';
+    // waits for the demotion (the broker checks every few ms, but a loaded host may delay it), then forks
     const slow =
-      'import os, time\ntime.sleep(0.3)\nif os.fork() == 0:\n    print(os.nice(0), flush=True)\n    os._exit(0)\nos.wait()';
+      'import os, time\nt = time.monotonic()\nwhile os.nice(0) != 19 and time.monotonic() - t < 4:\n    time.sleep(0.01)\n' +
+      'if os.fork() == 0:\n    print(os.nice(0), flush=True)\n    os._exit(0)\nos.wait()';
     // calls start at the sandbox's own nice (the test runner's, if it was started under nice)
     const quick = await pool.run({ code: nice });
     const base = quick.stdout;
     assert.ok(Number(base) < 19, JSON.stringify(quick));
-    const long = await pool.run({ code: slow });
+    const long = await pool.run({ code: slow, timeoutMs: 6000 });
     assert.equal(long.stdout, '19\n', JSON.stringify(long));
     // a snippet cannot take its priority back (no CAP_SYS_NICE after setresuid, RLIMIT_NICE 0)
     const back = await pool.run({
@@ -327,7 +329,8 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
       [base, base, base, base],
     );
     const cells = [];
-    for (const code of [slow, nice]) cells.push(await pool.run({ code, session: 'demoted' }));
+    for (const code of [slow, nice])
+      cells.push(await pool.run({ code, session: 'demoted', timeoutMs: 6000 }));
     assert.deepEqual(
       cells.map((r) => r.stdout),
       ['19\n', base],
@@ -344,6 +347,11 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
       `import time\n${read}t = time.monotonic()\nwhile ag() != "19" and time.monotonic() - t < 4:\n` +
       '    time.sleep(0.01)\nprint(ag())\ntime.sleep(0.25)';
     const now = `${read}print(ag())`;
+    // a session's next cell waits for its put-back: another pool's write may have taken the kernel's 100 ms, and
+    // then the broker writes at its next memory check
+    const back =
+      `import time\n${read}t = time.monotonic()\nwhile ag() != "0" and time.monotonic() - t < 4:\n` +
+      '    time.sleep(0.01)\nprint(ag())';
     assert.equal(pool.info.demoteAfterMs, pool.options.demoteAfterMs);
     assert.equal(pool.info.demoteSession, true, 'the pool says it lowers sessions');
     const fresh = await pool.run({ code: now });
@@ -356,9 +364,9 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
       next.map((r) => r.stdout),
       ['0\n', '0\n', '0\n', '0\n'],
     );
-    // a session keeps its process: its next cell is put back before it starts
+    // a session keeps its process: its next cell is put back
     const cells = [];
-    for (const code of [long, now])
+    for (const code of [long, back])
       cells.push(await pool.run({ code, session: 'autogroup', timeoutMs: 6000 }));
     assert.deepEqual(
       cells.map((r) => r.stdout),
