@@ -70,8 +70,8 @@ def main():
 def keep_freed_memory():
     """A CPU step frees its activations and allocates them again in the next. glibc gives a freed block above its
     mmap threshold, and free heap above its trim threshold, back to the kernel, so each step faulted its
-    activations in again, a page at a time: on a host where faults are dear (a software-MMU VM) that was a third
-    of a training step. Blocks up to 32 MiB (mallopt's ceiling) now come from the heap, and up to 256 MiB of it
+    activations in again, a page at a time: on a host where faults are dear (a software-MMU VM) that was a fifth
+    to a third of a training step. Blocks up to 32 MiB (mallopt's ceiling) now come from the heap, and up to 256 MiB of it
     is kept free. Not on GPUs, where the CPU's allocations are few and a kept heap would only hold memory. A
     user's own MALLOC_* or GLIBC_TUNABLES settings are left as they are."""
     if "GLIBC_TUNABLES" in os.environ or any(k.startswith("MALLOC_") for k in os.environ):

@@ -361,10 +361,6 @@ class DeviceAndPrecision(unittest.TestCase):
                 self.assertTrue(all(t.dtype == want for t in read_state_dict(d).values()))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 # A step's activations in a fresh process (mallopt cannot be undone): 40 buffers of 1 MiB, all freed at its end,
 # ten times after a first step; prints the page faults of the ten
 STEPS = """
@@ -400,3 +396,7 @@ class FreedMemory(unittest.TestCase):
         plain = self.faults("plain")
         mine = self.faults("keep", GLIBC_TUNABLES="glibc.malloc.check=0")
         self.assertGreater(mine * 2, plain, f"page faults: {mine} with the user's tunables, {plain} plain")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -341,17 +341,15 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     skip: existsSync('/proc/self/autogroup') ? false : 'no autogroups in this kernel',
   }, async () => {
     const read = 'ag = lambda: open("/proc/self/autogroup").read().split()[-1]\n';
-    // polls, since the kernel takes one autogroup write per 100 ms host-wide and the broker's may wait its
-    // turn; then leaves that long for the next cell's write
-    const long =
-      `import time\n${read}t = time.monotonic()\nwhile ag() != "19" and time.monotonic() - t < 4:\n` +
-      '    time.sleep(0.01)\nprint(ag())\ntime.sleep(0.25)';
+    // polls, since the kernel takes one autogroup write per 100 ms host-wide and the broker's may wait its turn
+    // (another pool's write may have taken it; a refused one is made at the broker's next memory check)
+    const until = (v: string) =>
+      `import time\n${read}t = time.monotonic()\nwhile ag() != "${v}" and time.monotonic() - t < 4:\n` +
+      '    time.sleep(0.01)\nprint(ag())\n';
+    // then leaves that long for the next cell's write
+    const long = `${until('19')}time.sleep(0.25)`;
     const now = `${read}print(ag())`;
-    // a session's next cell waits for its put-back: another pool's write may have taken the kernel's 100 ms, and
-    // then the broker writes at its next memory check
-    const back =
-      `import time\n${read}t = time.monotonic()\nwhile ag() != "0" and time.monotonic() - t < 4:\n` +
-      '    time.sleep(0.01)\nprint(ag())';
+    const back = until('0');
     assert.equal(pool.info.demoteAfterMs, pool.options.demoteAfterMs);
     assert.equal(pool.info.demoteSession, true, 'the pool says it lowers sessions');
     const fresh = await pool.run({ code: now });
