@@ -16,6 +16,10 @@ from torch.utils.checkpoint import checkpoint
 
 # A [chunk, vocab] slice of fp32 logits is at most this big (log-softmax and its exp add two more of the same).
 LOGITS_CHUNK_BYTES = 1 << 27
+# On a CPU, fp32 logit slices and eager attention scores stay under glibc's highest mmap threshold (32 MiB,
+# which the worker sets): a bigger block is mapped fresh and unmapped on free, so every step would fault all its
+# pages in again. On the software-MMU host that made such a step 3-5x slower (docs/DECISIONS.md, worker).
+CPU_BLOCK_BYTES = 30 << 20
 
 
 class Config:
@@ -214,17 +218,24 @@ class Attention(nn.Module):
         if ATTENTION == "sdpa":
             k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias == 0, is_causal=bias is None)
-        # GQA without repeat_interleave: the rep query heads that share a kv head become extra query rows
+        # GQA without repeat_interleave: the rep query heads that share a kv head become extra query rows.
+        # On a CPU, query rows go in blocks whose fp32 scores fit CPU_BLOCK_BYTES
         S = k.shape[2]
-        qg = q.reshape(B, c.num_key_value_heads, rep * T, c.head_dim)
-        att = torch.matmul(qg, k.transpose(-1, -2)) * (1.0 / math.sqrt(c.head_dim))
-        att = att.view(B, c.num_key_value_heads, rep, T, S)
-        if bias is None:
-            att = att.masked_fill(torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-        else:
-            att = att + bias.unsqueeze(2)
-        att = torch.softmax(att.float(), dim=-1).to(v.dtype).view(B, c.num_key_value_heads, rep * T, S)
-        return torch.matmul(att, v).view(B, c.num_attention_heads, T, c.head_dim)
+        step = T if q.is_cuda else max(1, CPU_BLOCK_BYTES // (4 * B * c.num_attention_heads * S))
+        kt = k.transpose(-1, -2)
+        outs = []
+        for s in range(0, T, step):
+            e = min(T, s + step)
+            qg = q[:, :, s:e].reshape(B, c.num_key_value_heads, rep * (e - s), c.head_dim)
+            att = torch.matmul(qg, kt) * (1.0 / math.sqrt(c.head_dim))
+            att = att.view(B, c.num_key_value_heads, rep, e - s, S)
+            if bias is None:
+                att = att.masked_fill(torch.ones(e - s, S, dtype=torch.bool, device=q.device).triu(1 + s), float("-inf"))
+            else:
+                att = att + bias[:, :, s:e].unsqueeze(2)
+            att = torch.softmax(att.float(), dim=-1).to(v.dtype).view(B, c.num_key_value_heads, rep * (e - s), S)
+            outs.append(torch.matmul(att, v).view(B, c.num_attention_heads, e - s, c.head_dim))
+        return outs[0] if len(outs) == 1 else torch.cat(outs, 2)
 
 
 def attention_impl(functional=F):
@@ -360,8 +371,8 @@ class CausalLM(nn.Module):
 
     def token_logprobs(self, h, targets, temperature=1.0, chunk=None):
         """(log p(target), entropy, target is the argmax) per row of h [N, H], computed `chunk` tokens at a
-        time (default: LOGITS_CHUNK_BYTES of fp32 logits); differentiable in log p."""
-        chunk = chunk or max(1, LOGITS_CHUNK_BYTES // (4 * self.cfg.vocab_size))
+        time (default: LOGITS_CHUNK_BYTES of fp32 logits, CPU_BLOCK_BYTES on a CPU); differentiable in log p."""
+        chunk = chunk or max(1, (LOGITS_CHUNK_BYTES if h.is_cuda else CPU_BLOCK_BYTES) // (4 * self.cfg.vocab_size))
         return ChunkedLogprobs.apply(h, self.lm_head.weight, targets, float(temperature), int(chunk))
 
     def forward(self, ids=None, pad_left=None, drop_last=False, rows=None, packed=False, temperature=1.0, chunk=None, device=None):

@@ -103,7 +103,7 @@ class ChunkedLogprobs(unittest.TestCase):
         finally:
             M.F.linear = real
         self.assertGreater(len(seen), 1)
-        self.assertLessEqual(max(seen) * 151_936 * 4, M.LOGITS_CHUNK_BYTES)
+        self.assertLessEqual(max(seen) * 151_936 * 4, M.CPU_BLOCK_BYTES)
 
 
 class Packing(unittest.TestCase):
@@ -250,6 +250,40 @@ class AttentionSelection(unittest.TestCase):
         self.assertLess(max_diff(sdpa_train[3], eager_train[3]), 1e-5)
         self.assertEqual(sdpa_gen[0], eager_gen[0])
         self.assertLess(max(abs(a - b) for x, y in zip(sdpa_gen[1], eager_gen[1]) for a, b in zip(x, y)), 1e-5)
+
+
+    def test_eager_scores_in_row_blocks_equal_one_block(self):
+        m = new_model(5)
+        rows = ROWS + [[i % 97 for i in range(40)]]
+        whole = [loss_and_grads(m, rows, packed) for packed in (False, True)]
+        old = M.CPU_BLOCK_BYTES
+        M.CPU_BLOCK_BYTES = 1  # one query row per block
+        try:
+            blocks = [loss_and_grads(m, rows, packed) for packed in (False, True)]
+        finally:
+            M.CPU_BLOCK_BYTES = old
+        for a, b in zip(blocks, whole):
+            self.assertLess(float((a[0] - b[0]).abs().max()), 1e-5)
+            self.assertLess(max_diff(a[3], b[3]), 1e-5)
+
+    @unittest.skipUnless(M.ATTENTION == "eager", "torch has fused attention here")
+    def test_eager_scores_stay_under_the_mmap_threshold(self):
+        # B * heads * T * T fp32 scores of 2 x 1200 tokens: 46 MB in one block, over the budget
+        m, seen, real = new_model(5), [], torch.softmax
+
+        def spy(x, *a, **k):
+            seen.append(x.numel() * 4)
+            return real(x, *a, **k)
+
+        rows = [[i % 97 for i in range(1200)], [i % 89 for i in range(1199)]]
+        torch.softmax = spy
+        try:
+            with torch.no_grad():
+                M.predicting_hidden(m, rows, False, torch.device("cpu"))
+        finally:
+            torch.softmax = real
+        self.assertGreater(len(seen), CFG["num_hidden_layers"])
+        self.assertLessEqual(max(seen), M.CPU_BLOCK_BYTES)
 
 
 def generate(m, prompts, stop=()):

@@ -54,7 +54,7 @@ const BYTES: Record<
   bf16: { weights: 2, grads: 2, optimizer: 4, act: 2, residual: 2 },
 };
 
-/** The worker's log-prob slices when `logitsChunkTokens` is unset: 128 MiB of fp32 logits (model.py). */
+/** The worker's log-prob slices on a GPU when `logitsChunkTokens` is unset: 128 MiB of fp32 logits (model.py). */
 export const workerLogprobChunk = (vocab: number) => Math.max(1, Math.floor(2 ** 27 / (4 * vocab)));
 
 export interface PlanInput {

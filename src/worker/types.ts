@@ -90,7 +90,7 @@ export interface TrainOptions {
   // instead of padded length-grouped ones; microBatchTokens is then unused. Same loss and gradients.
   maxTokensPerMicroBatch?: number;
   gradientCheckpointing?: boolean; // recompute each decoder layer in backward (default false)
-  logitsChunkTokens?: number; // tokens per lm_head + log-softmax slice (default: 128 MiB of fp32 logits)
+  logitsChunkTokens?: number; // tokens per lm_head + log-softmax slice (default: 128 MiB of fp32 logits, 30 MiB on a CPU)
   // 'token-mean': exact mean over every mask=1 token of the global batch (independent of micro-batching
   // and rank count). 'verl': each micro-batch's token-mean scaled by its share of sequences (verl quirk).
   lossAgg?: 'token-mean' | 'verl';
