@@ -14,7 +14,7 @@ test('python: chunked log-probs, packing, checkpointing, the sdpa call and bf16 
     encoding: 'utf8',
   });
   assert.equal(r.status, 0, r.stderr);
-  assert.match(r.stderr, /Ran 1\d tests/);
+  assert.match(r.stderr, /Ran 2\d tests/);
 });
 
 let w: PolicyWorker;
