@@ -127,8 +127,10 @@ test('a point whose batch was prefilled over more than N1 steps is left out and 
   const f = await fakeServer('vllm');
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-probe-'));
   try {
-    // one request prefilled per step: at batch 16 the first has 8 tokens before the last starts
-    f.timing = { ...TIMING, admitPerStep: 1 };
+    // one request prefilled per step: at batch 16 the first has 8 tokens before the last starts. Steps of 20 ms,
+    // so batch 2's two requests may reach the server up to 80 ms apart on a loaded host (with 3 ms steps, one CI
+    // run saw them 33 steps apart) and still count as one batch
+    f.timing = { ...TIMING, stepMs: 20, admitPerStep: 1 };
     const out = join(dir, 'samples.jsonl');
     const r = await probe(
       ...['--engine', `vllm+${f.url}`, '--batches', '2,16', '--contexts', '128'],
