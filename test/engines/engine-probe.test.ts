@@ -98,7 +98,7 @@ test('points whose KV would not fit the pool are skipped and named', async () =>
   const f = await fakeServer('sglang'); // a pool of 123,456 tokens in pages of 16
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-probe-'));
   try {
-    f.timing = TIMING;
+    f.timing = { ...TIMING, stepMs: 20 }; // batch 2 must count as one batch on a loaded host: see below
     const out = join(dir, 'samples.jsonl');
     const r = await probe(
       ...['--engine', `sglang+${f.url}`, '--batches', '2,1000', '--contexts', '128'],
