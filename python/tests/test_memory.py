@@ -251,17 +251,17 @@ class AttentionSelection(unittest.TestCase):
         self.assertEqual(sdpa_gen[0], eager_gen[0])
         self.assertLess(max(abs(a - b) for x, y in zip(sdpa_gen[1], eager_gen[1]) for a, b in zip(x, y)), 1e-5)
 
-
     def test_eager_scores_in_row_blocks_equal_one_block(self):
         m = new_model(5)
         rows = ROWS + [[i % 97 for i in range(40)]]
-        whole = [loss_and_grads(m, rows, packed) for packed in (False, True)]
         old = M.CPU_BLOCK_BYTES
-        M.CPU_BLOCK_BYTES = 1  # one query row per block
+        M.ATTENTION = "eager"  # the blocked path, also where torch has SDPA
         try:
+            whole = [loss_and_grads(m, rows, packed) for packed in (False, True)]
+            M.CPU_BLOCK_BYTES = 1  # one query row per block
             blocks = [loss_and_grads(m, rows, packed) for packed in (False, True)]
         finally:
-            M.CPU_BLOCK_BYTES = old
+            M.CPU_BLOCK_BYTES, M.ATTENTION = old, M.attention_impl()
         for a, b in zip(blocks, whole):
             self.assertLess(float((a[0] - b[0]).abs().max()), 1e-5)
             self.assertLess(max_diff(a[3], b[3]), 1e-5)
