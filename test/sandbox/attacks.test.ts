@@ -305,6 +305,11 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     assert.equal(ok.stdout, '300\n', JSON.stringify(ok));
   });
 
+  // On a loaded host (CI runs test files side by side) a trivial call can itself outlive demoteAfterMs and be
+  // demoted, rightly; only a call that was quick must have started at the default priority.
+  const startedAt = (r: RunResult, base: string) =>
+    r.stdout === '19\n' && r.wallMs >= pool.options.demoteAfterMs ? base : r.stdout;
+
   test("a call still running after demoteAfterMs drops to nice 19 with its children; the next call and a session's next cell start where calls start", async () => {
     const nice = 'import os\nprint(os.nice(0))';
     // waits for the demotion (the broker checks every few ms, but a loaded host may delay it), then forks
@@ -325,7 +330,7 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     assert.match(back.stderr, /PermissionError/);
     const next = await Promise.all([1, 2, 3, 4].map(() => pool.run({ code: nice })));
     assert.deepEqual(
-      next.map((r) => r.stdout),
+      next.map((r) => startedAt(r, base)),
       [base, base, base, base],
     );
     const cells = [];
@@ -359,7 +364,7 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     // the slot's next call is a new session at the default weight
     const next = await Promise.all([1, 2, 3, 4].map(() => pool.run({ code: now })));
     assert.deepEqual(
-      next.map((r) => r.stdout),
+      next.map((r) => startedAt(r, '0\n')),
       ['0\n', '0\n', '0\n', '0\n'],
     );
     // a session keeps its process: its next cell is put back
