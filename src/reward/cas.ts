@@ -12,7 +12,7 @@ interface BoxedLike {
   N(): { re: number; im: number };
 }
 interface EngineLike {
-  parse(latex: string): BoxedLike;
+  parse(latex: string, options?: object): BoxedLike;
 }
 
 const PACKAGE = '@cortex-js/compute-engine';
@@ -35,6 +35,7 @@ function ce(): EngineLike | null {
           `${entry} has no ComputeEngine export (got: ${Object.keys(mod).join(', ') || 'none'})`,
         );
       engine = new mod.ComputeEngine();
+      budgetParser(engine);
     } catch (e) {
       const err = e as NodeJS.ErrnoException;
       const hint =
@@ -47,6 +48,39 @@ function ce(): EngineLike | null {
     }
   }
   return engine;
+}
+
+/** Token reads one CE parse may make; the worst answer in our corpora and benchmarks takes about 11,000. */
+export const PARSE_STEPS = 100_000;
+
+class ParseBudget extends Error {}
+
+// CE's LaTeX parser backtracks on malformed input: every prefix-operator definition and every delimiter
+// pairing is tried in turn and each try re-parses the rest, so `#` and 76 dashes, or a dozen `[`, take
+// exponential time (12 `[`: 4 min; 76 dashes: never). Every step of it reads a token through `peek`, so
+// a count of those reads per parser bounds a parse whatever the input; past it the answer has no CAS value.
+// The parser class is not exported: its prototype is taken from the one callback that is handed a parser.
+function budgetParser(e: EngineLike): void {
+  const protos: object[] = [];
+  e.parse(')', {
+    parseUnexpectedToken: (_lhs: unknown, parser: object) => {
+      protos.push(Object.getPrototypeOf(parser));
+      return null;
+    },
+  });
+  const proto = protos[0];
+  const peek = proto && Object.getOwnPropertyDescriptor(proto, 'peek')?.get;
+  if (!peek) throw new Error('cannot find its LaTeX parser to bound (CE version other than 0.27?)');
+  const steps = new WeakMap<object, number>();
+  Object.defineProperty(proto, 'peek', {
+    configurable: true,
+    get(this: object) {
+      const n = (steps.get(this) ?? 0) + 1;
+      if (n > PARSE_STEPS) throw new ParseBudget(`more than ${PARSE_STEPS} parse steps`);
+      steps.set(this, n);
+      return peek.call(this);
+    },
+  });
 }
 
 // Heads whose numeric value CE only approximates (quadrature, limits) or that are not values.

@@ -84,6 +84,37 @@ test('a check past its hard limit gets a timeout result and the pool keeps worki
   }
 });
 
+// Issue 44: compute-engine's parser backtracks, so `#` and 76 dashes (a random model's sample) or a dozen
+// `[` never finished and hung training. Its parse now has a step budget: each gets its verdict (our parser
+// cannot read it, so "unknown") well inside the pool's 2 s limit, where the unbounded parse timed out.
+test('inputs that make the CAS parser backtrack get a verdict, not a timeout', {
+  timeout: 60_000,
+}, async () => {
+  const pool = new VerifierPool({ size: 1 });
+  try {
+    const got = await pool.verifyBatch([
+      { pred: `The answer is $#${'-'.repeat(76)}$`, gold: '5', opts: { profile: 'reference' } },
+      { pred: `\\boxed{${'['.repeat(14)}}`, gold: '5', opts: { profile: 'reference' } },
+      { pred: '('.repeat(40), gold: '5', opts: { extract: false } },
+      { pred: `1${'+'.repeat(60)}`, gold: '1', opts: { extract: false } },
+      { pred: '\\sum_{k=1}^{10} k', gold: '55', opts: { extract: false } }, // and the CAS still reads sums
+    ]);
+    assert.deepEqual(
+      got.map((r) => [r.status, r.correct]),
+      [
+        ['unknown', false],
+        ['unknown', false],
+        ['unknown', false],
+        ['unknown', false],
+        ['equal', true],
+      ],
+      got.map((r) => r.reason).join('\n'),
+    );
+  } finally {
+    await pool.close();
+  }
+});
+
 test('closed pool rejects new work', async () => {
   const pool = new VerifierPool({ size: 1 });
   await pool.close();
