@@ -382,9 +382,17 @@ export const RecipeSchema = z
           .enum(['integer', 'strict', 'lenient', 'reference'])
           .default('strict')
           .describe("reward/'s verifier profile; one function scores train, eval and rollout"),
+        timeoutMs: z
+          .number()
+          .int()
+          .min(100)
+          .default(1000)
+          .describe(
+            "time limit per check; past it (+1 s grace the check's worker thread is replaced) the trajectory scores 0 and the step counts it in reward_timeouts",
+          ),
       })
       .strict()
-      .default({ profile: 'strict' }),
+      .default({ profile: 'strict', timeoutMs: 1000 }),
     sandbox: z
       .object({
         workers: z.number().int().min(1).default(2),

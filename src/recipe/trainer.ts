@@ -1,9 +1,10 @@
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { failureOf, type Trajectory } from '../agent/trajectory.js';
 import { type ChatExample, type FilterResult, loadProblems, type Problem } from '../data/index.js';
 import type { RolloutStats } from '../engines/scheduler.js';
-import { type Scored, scoreTrajectory } from '../reward/index.js';
+import { type Scored, VerifierPool } from '../reward/index.js';
 import { type PenaltyOptions, selectAndScore } from '../rl/index.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
@@ -90,8 +91,8 @@ export interface RunState {
   stageDone?: boolean;
 }
 
-/** Scores one trajectory against its gold answer (default: reward/'s scoreTrajectory with the recipe's profile). */
-export type RewardFn = (t: Trajectory, gold: string) => Scored;
+/** Scores one trajectory against its gold answer (default: reward/'s VerifierPool with the recipe's profile). */
+export type RewardFn = (t: Trajectory, gold: string) => Promise<Scored>;
 
 export interface TrainerOptions {
   reward?: RewardFn;
@@ -156,8 +157,12 @@ export function forkRun(srcDir: string, checkpoint: string, dstDir: string, reci
   return state;
 }
 
+// Reward checks take milliseconds; two threads keep up with a step's trajectories and leave the cores to
+// the policy worker and the sandbox.
+const REWARD_THREADS = Math.min(2, availableParallelism());
+
 export class Trainer {
-  private readonly reward: RewardFn;
+  private pool?: VerifierPool;
   private readonly log: (line: string) => void;
   private testSet: Problem[] = [];
   private readonly health: Health;
@@ -172,7 +177,6 @@ export class Trainer {
     private readonly backend: PolicyBackend,
     private readonly opts: TrainerOptions = {},
   ) {
-    this.reward = opts.reward ?? ((t, gold) => scoreTrajectory(t, gold, recipe.reward.profile));
     this.log = opts.log ?? ((l) => process.stderr.write(`${l}\n`));
     this.health = new Health(recipe.health.zeroRewardSteps);
   }
@@ -283,6 +287,13 @@ export class Trainer {
     this.truncateAfter(state);
     await this.loadTestSet();
     this.runLog = openRunLog(this.recipe.logger, this.recipe.stages, this.runDir, state);
+    // a check that hangs (a parser gone exponential) is cut at the deadline and its worker thread replaced,
+    // where one on this thread would stop the run for good
+    if (!this.opts.reward)
+      this.pool = new VerifierPool({
+        size: REWARD_THREADS,
+        defaults: { profile: this.recipe.reward.profile, timeoutMs: this.recipe.reward.timeoutMs },
+      });
     try {
       for (let i = state?.stageIndex ?? 0; i < this.recipe.stages.length; i++) {
         const stage = this.recipe.stages[i];
@@ -304,6 +315,8 @@ export class Trainer {
     } finally {
       this.runLog.close();
       this.runLog = undefined;
+      await this.pool?.close();
+      this.pool = undefined;
     }
     const evals = readJsonlTolerant<{ stage: string; step: number; accuracy: number }>(
       join(this.runDir, 'evals.jsonl'),
@@ -318,6 +331,16 @@ export class Trainer {
     this.warnings.push(...warnings);
     if (record) record.health = warnings;
     if (this.recipe.health.strict) this.unhealthy.push(...warnings);
+  }
+
+  /** Scores trajectories in parallel; a check that ran out of time is a 0 that is said, not hidden. */
+  private async score(trajs: Trajectory[], gold: (t: Trajectory) => string, at: string): Promise<Scored[]> {
+    const reward = this.opts.reward ?? ((t, g) => (this.pool as VerifierPool).score(t, g));
+    const out = await Promise.all(trajs.map((t) => reward(t, gold(t))));
+    for (const [i, r] of out.entries())
+      if (r.timedOut)
+        this.log(`[reward] ${at}: check of a ${trajs[i].promptId} sample timed out, reward 0 (${r.reason})`);
+    return out;
   }
 
   private async checkpoint(stageIndex: number, stage: Stage, step: number, stageDone = false): Promise<void> {
@@ -501,7 +524,9 @@ export class Trainer {
     // samples an engine or the sandbox failed are no answers of the model's: left out, and said
     const failures = trajs.map(failureOf).filter((f) => f !== undefined);
     const scored = trajs.filter((t) => failureOf(t) === undefined);
-    const correct = scored.filter((t) => this.reward(t, gold.get(t.promptId) ?? '').correct).length;
+    const scores = await this.score(scored, (t) => gold.get(t.promptId) ?? '', `eval ${stage} step ${step}`);
+    const correct = scores.filter((r) => r.correct).length;
+    const timeouts = scores.filter((r) => r.timedOut).length;
     const accuracy = correct / Math.max(1, scored.length);
     const record = {
       stage,
@@ -509,6 +534,7 @@ export class Trainer {
       accuracy: round(accuracy),
       n: scored.length,
       ...(failures.length ? { failed: failures.length } : {}),
+      ...(timeouts ? { reward_timeouts: timeouts } : {}),
       samples: e.samples,
       temperature: e.temperature,
       split: 'test',
@@ -594,9 +620,9 @@ export class Trainer {
       });
       const gold = new Map(part.map((p) => [p.id, p.answer ?? '']));
       const counts = new Map(part.map((p) => [p.id, 0]));
-      for (const t of trajs)
-        if (this.reward(t, gold.get(t.promptId) ?? '').correct)
-          counts.set(t.promptId, (counts.get(t.promptId) ?? 0) + 1);
+      const scores = await this.score(trajs, (t) => gold.get(t.promptId) ?? '', `${stage.name} filter`);
+      for (const [j, t] of trajs.entries())
+        if (scores[j].correct) counts.set(t.promptId, (counts.get(t.promptId) ?? 0) + 1);
       appendJsonl(
         file,
         [...counts].map(([id, n]) => ({ id, solved: n })),
@@ -631,10 +657,15 @@ export class Trainer {
     const byId = new Map(problems.map((p, i) => [p.id, i]));
     const groups: Trajectory[][] = problems.map(() => []);
     const failures: string[] = [];
-    for (const t of trajs) {
-      const p = problems[byId.get(t.promptId) ?? -1];
-      if (!p) throw new Error(`rollout returned a trajectory for unknown prompt ${t.promptId}`);
-      const r = this.reward(t, p.answer ?? '');
+    for (const t of trajs)
+      if (!byId.has(t.promptId))
+        throw new Error(`rollout returned a trajectory for unknown prompt ${t.promptId}`);
+    const gold = (t: Trajectory) => problems[byId.get(t.promptId) as number].answer ?? '';
+    const scores = await this.score(trajs, gold, `${stage.name} step ${step}`);
+    const timeouts = scores.filter((r) => r.timedOut).length;
+    for (const [j, t] of trajs.entries()) {
+      const p = problems[byId.get(t.promptId) as number];
+      const r = scores[j];
       Object.assign(t, { gold: p.answer, reward: r.reward, correct: r.correct });
       t.verify = { extracted: r.extracted, matchedBy: r.matchedBy };
       // an engine or sandbox failure is not the policy's doing: as a negative it would be trained against
@@ -649,7 +680,7 @@ export class Trainer {
       penalty,
       new Rng(seedFor(this.recipe.seed, stage.name, step, 'roc', ...again)),
     );
-    return { problems, trajs, groups, sel, failures, t1, t2 };
+    return { problems, trajs, groups, sel, failures, timeouts, t1, t2 };
   }
 
   private async runRl(stageIndex: number, stage: RlStageConfig, start: number): Promise<void> {
@@ -677,8 +708,11 @@ export class Trainer {
       // 'redraw' (the reference): a step whose groups are all rejected does not count; new prompts are drawn
       let d = await this.rlDraw(stage, pool, n, roc, penalty, step, 0);
       let redraws = 0;
-      while (stage.emptyStep === 'redraw' && d.sel.kept.length === 0 && redraws < MAX_REDRAWS)
+      let timeouts = d.timeouts;
+      while (stage.emptyStep === 'redraw' && d.sel.kept.length === 0 && redraws < MAX_REDRAWS) {
         d = await this.rlDraw(stage, pool, n, roc, penalty, step, ++redraws);
+        timeouts += d.timeouts;
+      }
       const { problems, trajs, groups, sel, failures, t1, t2 } = d;
       const items: ScoredItem[] = sel.kept.map((k) => ({
         trajectory: groups[k.group][k.index],
@@ -725,6 +759,7 @@ export class Trainer {
         reward_mean: round(mean(answered.map((t) => t.reward ?? 0))),
         accuracy: round(mean(answered.map((t) => (t.correct ? 1 : 0)))),
         ...(failures.length ? { failed: failures.length } : {}),
+        ...(timeouts ? { reward_timeouts: timeouts } : {}),
         tool_error_ratio_pos: round(sel.metrics.tool_error_ratio_pos),
         tool_error_ratio_pos_kept: round(sel.metrics.tool_error_ratio_pos_kept),
         format_penalty_pos: round(sel.metrics.format_penalty_pos),

@@ -325,6 +325,8 @@ export interface Scored {
   extracted: string | null;
   matchedBy: string | null;
   reason: string;
+  /** The check ran out of time (scored 0 like any wrong answer; callers count and report it). */
+  timedOut?: true;
 }
 
 /** A trajectory that ended in an error (engine or tool failure) scores 0 whatever its text says. */
@@ -346,6 +348,7 @@ export function toScored(r: VerifyResult): Scored {
     extracted: r.extracted,
     matchedBy: r.matchedBy,
     reason: r.reason,
+    ...(r.status === 'timeout' ? { timedOut: true as const } : {}),
   };
 }
 
