@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { basename, dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, relative, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { commaList, deprecatedAliases, nonNegativeInt, positiveInt, seed } from '../cli/options.js';
 import { readJson } from '../util/jsonl.js';
@@ -80,10 +80,37 @@ async function makeBackend(
   });
 }
 
+const shellWord = (w: string) => (/^[\w@%+=:,./-]+$/.test(w) ? w : `'${w.replace(/'/g, `'\\''`)}'`);
+
+/** The command that goes on with this run: this program, and the flags the run's config.json does not hold. */
+function resumeCommand(runDir: string, flags: TrainFlags): string {
+  const script = process.argv[1] ?? 'rstar2';
+  const prog =
+    basename(script) === 'rstar2' ? ['rstar2'] : ['node', relative(process.cwd(), script) || script];
+  const opt = (name: string, v: string | number | undefined) => (v === undefined ? [] : [name, String(v)]);
+  return [
+    ...prog,
+    'train',
+    '--resume',
+    runDir,
+    ...(flags.policyBackend !== 'embedded' ? ['--policy-backend', flags.policyBackend] : []),
+    ...(flags.insecureNoSandbox ? ['--insecure-no-sandbox'] : []),
+    ...opt('--engines', flags.engines?.join(',')),
+    ...opt('--sync-dir', flags.syncDir),
+    ...(flags.weightSync !== 'auto' ? ['--weight-sync', flags.weightSync] : []),
+    ...opt('--weight-sync-master', flags.weightSyncMaster),
+    ...opt('--nproc-per-node', flags.nprocPerNode),
+    ...opt('--nnodes', flags.nnodes),
+    ...opt('--master', flags.master),
+  ]
+    .map(shellWord)
+    .join(' ');
+}
+
 async function train(flags: TrainFlags): Promise<void> {
   const { LOGGERS, loadRecipe, parseRecipe } = await import('./config.js');
   const { checkLoggers } = await import('./loggers.js');
-  const { forkRun, Trainer } = await import('./trainer.js');
+  const { forkRun, readState, Stopped, Trainer } = await import('./trainer.js');
   const { HealthError, healthSummary } = await import('./health.js');
   if (flags.roc !== undefined && flags.roc !== 'on' && flags.roc !== 'off') {
     throw new Error(`--roc must be "on" or "off", got "${flags.roc}"`);
@@ -179,21 +206,38 @@ async function train(flags: TrainFlags): Promise<void> {
   const release = lockDir(runDir, 'run');
   const t0 = Date.now();
   const backend = await makeBackend(recipe, flags, runDir, launch);
-  const stop = () => {
-    void backend.close().finally(() => process.exit(130));
+  const trainer = new Trainer(recipe, runDir, backend);
+  const again = `resume with:\n  ${resumeCommand(runDir, flags)}`;
+  // The first signal lets the current step finish and checkpoint it; the second stops at once.
+  let signals = 0;
+  const stop = (sig: NodeJS.Signals) => {
+    if (++signals > 1) {
+      console.error(`\n${sig} again: stopping now; a resume goes on from the last checkpoint; ${again}`);
+      process.exit(130);
+    }
+    console.error(`\n${sig}: stopping after the current step, with a checkpoint (${sig} again: stop now)`);
+    trainer.requestStop();
   };
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
   try {
     console.error(`run directory: ${runDir}`);
-    const trainer = new Trainer(recipe, runDir, backend);
     let evals: { stage: string; step: number; accuracy: number }[];
     try {
       ({ evals } = await trainer.run(Boolean(flags.resume)));
     } catch (e) {
-      if (!(e instanceof HealthError)) throw e;
-      console.error(`${e.message}\nstopped after the last checkpoint; run: ${runDir}`);
-      process.exitCode = 3;
+      if (e instanceof HealthError) {
+        console.error(`${e.message}\nstopped after the last checkpoint; run: ${runDir}`);
+        process.exitCode = 3;
+        return;
+      }
+      // after a terminal's Ctrl-C the policy worker, in the same process group, may have died of it first
+      if (!(e instanceof Stopped) && signals === 0) throw e;
+      const s = readState(runDir);
+      const why = e instanceof Stopped ? 'stopped' : `interrupted (${(e as Error).message})`;
+      const at = s ? `${s.stage} step ${s.step} (${s.checkpoint})` : 'none yet, a resume starts over';
+      console.error(`${why}; last checkpoint: ${at}; ${again}`);
+      process.exitCode = 130;
       return;
     }
     const first = evals[0];
@@ -238,7 +282,11 @@ function renderPng(svg: string, png: string): void {
 export function registerRecipeCommands(program: Command): void {
   const trainCmd = program
     .command('train')
-    .description('Train with a recipe: SFT then GRPO-RoC stages, writing a run directory (docs/RUN_DIR.md)')
+    .description(
+      'Train with a recipe: SFT then GRPO-RoC stages, writing a run directory (docs/RUN_DIR.md). ' +
+        'Ctrl-C or SIGTERM stops after the current step with a checkpoint and prints the resume command; ' +
+        'a second one stops at once',
+    )
     .option('--recipe <name|file>', 'recipe name in data/recipes/ (e.g. quickstart) or a YAML/JSON file')
     .option('--out <dir>', 'run directory (default runs/<recipe>-<roc|grpo>-<time>)')
     .option('--roc <on|off>', 'Resample-on-Correct on (GRPO-RoC) or off (plain GRPO) in every RL stage')

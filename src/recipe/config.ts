@@ -365,9 +365,14 @@ export const RecipeSchema = z
           .default(3)
           .describe('warn after this many RL steps at reward 0'),
         strict: z.boolean().default(false).describe('stop the run (exit 3) at the first warning'),
+        stallMinutes: z
+          .number()
+          .positive()
+          .default(30)
+          .describe('warn when no step finishes for this long; the dashboard marks the run stalled'),
       })
       .strict()
-      .default({ zeroRewardSteps: 3, strict: false }),
+      .default({ zeroRewardSteps: 3, strict: false, stallMinutes: 30 }),
     data: z
       .object({
         sft: Files.describe('chat-message files for every SFT stage that names none'),

@@ -9,7 +9,8 @@ export type HealthCode =
   | 'nonfinite_loss'
   | 'sft_gate_not_reached'
   | 'no_heldout_gain'
-  | 'rollout_failures';
+  | 'rollout_failures'
+  | 'no_progress';
 
 export interface HealthWarning {
   code: HealthCode;
@@ -88,6 +89,14 @@ export function failuresWarning(
   return {
     code: 'rollout_failures',
     message: `${at}: ${failed} of ${total} trajectories failed outside the model (first: ${failure}) and were left out of ${what}`,
+  };
+}
+
+/** Nothing finished for `minutes` (health.stallMinutes): a hung engine, sandbox or check, said while it lasts. */
+export function stallWarning(at: string, phase: string, minutes: number): HealthWarning {
+  return {
+    code: 'no_progress',
+    message: `${at}: no step finished for ${minutes.toFixed(1)} min (now in ${phase}); the run may be stuck`,
   };
 }
 

@@ -1,5 +1,5 @@
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, hostname } from 'node:os';
 import { join } from 'node:path';
 import { failureOf, type Trajectory } from '../agent/trajectory.js';
 import { type ChatExample, type FilterResult, loadProblems, type Problem } from '../data/index.js';
@@ -7,6 +7,7 @@ import type { RolloutStats } from '../engines/scheduler.js';
 import { type Scored, VerifierPool } from '../reward/index.js';
 import { type PenaltyOptions, selectAndScore } from '../rl/index.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
+import { pidNamespace } from '../util/lock.js';
 import { Progress } from '../util/progress.js';
 import { Rng, seedFor } from '../util/rng.js';
 import type { TrainOptions, TrainStats } from '../worker/types.js';
@@ -23,6 +24,7 @@ import {
   HealthError,
   type HealthWarning,
   sftLossWarning,
+  stallWarning,
 } from './health.js';
 import { openRunLog, type RunLog } from './loggers.js';
 import { generateProblems, type ProblemSpec, sftExamples, toolCalls } from './tasks.js';
@@ -98,6 +100,30 @@ export interface TrainerOptions {
   reward?: RewardFn;
   log?: (line: string) => void;
   progress?: boolean;
+  /** How often heartbeat.json is rewritten (and the stall check made) besides at each phase change; default 30 s. */
+  heartbeatMs?: number;
+}
+
+/** `heartbeat.json` (docs/RUN_DIR.md): where a live run is, rewritten at each phase and every 30 s. */
+export interface Heartbeat {
+  time: string;
+  pid: number;
+  host: string;
+  ns: string; // pid namespace: a pid can be checked only from the same host and namespace
+  stage: string | null;
+  step: number; // the step being worked on (0: before the stage's first)
+  /** starting, sft, heldout, filter, rollout, reward, update, eval, checkpoint; at the end done, stopped or failed */
+  phase: string;
+  progress: string; // when the last step (or eval, or filter chunk) finished, or the run started
+  stallMinutes: number;
+  stopping?: true; // a signal asked it to stop after this step
+}
+
+/** Thrown by `run` when `requestStop` stopped it at a step's end; `state` is what `--resume` goes on from. */
+export class Stopped extends Error {
+  constructor(readonly state: RunState | null) {
+    super(state ? `stopped after ${state.stage} step ${state.step}` : 'stopped before any checkpoint');
+  }
 }
 
 const MAX_REDRAWS = 8;
@@ -170,6 +196,9 @@ export class Trainer {
   private runLog?: RunLog;
   /** Every warning of this session, for the closing summary. */
   readonly warnings: HealthWarning[] = [];
+  private stopAsked = false;
+  private hb: Heartbeat;
+  private stallWarned = false;
 
   constructor(
     private readonly recipe: Recipe,
@@ -179,6 +208,56 @@ export class Trainer {
   ) {
     this.log = opts.log ?? ((l) => process.stderr.write(`${l}\n`));
     this.health = new Health(recipe.health.zeroRewardSteps);
+    const now = new Date().toISOString();
+    this.hb = {
+      time: now,
+      pid: process.pid,
+      host: hostname(),
+      ns: pidNamespace(),
+      stage: null,
+      step: 0,
+      phase: 'starting',
+      progress: now,
+      stallMinutes: recipe.health.stallMinutes,
+    };
+  }
+
+  /** Stops at the next safe point: the end of the current step, with a checkpoint there (`run` throws Stopped). */
+  requestStop(): void {
+    this.stopAsked = true;
+    this.hb.stopping = true;
+    this.beat();
+  }
+
+  private beat(phase?: string, stage?: string, step?: number): void {
+    if (phase) this.hb.phase = phase;
+    if (stage !== undefined) this.hb.stage = stage;
+    if (step !== undefined) this.hb.step = step;
+    this.hb.time = new Date().toISOString();
+    writeAtomic(join(this.runDir, 'heartbeat.json'), JSON.stringify(this.hb) + '\n');
+  }
+
+  /** A step, eval or filter chunk finished: the stall clock starts again. */
+  private progressed(): void {
+    this.hb.progress = new Date().toISOString();
+    this.stallWarned = false;
+  }
+
+  private checkStall(): void {
+    const minutes = (Date.now() - Date.parse(this.hb.progress)) / 60_000;
+    if (this.stallWarned || minutes < this.hb.stallMinutes) return;
+    this.stallWarned = true;
+    const at = this.hb.stage ? `${this.hb.stage} step ${this.hb.step}` : 'start';
+    this.warn([stallWarning(at, this.hb.phase, minutes)]);
+  }
+
+  /** The end of a step: with a stop asked, a checkpoint here (unless the step made one) and Stopped. */
+  private async stopPoint(stageIndex: number, stage: Stage, step: number): Promise<void> {
+    const last = stageIndex === this.recipe.stages.length - 1 && step === stage.steps;
+    if (!this.stopAsked || last) return;
+    const s = readState(this.runDir);
+    if (s?.stage !== stage.name || s.step !== step) await this.checkpoint(stageIndex, stage, step);
+    throw new Stopped(readState(this.runDir));
   }
 
   /**
@@ -271,9 +350,30 @@ export class Trainer {
     }
   }
 
+  /** Trains the recipe's stages into the run directory; `resume` goes on from its state.json. */
   async run(resume = false): Promise<{ evals: { stage: string; step: number; accuracy: number }[] }> {
     mkdirSync(join(this.runDir, 'trajectories'), { recursive: true });
     mkdirSync(join(this.runDir, 'checkpoints'), { recursive: true });
+    this.beat('starting');
+    const timer = setInterval(() => {
+      this.beat();
+      this.checkStall();
+    }, this.opts.heartbeatMs ?? 30_000).unref();
+    let final = 'failed';
+    try {
+      const evals = await this.stages(resume);
+      final = 'done';
+      return { evals };
+    } catch (e) {
+      if (e instanceof Stopped) final = 'stopped';
+      throw e;
+    } finally {
+      clearInterval(timer);
+      this.beat(final);
+    }
+  }
+
+  private async stages(resume: boolean): Promise<{ stage: string; step: number; accuracy: number }[]> {
     let state: RunState | null = null;
     if (resume) {
       state = readState(this.runDir);
@@ -303,6 +403,8 @@ export class Trainer {
         const capped = stage.type === 'sft' && stage.gate?.restoreBest;
         if (start >= stage.steps && !capped) continue;
         if (state?.stageDone && i === state.stageIndex) continue;
+        if (this.stopAsked) throw new Stopped(readState(this.runDir)); // every stage ends on a checkpoint
+        this.beat('starting', stage.name, start);
         this.health.resetStage();
         if (start === 0 && i > 0 && stage.optimizer === 'fresh') {
           if (!this.backend.resetOptimizer)
@@ -318,10 +420,9 @@ export class Trainer {
       await this.pool?.close();
       this.pool = undefined;
     }
-    const evals = readJsonlTolerant<{ stage: string; step: number; accuracy: number }>(
+    return readJsonlTolerant<{ stage: string; step: number; accuracy: number }>(
       join(this.runDir, 'evals.jsonl'),
     );
-    return { evals };
   }
 
   /** Reports warnings (terminal + the record they are attached to); strict health stops at the next checkpoint. */
@@ -347,6 +448,7 @@ export class Trainer {
     const rel = join('checkpoints', `${stage.name}-step-${pad(step)}`);
     const dir = join(this.runDir, rel);
     rmSync(dir, { recursive: true, force: true });
+    this.beat('checkpoint');
     await this.backend.save(dir);
     writeFileSync(
       join(dir, 'trainer_state.json'),
@@ -420,6 +522,7 @@ export class Trainer {
       const t0 = Date.now();
       const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'batch'));
       const batch = Array.from({ length: stage.batchSize }, () => demos[rng.int(0, demos.length - 1)]);
+      this.beat('sft', stage.name, step);
       const st = await this.backend.sftStep(batch, {
         lr: stageLr(stage, step),
         warmupSteps: stage.warmupSteps,
@@ -438,6 +541,7 @@ export class Trainer {
       let passed = false;
       let extraCheckpoint = false;
       if (gate && (step % gate.every === 0 || step === stage.steps)) {
+        this.beat('heldout');
         const score = await this.backend.sftHeldout(heldout);
         record.heldout_loss = round(score.loss);
         record.heldout_exact = round(score.exact);
@@ -475,6 +579,7 @@ export class Trainer {
       this.warn(warnings, record);
       appendJsonl(join(this.runDir, 'metrics.jsonl'), [record]);
       this.runLog?.record('metrics', record);
+      this.progressed();
       bar.set(step, `loss=${st.loss.toFixed(3)}`);
       if (passed) {
         bar.finish();
@@ -486,6 +591,7 @@ export class Trainer {
       }
       if (step % stage.checkpointEvery === 0 || step === stage.steps || extraCheckpoint)
         await this.checkpoint(stageIndex, stage, step);
+      await this.stopPoint(stageIndex, stage, step);
     }
     bar.finish();
     if (gate?.restoreBest && bestStep > 0 && bestStep < stage.steps)
@@ -512,6 +618,7 @@ export class Trainer {
 
   async evaluate(stage: string, step: number): Promise<number> {
     const e = this.recipe.eval;
+    this.beat('eval', stage, step);
     const trajs = await this.backend.rollout({
       problems: this.testSet,
       n: e.samples,
@@ -553,6 +660,7 @@ export class Trainer {
       ]);
     appendJsonl(join(this.runDir, 'evals.jsonl'), [record]);
     this.runLog?.record('evals', record);
+    this.progressed();
     this.log(
       `[eval] ${stage} step ${step}: held-out accuracy ${(accuracy * 100).toFixed(1)}% ` +
         `(${this.testSet.length} problems × ${e.samples}, T=${e.temperature})`,
@@ -610,6 +718,7 @@ export class Trainer {
     const chunk = Math.max(1, stage.promptsPerStep);
     for (let i = 0; i < todo.length; i += chunk) {
       const part = todo.slice(i, i + chunk);
+      this.beat('filter', stage.name, 0);
       const trajs = await this.backend.rollout({
         problems: part,
         n: stage.data.filterSamples,
@@ -628,6 +737,7 @@ export class Trainer {
         [...counts].map(([id, n]) => ({ id, solved: n })),
       );
       for (const [id, n] of counts) solved.set(id, n);
+      this.progressed();
     }
     return solved;
   }
@@ -645,6 +755,7 @@ export class Trainer {
     const again = attempt > 0 ? [attempt] : [];
     const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'prompts', ...again));
     const problems = rng.sample(pool, Math.min(stage.promptsPerStep, pool.length));
+    this.beat('rollout', stage.name, step);
     const trajs = await this.backend.rollout({
       problems,
       n,
@@ -661,6 +772,7 @@ export class Trainer {
       if (!byId.has(t.promptId))
         throw new Error(`rollout returned a trajectory for unknown prompt ${t.promptId}`);
     const gold = (t: Trajectory) => problems[byId.get(t.promptId) as number].answer ?? '';
+    this.beat('reward');
     const scores = await this.score(trajs, gold, `${stage.name} step ${step}`);
     const timeouts = scores.filter((r) => r.timedOut).length;
     for (const [j, t] of trajs.entries()) {
@@ -718,6 +830,7 @@ export class Trainer {
         trajectory: groups[k.group][k.index],
         advantage: k.advantage,
       }));
+      this.beat('update');
       if (stage.oldLogprobs === 'recompute' && items.length > 0) {
         if (!this.backend.recomputeLogprobs)
           throw new Error(
@@ -823,6 +936,7 @@ export class Trainer {
       );
       appendJsonl(join(this.runDir, 'metrics.jsonl'), [metrics]);
       this.runLog?.record('metrics', metrics);
+      this.progressed();
       bar.set(
         step,
         `reward=${metrics.reward_mean.toFixed(2)} acc=${metrics.accuracy.toFixed(2)} tools=${metrics.tool_calls_mean.toFixed(2)}`,
@@ -839,6 +953,7 @@ export class Trainer {
       }
       if (step % stage.checkpointEvery === 0 || step === stage.steps)
         await this.checkpoint(stageIndex, stage, step);
+      await this.stopPoint(stageIndex, stage, step);
     }
     bar.finish();
   }

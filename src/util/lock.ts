@@ -35,12 +35,18 @@ function alive(pid: number): boolean {
   }
 }
 
-function pidNamespace(): string {
+/** This process's pid namespace (a link target), '' where /proc cannot say. */
+export function pidNamespace(): string {
   try {
     return readlinkSync('/proc/self/ns/pid');
   } catch {
     return '';
   }
+}
+
+/** Whether the process a record names has gone: null where its pid cannot be checked from here. */
+export function processGone(h: { pid: number; host: string; ns: string }): boolean | null {
+  return h.host === hostname() && h.ns === pidNamespace() ? !alive(h.pid) : null;
 }
 
 /** How often a holder touches its lock, and after how long without a touch a lock whose pid cannot be checked
