@@ -3,7 +3,9 @@ import { join, relative, resolve } from 'node:path';
 import { problemsFromSamples } from '../eval/run.js';
 import { scoreEval } from '../eval/score.js';
 import { dedupe, type IndexEntry, TrajectoryIndex, type TrajSummary } from '../eval/trajfile.js';
+import type { Heartbeat } from '../recipe/trainer.js';
 import { readJsonlTolerant } from '../util/jsonl.js';
+import { processGone } from '../util/lock.js';
 import { type TrajectoryView, viewTrajectory } from './turns.js';
 
 // Read-only access to run and eval directories (docs/RUN_DIR.md). Everything is re-read from disk on
@@ -91,6 +93,30 @@ function readJson(path: string): unknown {
   } catch {
     return null; // being rewritten; the next poll gets it
   }
+}
+
+export type RunStatus = 'running' | 'stalled' | 'stopped' | 'done' | 'failed';
+
+/**
+ * Where a run stands, from its heartbeat.json (runs older than it have none: null). A run that says it is
+ * live is `stopped` when its process is gone (killed, crashed), `stalled` when its heartbeat or its last
+ * finished step is older than its health.stallMinutes.
+ */
+export function runStatus(dir: string, now = Date.now()): { status: RunStatus; note: string } | null {
+  const hb = readJson(join(dir, 'heartbeat.json')) as Heartbeat | null;
+  if (!hb || typeof hb.time !== 'string') return null;
+  if (hb.phase === 'done' || hb.phase === 'stopped' || hb.phase === 'failed')
+    return { status: hb.phase, note: hb.phase };
+  if (processGone(hb)) return { status: 'stopped', note: `stopped: process ${hb.pid} is gone` };
+  const min = (t: string) => (now - Date.parse(t)) / 60_000;
+  if (min(hb.time) >= hb.stallMinutes)
+    return { status: 'stalled', note: `stalled: no heartbeat for ${Math.round(min(hb.time))} min` };
+  if (min(hb.progress) >= hb.stallMinutes)
+    return {
+      status: 'stalled',
+      note: `stalled: no step for ${Math.round(min(hb.progress))} min (${hb.phase})`,
+    };
+  return { status: 'running', note: `running: ${hb.phase}` };
 }
 
 export function trajectoryFiles(e: DirEntry): string[] {

@@ -17,7 +17,9 @@ import {
   getTrajectory,
   listTrajectories,
   NotFound,
+  type RunStatus,
   runData,
+  runStatus,
   scanDirs,
   type TrajFilter,
 } from './data.js';
@@ -91,14 +93,17 @@ function send(res: ServerResponse, status: number, type: string, body: string | 
 function entries(root: string) {
   return scanDirs(root).map((e) => {
     let sub = '';
+    let status: RunStatus | undefined;
     if (e.kind === 'run') {
       const d = runData(e);
-      sub = `${d.metrics.length} steps`;
+      const s = runStatus(e.dir);
+      status = s?.status;
+      sub = `${d.metrics.length} steps${s && s.status !== 'done' ? ` · ${s.note}` : ''}`;
     } else {
       const r = evalData(e).report as { avgAtK?: number; k?: number } | null;
       if (r?.avgAtK !== undefined) sub = `avg@${r.k} ${(100 * r.avgAtK).toFixed(1)}%`;
     }
-    return { kind: e.kind, name: e.name, sub };
+    return { kind: e.kind, name: e.name, sub, ...(status ? { status } : {}) };
   });
 }
 

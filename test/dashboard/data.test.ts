@@ -1,13 +1,15 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { evalData, scanDirs } from '../../src/dashboard/data.js';
+import { evalData, runStatus, scanDirs } from '../../src/dashboard/data.js';
 import { startDashboard } from '../../src/dashboard/server.js';
 import { viewTrajectory } from '../../src/dashboard/turns.js';
 import { fakeTrajectory } from '../../src/eval/fake.js';
+import { pidNamespace } from '../../src/util/lock.js';
 import { makeEval, makeRun } from './fixture.js';
 
 test('viewTrajectory splits turns into reasoning, tool call, tool result and answer', () => {
@@ -99,6 +101,66 @@ test('an eval still running (no report.json yet) is scored from its trajectories
   const d = evalData(entry) as { report: { samples: number; avgAtK: number; complete: boolean } };
   assert.equal(d.report.samples, 20);
   assert.equal(d.report.avgAtK, 1);
+});
+
+test('the run list marks a run stalled or stopped from its heartbeat.json', { timeout: 30_000 }, async () => {
+  const root = mkdtempSync(join(tmpdir(), 'rstar2-dash-beat-'));
+  const now = Date.now();
+  const ago = (min: number) => new Date(now - min * 60_000).toISOString();
+  const gone = spawnSync('true').pid as number; // exited: its pid names no process
+  const beat = (o: Record<string, unknown>) => ({
+    pid: process.pid,
+    host: hostname(),
+    ns: pidNamespace(),
+    stage: 'rl',
+    step: 3,
+    phase: 'rollout',
+    time: ago(0.5),
+    progress: ago(2),
+    stallMinutes: 30,
+    ...o,
+  });
+  const runs: Record<string, Record<string, unknown> | null> = {
+    live: beat({}),
+    quiet: beat({ time: ago(31) }), // the process hangs (or is on another machine and gone)
+    stuck: beat({ progress: ago(45), phase: 'reward' }), // heartbeats, but no step finishes
+    killed: beat({ pid: gone }), // kill -9: a live phase and no process
+    elsewhere: beat({ pid: gone, host: 'another-host' }), // its pid cannot be checked from here
+    finished: beat({ phase: 'done', pid: gone }),
+    old: null, // made before heartbeat.json
+  };
+  for (const [name, hb] of Object.entries(runs)) {
+    makeRun(join(root, name), 2);
+    if (hb) writeFileSync(join(root, name, 'heartbeat.json'), JSON.stringify(hb));
+  }
+  const got = Object.fromEntries(Object.keys(runs).map((n) => [n, runStatus(join(root, n), now)]));
+  assert.deepEqual(got, {
+    live: { status: 'running', note: 'running: rollout' },
+    quiet: { status: 'stalled', note: 'stalled: no heartbeat for 31 min' },
+    stuck: { status: 'stalled', note: 'stalled: no step for 45 min (reward)' },
+    killed: { status: 'stopped', note: `stopped: process ${gone} is gone` },
+    elsewhere: { status: 'running', note: 'running: rollout' },
+    finished: { status: 'done', note: 'done' },
+    old: null,
+  });
+  const d = await startDashboard({ root, port: 0 });
+  try {
+    const list = (await (await fetch(new URL('/api/list', d.url))).json()) as {
+      entries: { name: string; sub: string; status?: string }[];
+    };
+    const by = Object.fromEntries(list.entries.map((e) => [e.name, e]));
+    assert.deepEqual(by.stuck, {
+      kind: 'run',
+      name: 'stuck',
+      sub: '2 steps · stalled: no step for 45 min (reward)',
+      status: 'stalled',
+    });
+    assert.equal(by.killed.status, 'stopped');
+    assert.equal(by.finished.sub, '2 steps');
+    assert.equal(by.old.status, undefined);
+  } finally {
+    await d.close();
+  }
 });
 
 test('dashboard guard: foreign Origin 403, foreign Host 421, token required (header or ?token=) but for static files', {

@@ -208,7 +208,8 @@ function renderList() {
       e.kind === 'eval'
         ? `<input type="checkbox" data-compare="${esc(e.name)}" ${state.compare.has(e.name) ? 'checked' : ''} title="compare side by side">`
         : '';
-    return `<li class="entry${sel}" data-kind="${esc(e.kind)}" data-name="${esc(e.name)}">${box}<span>${esc(e.name)}</span><span class="sub">${esc(e.sub || '')}</span></li>`;
+    const st = e.status ? ` data-status="${esc(e.status)}"` : '';
+    return `<li class="entry${sel}" data-kind="${esc(e.kind)}" data-name="${esc(e.name)}"${st}>${box}<span>${esc(e.name)}</span><span class="sub">${esc(e.sub || '')}</span></li>`;
   };
   $('#runs').innerHTML = runs.map(item).join('') || '<div class="empty">no run directories</div>';
   $('#evals').innerHTML = evals.map(item).join('') || '<div class="empty">no eval directories</div>';
