@@ -112,10 +112,31 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        f = FUSED.get("norm")
+        if f is not None and x.is_cuda and not torch.is_grad_enabled():
+            return f(x, self.weight, self.eps)
+        return rms_norm(x, self.weight, self.eps)
+
+
+def rms_norm(x, weight, eps):
+    dtype = x.dtype
+    x = x.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def rotate(x, cos, sin):
+    return x * cos + rotate_half(x) * sin
+
+
+def silu_mul(g, u):
+    return F.silu(g) * u
+
+
+# The same functions compiled into fused kernels (engine.py sets them under RSTAR2_COMPILE=1): a decode step of a
+# small model is a chain of tiny kernels, each costing the GPU a few microseconds whatever its size. Used only on
+# CUDA without autograd (generation, scoring), so training runs the plain functions above.
+FUSED = {}
 
 
 def rotate_half(x):
@@ -140,11 +161,14 @@ class Rotary:
                 self.cos, self.sin = self.cos * self.scale, self.sin * self.scale
         return self.cos, self.sin
 
+    def at(self, pos, dtype):
+        """cos, sin at positions pos [B, T], shaped [B, 1, T, D] for q and k."""
+        return self.cos[pos].unsqueeze(1).to(dtype), self.sin[pos].unsqueeze(1).to(dtype)
+
     def apply(self, q, k, pos):
         # q,k: [B, H, T, D]; pos: [B, T] absolute positions, inside the tables (CausalLM.hidden builds them
         # once per forward: reading pos.max() here waited on the GPU once per layer)
-        cos = self.cos[pos].unsqueeze(1).to(q.dtype)
-        sin = self.sin[pos].unsqueeze(1).to(q.dtype)
+        cos, sin = self.at(pos, q.dtype)
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
@@ -161,7 +185,7 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
 
-    def forward(self, x, pos, rope, bias, cache=None, cache_at=0, seqlens=None):
+    def forward(self, x, pos, rope, bias, cache=None, cache_at=0, seqlens=None, paged=None):
         B, T, _ = x.shape
         c = self.cfg
         q = self.q_proj(x).view(B, T, c.num_attention_heads, c.head_dim)
@@ -169,6 +193,11 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, c.num_key_value_heads, c.head_dim)
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
+        if paged is not None:  # the engine's KV pool (model_runner.Paged): heads stay in [B, T, heads, D] throughout
+            cos, sin = paged.rope
+            qk = (FUSED.get("rotate") or rotate)(torch.cat((q, k), 2), cos, sin)  # rotated together: one set of kernels
+            q, k = qk[:, :, : c.num_attention_heads], qk[:, :, c.num_attention_heads :]
+            return self.o_proj(paged.attention(self, q, k, v, cache))
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q, k = rope.apply(q, k, pos)
         if cache is not None:
@@ -209,15 +238,19 @@ class Attention(nn.Module):
         VARLEN_RAN[0] = True
         return out.transpose(0, 1).unsqueeze(0)
 
-    def attend(self, q, k, v, bias):
+    def attend(self, q, k, v, bias, gqa=False):
         """q [B, H, T, D], k/v [B, nkv, S, D] → [B, H, T, D]. `bias`: additive [B, 1, T, S] mask, or None for
-        plain causal attention (T == S)."""
+        plain causal attention (T == S). `gqa`: SDPA groups the heads itself where this torch can (the engine's
+        prefill)."""
         c = self.cfg
         B, _, T, _ = q.shape
         rep = c.num_attention_heads // c.num_key_value_heads
         if ATTENTION == "sdpa":
+            mask = None if bias is None else bias == 0
+            if gqa and SDPA_GQA and rep > 1:
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
             k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias == 0, is_causal=bias is None)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bias is None)
         # GQA without repeat_interleave: the rep query heads that share a kv head become extra query rows.
         # On a CPU, query rows go in blocks whose fp32 scores fit CPU_BLOCK_BYTES
         S = k.shape[2]
@@ -244,6 +277,17 @@ def attention_impl(functional=F):
 
 
 ATTENTION = attention_impl()
+
+
+def sdpa_gqa(functional=F):
+    """Whether this torch's SDPA takes grouped kv heads itself (enable_gqa, torch >= 2.5)."""
+    try:
+        return "enable_gqa" in inspect.signature(functional.scaled_dot_product_attention).parameters
+    except (AttributeError, ValueError, TypeError):
+        return False
+
+
+SDPA_GQA = ATTENTION == "sdpa" and sdpa_gqa()
 
 
 def varlen_impl():
@@ -297,7 +341,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        f = FUSED.get("silu_mul") if x.is_cuda and not torch.is_grad_enabled() else None
+        return self.down_proj((f or silu_mul)(self.gate_proj(x), self.up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -308,8 +353,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, pos, rope, bias, cache=None, cache_at=0, seqlens=None):
-        x = x + self.self_attn(self.input_layernorm(x), pos, rope, bias, cache, cache_at, seqlens)
+    def forward(self, x, pos, rope, bias, cache=None, cache_at=0, seqlens=None, paged=None):
+        x = x + self.self_attn(self.input_layernorm(x), pos, rope, bias, cache, cache_at, seqlens, paged)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -355,18 +400,21 @@ class CausalLM(nn.Module):
                     # one, and the same seed then gives the same weights on every device
                     p.copy_(torch.randn(p.shape, generator=g, device="cpu") * std)
 
-    def hidden(self, ids, pos, bias, caches=None, cache_at=0, seqlens=None, max_pos=None):
+    def hidden(self, ids, pos, bias, caches=None, cache_at=0, seqlens=None, max_pos=None, paged=None):
         """Final hidden states [B, T, H]. `bias` None: causal; `seqlens`: ids is one packed row of sequences
         of these lengths (pos restarting at 0 for each). `max_pos`: pos.max() where the caller knows it
-        (reading it from a GPU tensor waits on the GPU)."""
+        (reading it from a GPU tensor waits on the GPU). `paged`: caches are the engine's KV pool layers and
+        `paged` says where (model_runner.Paged)."""
         x = self.model.embed_tokens(ids)
         self.rope.tables((int(pos.max()) if max_pos is None else max_pos) + 1, x.device)
+        if paged is not None:  # once for every layer, shaped for [B, T, heads, D]
+            paged.rope = tuple(t.transpose(1, 2) for t in self.rope.at(pos, x.dtype))
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and caches is None
         for i, layer in enumerate(self.model.layers):
             if recompute:
                 x = checkpoint(layer, x, pos, self.rope, bias, None, 0, seqlens, use_reentrant=False)
             else:
-                x = layer(x, pos, self.rope, bias, None if caches is None else caches[i], cache_at, seqlens)
+                x = layer(x, pos, self.rope, bias, None if caches is None else caches[i], cache_at, seqlens, paged)
         return self.model.norm(x)
 
     def token_logprobs(self, h, targets, temperature=1.0, chunk=None):

@@ -11,8 +11,8 @@ import torch.distributed as dist
 from . import dist as ranks
 from . import hf_model
 from .checkpoint import read_config, read_state_dict, write_json, write_state_dict
-from .detok import Detok
-from .model import CausalLM, Config, attn_bias, count_params, to_device
+from .engine import Engine
+from .model import CausalLM, Config, count_params, to_device
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 MODEL_BACKENDS = ("native", "transformers")
@@ -39,9 +39,11 @@ class Policy:
         self.pending_opt_state = None
         self.step = 0
         self.weight_group = None  # weight_sync.Group once the rollout engines joined one
-        self.gen = torch.Generator()  # sampling RNG for generate calls without a seed
+        self.gen = torch.Generator()  # draws the sampling seed of each generate row that comes without one
         self.device, self.precision = pick_device(self.r.local_rank), pick_precision(os.environ.get("RSTAR2_PRECISION", "fp32"))
         self.backend = pick_backend(os.environ.get("RSTAR2_MODEL_BACKEND") or "native")
+        self.engine = Engine(self)
+        self.direct = 0  # ids of generate calls made in-process (Policy.generate), apart from the client's
 
     # ---- model lifecycle -------------------------------------------------------------------------
 
@@ -57,6 +59,7 @@ class Policy:
         return out
 
     def init(self, config, seed):
+        self.engine.reset()
         self.cfg = Config(config)
         torch.manual_seed(seed)
         self.model = CausalLM(self.cfg)
@@ -79,6 +82,7 @@ class Policy:
         return self.wrapped if self.r.sharding == "fsdp" else self.model
 
     def load(self, directory):
+        self.engine.reset()
         raw = read_config(directory)
         mt = raw.get("model_type", "qwen2")
         if self.backend == "transformers":
@@ -177,106 +181,11 @@ class Policy:
     # ---- generation ------------------------------------------------------------------------------
 
     def generate(self, prompts, sp, cancelled=None):
-        """`cancelled()`, polled between decode steps, returns the rows the client stopped: each ends there,
-        finish "abort", with what it has."""
-        self._need_model()
-        if self.r.sharding == "fsdp":
-            raise ValueError("generate under sharding: fsdp is not supported: roll out on SGLang/vLLM engines (--engines)")
-        if self.backend == "transformers":
-            raise ValueError(hf_model.UNSUPPORTED)
-        model = self.model
-        model.eval()
-        temperature = float(sp.get("temperature", 1.0))
-        top_p = float(sp.get("topP", 1.0))
-        top_k = int(sp.get("topK", -1))
-        max_new = int(sp.get("maxNewTokens", 0))
-        stop_ids = set(int(x) for x in sp.get("stopTokenIds", []) or [])
-        stop_strs = [s.encode("utf-8") for s in sp.get("stopStrings", []) or [] if s]
-        if stop_strs and self.detok is None:
-            tok = os.path.join(self.src_dir or "", "tokenizer.json")
-            if not (self.src_dir and os.path.exists(tok)):
-                raise ValueError(
-                    "stopStrings need a tokenizer.json next to the loaded model; map stop strings to stopTokenIds instead"
-                )
-            self.detok = Detok(tok)
-        if max_new < 0 or temperature < 0 or not (0 < top_p <= 1):
-            raise ValueError(f"bad sampling params: maxNewTokens={max_new} temperature={temperature} topP={top_p}")
-        V = self.cfg.vocab_size
-        for i, p in enumerate(prompts):
-            if min(p) < 0 or max(p) >= V:
-                raise ValueError(f"prompts[{i}] has a token id outside the vocabulary [0, {V})")
-        seed, seeds = sp.get("seed"), sp.get("seeds")
-        if seeds is not None and len(seeds) != len(prompts):
-            raise ValueError(f"seeds has {len(seeds)} entries for {len(prompts)} prompts")
-        gen = torch.Generator().manual_seed(int(seed)) if seed is not None else self.gen
-        if seeds is not None:  # a generator per row: a row draws the same whatever else is in the batch
-            gen = [torch.Generator().manual_seed(int(x)) if x is not None else self.gen for x in seeds]
-
-        B = len(prompts)
-        out_ids = [[] for _ in range(B)]
-        out_lp = [[] for _ in range(B)]
-        finish = ["length"] * B
-        tails = [b""] * B
-        if max_new == 0:
-            return out_ids, out_lp, finish
-        P = max(len(p) for p in prompts)
-        dev = self.device
-        ids = torch.zeros(B, P, dtype=torch.long, device="cpu")  # filled on the CPU, copied over once
-        for i, p in enumerate(prompts):
-            ids[i, P - len(p) :] = torch.tensor(p, dtype=torch.long, device="cpu")
-        ids = ids.to(dev)
-        pad_left = torch.tensor([P - len(p) for p in prompts], dtype=torch.long, device=dev)
-        caches = model.new_cache(B, P + max_new, torch.float32 if self.precision == "fp32" else torch.bfloat16, dev)
-        # the bookkeeping stays on the CPU, where sample() returns tokens; device="cpu" because a CUDA rank sets
-        # CUDA as the default device
-        rows = torch.arange(B, device="cpu")  # original index of each live batch row
-        stop_tensor = torch.tensor(sorted(stop_ids), dtype=torch.long, device="cpu") if stop_ids else None
-        max_stop = max((len(s) for s in stop_strs), default=0)
-        with torch.no_grad(), self._autocast():
-            idx = torch.arange(P, device=dev)
-            pos = (idx.unsqueeze(0) - pad_left.unsqueeze(1)).clamp(min=0)
-            h = model.hidden(ids, pos, attn_bias(pad_left, idx, idx), caches, 0, max_pos=P - 1)
-            logits = model.lm_head(h[:, -1])
-            for step in range(max_new):
-                # sampled on the CPU: one generator (saved in optimizer.pt) whatever device the model is on
-                rl = rows.tolist()
-                row_gen = [gen[r] for r in rl] if isinstance(gen, list) else gen
-                tok, lp = sample(logits.float().cpu(), temperature, top_k, top_p, row_gen)
-                done = torch.zeros(len(rows), dtype=torch.bool, device="cpu")
-                if stop_tensor is not None:
-                    done |= (tok.unsqueeze(1) == stop_tensor.unsqueeze(0)).any(1)
-                gone = cancelled() if cancelled else ()
-                tl, ll = tok.tolist(), lp.tolist()
-                for j, r in enumerate(rl):
-                    out_ids[r].append(tl[j])
-                    out_lp[r].append(ll[j])
-                    if done[j]:
-                        finish[r] = "stop"
-                    elif r in gone:
-                        finish[r] = "abort"
-                        done[j] = True
-                    elif stop_strs:
-                        piece = self.detok.piece(tl[j])
-                        tail = tails[r] + piece
-                        look = tail[-(max_stop + len(piece)) :]
-                        if any(s in look for s in stop_strs):
-                            finish[r] = "stop"
-                            done[j] = True
-                        tails[r] = tail[-(max_stop + 64) :]
-                if step == max_new - 1 or bool(done.all()):
-                    break
-                keep = (~done).nonzero().squeeze(1)
-                if len(keep) < len(rows):
-                    # drop finished rows so the rest of the batch stops paying for them
-                    kd = keep.to(dev)
-                    rows, tok, pad_left = rows[keep], tok[keep], pad_left[kd]
-                    caches = [(k.index_select(0, kd), v.index_select(0, kd)) for k, v in caches]
-                cur = P + step
-                pos = (cur - pad_left).unsqueeze(1)
-                bias = attn_bias(pad_left, torch.tensor([cur], device=dev), torch.arange(cur + 1, device=dev))
-                h = model.hidden(tok.unsqueeze(1).to(dev), pos, bias, caches, cur, max_pos=cur)
-                logits = model.lm_head(h[:, -1])
-        return out_ids, out_lp, finish
+        """One request through the engine, alone: (ids, logprobs, finish) per prompt. `cancelled()`, polled
+        between steps, returns the rows the client stopped: each ends there, finish "abort", with what it has."""
+        self.direct += 1
+        res = self.engine.run(("direct", self.direct), prompts, sp, cancelled)
+        return res["ids"], res["logprobs"], res["finish"]
 
     # ---- scoring ---------------------------------------------------------------------------------
 
@@ -386,6 +295,9 @@ class Policy:
             if s and (min(s) < 0 or max(s) >= V):
                 raise ValueError(f"sequences[{i}] has a token id outside the vocabulary [0, {V})")
         t0 = time.time()
+        if self.engine.release_for_training:
+            self.engine.release()
+        self.engine.invalidate()  # the prefixes it cached were computed with the weights this step changes
         model = self.model
         model.train()
         if self.wrapped is None:
@@ -488,35 +400,6 @@ def grpo_token_loss(logp, old, adv, clip_low, clip_high, dual_clip):
     clipped = (l2 > l1).float()
     c2 = torch.minimum(-adv * dual_clip, c1)
     return torch.where(adv < 0, c2, c1), clipped
-
-
-def sample(logits, temperature, top_k, top_p, gen):
-    """Returns (token, logprob). The logprob is under softmax(logits / T) before top-k/top-p truncation
-    (for T = 0, greedy, under softmax(logits)). `gen`: one generator for the batch, or a list, one per row."""
-    logits = logits.float()
-    if temperature == 0:
-        tok = logits.argmax(-1)
-        return tok, torch.log_softmax(logits, -1).gather(-1, tok.unsqueeze(1)).squeeze(1)
-    scaled = logits / temperature
-    logp = torch.log_softmax(scaled, -1)
-    filt = scaled
-    if 0 < top_k < filt.shape[-1]:
-        kth = torch.topk(filt, top_k, dim=-1).values[:, -1:]
-        filt = filt.masked_fill(filt < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_l, order = torch.sort(filt, dim=-1, descending=True)
-        probs = torch.softmax(sorted_l, -1)
-        drop = probs.cumsum(-1) - probs > top_p  # keep the smallest prefix whose mass reaches top_p
-        sorted_l = sorted_l.masked_fill(drop, float("-inf"))
-        filt = torch.full_like(filt, float("-inf")).scatter(-1, order, sorted_l)
-    probs = torch.softmax(filt, -1) if filt is not scaled else logp.exp()
-    if isinstance(gen, list):
-        tok = torch.cat([torch.multinomial(probs[i : i + 1], 1, generator=g) for i, g in enumerate(gen)]).squeeze(1)
-    else:
-        tok = torch.multinomial(probs, 1, generator=gen).squeeze(1)
-    return tok, logp.gather(-1, tok.unsqueeze(1)).squeeze(1)
-
-
 
 
 def pack(seqs, budget):

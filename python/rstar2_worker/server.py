@@ -20,18 +20,23 @@ MIDWAY = {"train_step", "logprobs", "save", "weights_join", "weights_broadcast"}
 
 
 def serve(inp, out, r):
-    # unbuffered, so that select() sees every byte not yet read: a generate polls it for cancel frames
+    # unbuffered, so that select() sees every byte not yet read: the engine polls it between steps
     inp = getattr(inp, "raw", inp)
-    early = collections.deque()  # frames a generate read while polling that were not its cancels
+    early = collections.deque()  # frames read while the engine ran that wait for it to finish, in order
     policy = Policy(r)
+    gen = Generating(policy.engine, out)
     # under FSDP every rank holds a shard, so reading the full weights (for a broadcast too) takes them all
-    sharded = {"generate", "weights_join", "weights_broadcast"}
+    sharded = {"weights_join", "weights_broadcast"}
     everywhere = ALL_RANKS | (sharded if r.sharding == "fsdp" else set())
     while True:
         if r.rank == 0:
+            if policy.engine.has_work():
+                gen.poll(inp, early)
+                gen.step()
+                continue
             frame = early.popleft() if early else read_frame(inp)
-            if frame is not None and frame[0].get("op") == "cancel":
-                continue  # its generate had already ended: nothing to stop, no reply
+            if frame is not None and gen.take(frame):
+                continue
             shared = r.world > 1 and (frame is None or frame[0].get("op") in everywhere)
             if shared:
                 dist.forward_request(r, frame)
@@ -43,8 +48,7 @@ def serve(inp, out, r):
         rid = header.get("id", 0)
         err = None
         try:
-            poll = cancels(inp, rid, early) if r.rank == 0 else None
-            reply, reply_arrays = handle(policy, header, arrays, poll)
+            reply, reply_arrays = handle(policy, header, arrays)
         except Exception as e:  # report, keep serving
             traceback.print_exc(file=sys.stderr)
             err = f"{header.get('op')}: {type(e).__name__}: {e}"
@@ -68,30 +72,84 @@ def serve(inp, out, r):
                 write_frame(out, {"id": rid, "result": reply}, reply_arrays)
 
 
+class Generating:
+    """Rank 0's side of the engine: generate requests join it as they arrive and are answered as each ends.
+    Between engine steps the frames waiting on stdin are read: a cancel stops rows now, engine_load is answered
+    now, a generate joins the running batch; any other op (a train step, a save) waits, with every frame after
+    it, until the engine has finished what it holds, so the client's order of calls is kept."""
+
+    def __init__(self, engine, out):
+        self.engine, self.out = engine, out
+        self.cancels = {}  # rows cancelled for a generate not added yet (it waits in `early`)
+        self.last = -1  # the newest generate id added: a cancel aimed at an older one that is gone came late
+
+    def take(self, frame):
+        """Handles frame if it is the engine's (generate, cancel, engine_load); False for any other op."""
+        h, a = frame
+        op, rid = h.get("op"), h.get("id", 0)
+        if op == "cancel":
+            t = h.get("target")
+            if t in self.engine.requests:
+                self.engine.abort(t, h.get("rows") or [])
+            elif isinstance(t, int) and t > self.last:
+                self.cancels.setdefault(t, set()).update(h.get("rows") or [])
+            return True
+        if op == "engine_load":
+            write_frame(self.out, {"id": rid, "result": self.engine.load()})
+            return True
+        if op != "generate":
+            return False
+        self.last = max(self.last, rid)
+        try:
+            self.engine.add(rid, ragged(a["ids"], a["lens"]), h.get("sampling") or {})
+        except Exception as e:  # a bad request is answered at once; the others go on
+            if not isinstance(e, ValueError):
+                traceback.print_exc(file=sys.stderr)
+            write_frame(self.out, {"id": rid, "error": f"generate: {type(e).__name__}: {e}"})
+            return True
+        gone = self.cancels.pop(rid, None)
+        if gone:
+            self.engine.abort(rid, gone)
+        return True
+
+    def poll(self, inp, early):
+        """Reads the frames waiting on inp without blocking."""
+        while not (early and early[-1] is None) and select.select([inp], [], [], 0)[0]:
+            frame = read_frame(inp)
+            if frame is None:
+                early.append(frame)  # EOF: the main loop meets it once the engine is done
+                return
+            # a cancel or a load question is answered now; a generate joins unless some other call waits before it
+            if (frame[0].get("op") in ("cancel", "engine_load") or not early) and self.take(frame):
+                continue
+            early.append(frame)
+
+    def step(self):
+        """One engine step; each request it finished is answered. Returns them as engine.step does."""
+        try:
+            done = self.engine.step()
+        except Exception as e:  # out of memory, a bug: every request in flight is answered, none is lost
+            traceback.print_exc(file=sys.stderr)
+            err = f"generate: {type(e).__name__}: {e}"
+            for rid in list(self.engine.requests):
+                write_frame(self.out, {"id": rid, "error": err})
+            self.engine.reset()
+            return []
+        for rid, res in done:
+            ids = res["ids"]
+            write_frame(
+                self.out,
+                {"id": rid, "result": {"finish": res["finish"], "cached": res["cached"], "retractions": res["retractions"]}},
+                {"out_ids": ("i32", [t for x in ids for t in x]), "out_lens": ("i32", [len(x) for x in ids]),
+                 "out_logprobs": ("f32", [t for x in res["logprobs"] for t in x])},
+            )
+        return done
+
+
 FAIL = os.environ.get("RSTAR2_WORKER_FAIL")  # tests: "OP:RANK" makes that rank fail OP as out of memory would
 
 
-def cancels(inp, rid, early):
-    """A poll for generate `rid`: reads the frames waiting on `inp` without blocking and returns the rows
-    that cancel frames aimed at `rid` stopped so far; any other frame is kept in `early` for the main loop."""
-    rows = set()
-
-    def poll():
-        while select.select([inp], [], [], 0)[0]:
-            frame = read_frame(inp)
-            if frame is None:
-                break  # EOF: the main loop reads it again
-            h = frame[0]
-            if h.get("op") == "cancel" and h.get("target") == rid:
-                rows.update(h.get("rows") or [])
-            elif h.get("op") != "cancel":
-                early.append(frame)
-        return rows
-
-    return poll
-
-
-def handle(policy, h, a, poll=None):
+def handle(policy, h, a):
     op = h.get("op")
     if FAIL == f"{op}:{policy.rank}":
         raise RuntimeError(f"RSTAR2_WORKER_FAIL={FAIL}")
@@ -103,13 +161,6 @@ def handle(policy, h, a, poll=None):
         return policy.reset_optimizer(), None
     if op == "save":
         return policy.save(h["dir"], bool(h.get("optimizer")), h.get("shards"), h.get("maxShardBytes")), None
-    if op == "generate":
-        prompts = ragged(a["ids"], a["lens"])
-        ids, lps, finish = policy.generate(prompts, h.get("sampling") or {}, poll)
-        lens = [len(x) for x in ids]
-        flat_ids = [t for x in ids for t in x]
-        flat_lp = [t for x in lps for t in x]
-        return {"finish": finish}, {"out_ids": ("i32", flat_ids), "out_lens": ("i32", lens), "out_logprobs": ("f32", flat_lp)}
     if op == "logprobs":
         seqs = ragged(a["ids"], a["lens"])
         chunk = h.get("logitsChunkTokens")

@@ -14,8 +14,13 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from rstar2_worker import engine as E
+from rstar2_worker import kv_pool as KV
 from rstar2_worker import model as M
+from rstar2_worker import model_runner as MR
 from rstar2_worker import policy as P
+from rstar2_worker import sampler as SA
+from rstar2_worker import scheduler as SC
 from rstar2_worker.checkpoint import read_config, read_state_dict
 
 CFG = {
@@ -314,7 +319,8 @@ class DeviceAndPrecision(unittest.TestCase):
     def test_generate_names_the_device_of_every_tensor_it_makes(self):
         # A CUDA rank makes CUDA the default device, so a tensor made without one lands there: generate's
         # bookkeeping (rows, stop ids) then met sample()'s CPU tokens and the first stop token failed on a GPU.
-        # Here every factory call made by generate itself must name its device.
+        # Here every factory call made by the engine's own files must name its device.
+        engine_files = {m.__file__ for m in (E, KV, MR, SA, SC)}
         factories = {torch.tensor, torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.rand,
                      torch.randn, torch.randint, torch.randperm}
         unnamed = []
@@ -327,8 +333,8 @@ class DeviceAndPrecision(unittest.TestCase):
                     while f and (f.f_code.co_filename.startswith(os.path.dirname(torch.__file__)) or f.f_code is
                                  Watch.__torch_function__.__code__):
                         f = f.f_back
-                    if f and f.f_code is P.Policy.generate.__code__:
-                        unnamed.append(f"torch.{func.__name__} at policy.py:{f.f_lineno}")
+                    if f and f.f_code.co_filename in engine_files:
+                        unnamed.append(f"torch.{func.__name__} at {os.path.basename(f.f_code.co_filename)}:{f.f_lineno}")
                 return func(*args, **kwargs)
 
         m = new_model(8)

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type BatchGenerator, EmbeddedEngine } from '../engines/embedded.js';
+import { EmbeddedEngine, type EngineWorker } from '../engines/embedded.js';
 import { BACKENDS, type Backend, remoteEngine } from '../engines/factory.js';
 import { FakeEngine } from '../engines/fake.js';
 import { Scheduler, type SchedulerOptions } from '../engines/scheduler.js';
@@ -26,7 +26,7 @@ export interface StackOptions {
   backend?: Backend; // for plain URLs; default sglang
   model?: string; // model directory: weights for 'embedded', and the default tokenizer
   /** An already started and loaded worker for 'embedded' (the trainer's PolicyWorker, which also trains). */
-  worker?: BatchGenerator;
+  worker?: EngineWorker;
   capacityTokens?: number; // KV capacity of each engine opened from a spec, instead of what it reports
   /** Instance, or tokenizer.json / its directory. Default: `model`; a char tokenizer when every engine is 'fake'. */
   tokenizer?: Tokenizer | string;

@@ -1,31 +1,21 @@
 import type { Engine, EngineLoad, GenerateResult, SamplingParams } from './types.js';
 
-// Serves many concurrent trajectories from one in-process torch worker: requests that arrive while
-// the worker is busy (or in the same tick) are merged into one batched `generate` call. Requests
-// are grouped by sampling settings; maxNewTokens may differ, so the batch runs to the largest and
-// each output is cut back to its own limit (the extra tokens were never conditioned on). Seeds may
-// differ too: each row then samples from its own generator (`seeds`), so a seeded request draws the
-// same tokens alone or in any batch.
+// The policy worker's own serving engine (python/rstar2_worker/engine.py) as an Engine. Each request goes to
+// the worker as it comes; the worker batches whatever is running between decode steps (continuous batching),
+// reuses the KV of a trajectory's earlier turns, and answers each request as it ends, so a trajectory whose
+// turn finished early runs its tool call while the others still decode.
 
-/** One batched call's settings: `seeds[i]` seeds row i's sampler (null: the worker's own generator). */
-export type BatchSampling = SamplingParams & { seeds?: (number | null)[] };
-
-/** The slice of H3's PolicyWorker this engine needs. */
-export interface BatchGenerator {
+/** The slice of PolicyWorker this engine needs. */
+export interface EngineWorker {
   /** `signals[i]` is row i's caller's: a worker that can, stops that row once it aborts. */
   generate(
     prompts: number[][],
-    sampling: BatchSampling,
+    sampling: SamplingParams,
     signals?: (AbortSignal | undefined)[],
   ): Promise<GenerateResult[]>;
+  /** Live load of the worker's engine (running, queued, KV tokens used and in all). */
+  engineLoad?(): Promise<Required<EngineLoad>>;
   close?(): Promise<void>;
-}
-
-interface Pending {
-  ids: number[];
-  sampling: SamplingParams;
-  signal?: AbortSignal;
-  resolve: (r: GenerateResult) => void;
 }
 
 const aborted = (): GenerateResult => ({
@@ -36,114 +26,57 @@ const aborted = (): GenerateResult => ({
 });
 
 export interface EmbeddedOptions {
-  capacityTokens?: number; // what the scheduler may reserve on this worker; default 262144
-  maxBatch?: number; // default 64
+  /** KV capacity the scheduler plans with, instead of what the worker reports (default: its report, or
+   *  262144 from a worker that reports none). */
+  capacityTokens?: number;
 }
 
 export class EmbeddedEngine implements Engine {
   readonly name = 'embedded';
-  batches = 0;
-  private queue: Pending[] = [];
-  private busy = false;
-  private scheduled = false;
-  private readonly capacity: number;
-  private readonly maxBatch: number;
+  /** Requests sent to the worker. */
+  calls = 0;
 
   constructor(
-    private readonly worker: BatchGenerator,
-    opts: EmbeddedOptions = {},
-  ) {
-    this.capacity = opts.capacityTokens ?? 262_144;
-    this.maxBatch = opts.maxBatch ?? 64;
-  }
+    private readonly worker: EngineWorker,
+    private readonly opts: EmbeddedOptions = {},
+  ) {}
 
-  generate(inputIds: number[], sampling: SamplingParams, signal?: AbortSignal): Promise<GenerateResult> {
-    if (signal?.aborted) return Promise.resolve(aborted());
-    return new Promise((resolve) => {
-      // the caller's abort answers at once: queued, the request leaves the queue; running, its row's late
-      // result is dropped (resolving twice is a no-op)
-      const onAbort = () => {
-        this.queue = this.queue.filter((q) => q !== p);
-        resolve(aborted());
-      };
-      const p: Pending = {
-        ids: inputIds,
-        sampling,
-        signal,
-        resolve: (r) => {
-          signal?.removeEventListener('abort', onAbort);
-          resolve(r);
-        },
-      };
+  async generate(
+    inputIds: number[],
+    sampling: SamplingParams,
+    signal?: AbortSignal,
+  ): Promise<GenerateResult> {
+    if (signal?.aborted) return aborted();
+    this.calls++;
+    // the caller's abort answers at once; the worker stops the row too (its late result is dropped)
+    let onAbort = () => {};
+    const gone = new Promise<GenerateResult>((res) => {
+      onAbort = () => res(aborted());
       signal?.addEventListener('abort', onAbort, { once: true });
-      this.queue.push(p);
-      this.kick();
     });
-  }
-
-  private kick(): void {
-    if (this.busy || this.scheduled || this.queue.length === 0) return;
-    this.scheduled = true;
-    setImmediate(() => {
-      this.scheduled = false;
-      void this.flush();
-    });
-  }
-
-  private async flush(): Promise<void> {
-    if (this.busy || this.queue.length === 0) return;
-    this.busy = true;
-    const key = samplingKey(this.queue[0].sampling);
-    const batch: Pending[] = [];
-    const rest: Pending[] = [];
-    for (const p of this.queue) {
-      if (batch.length < this.maxBatch && samplingKey(p.sampling) === key) batch.push(p);
-      else rest.push(p);
-    }
-    this.queue = rest;
-    const maxNew = Math.max(...batch.map((p) => p.sampling.maxNewTokens));
-    this.batches++;
-    const { seed: _, ...shared } = batch[0].sampling;
-    const seeds = batch.map((p) => p.sampling.seed ?? null);
+    const run = this.worker.generate([inputIds], sampling, [signal]).then(
+      (rs) => rs[0],
+      (e: Error): GenerateResult => ({
+        outputIds: [],
+        logprobs: [],
+        finishReason: 'error',
+        error: `embedded worker failed: ${e.message}`,
+      }),
+    );
     try {
-      const results = await this.worker.generate(
-        batch.map((p) => p.ids),
-        { ...shared, maxNewTokens: maxNew, ...(seeds.some((s) => s !== null) ? { seeds } : {}) },
-        batch.map((p) => p.signal),
-      );
-      if (results.length !== batch.length)
-        throw new Error(`worker returned ${results.length} results for ${batch.length} prompts`);
-      batch.forEach((p, i) => {
-        p.resolve(clip(results[i], p.sampling.maxNewTokens));
-      });
-    } catch (e) {
-      const error = `embedded worker failed: ${(e as Error).message}`;
-      for (const p of batch) p.resolve({ outputIds: [], logprobs: [], finishReason: 'error', error });
+      return await Promise.race([run, gone]);
     } finally {
-      this.busy = false;
-      this.kick();
+      signal?.removeEventListener('abort', onAbort);
     }
   }
 
   async load(): Promise<EngineLoad> {
-    return { capacityTokens: this.capacity, queued: this.queue.length };
+    const l = await this.worker.engineLoad?.();
+    const capacityTokens = this.opts.capacityTokens ?? (l?.capacityTokens || 262_144);
+    return l ? { ...l, capacityTokens } : { capacityTokens, queued: 0 };
   }
 
   async close(): Promise<void> {
     await this.worker.close?.();
   }
-}
-
-function samplingKey(s: SamplingParams): string {
-  return JSON.stringify({ ...s, maxNewTokens: 0, seed: 0 });
-}
-
-function clip(r: GenerateResult, maxNew: number): GenerateResult {
-  if (r.outputIds.length <= maxNew) return r;
-  return {
-    ...r,
-    outputIds: r.outputIds.slice(0, maxNew),
-    logprobs: r.logprobs.slice(0, maxNew),
-    finishReason: 'length',
-  };
 }

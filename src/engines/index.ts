@@ -1,5 +1,5 @@
 export { fitEngineModel, leastSquares, nonNegativeLeastSquares, parseSamples } from './calibrate.js';
-export { type BatchGenerator, EmbeddedEngine, type EmbeddedOptions } from './embedded.js';
+export { EmbeddedEngine, type EmbeddedOptions, type EngineWorker } from './embedded.js';
 export { BACKENDS, type Backend, type RemoteEngineOptions, remoteEngine } from './factory.js';
 export { FakeEngine, type FakeEngineOptions, type FakeReply, type FakeResponder } from './fake.js';
 export { HttpClient, HttpError, type HttpOptions } from './http.js';

@@ -1,6 +1,12 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { resolve } from 'node:path';
-import type { GenerateResult, SamplingParams, WeightGroup, WeightMeta } from '../engines/types.js';
+import type {
+  EngineLoad,
+  GenerateResult,
+  SamplingParams,
+  WeightGroup,
+  WeightMeta,
+} from '../engines/types.js';
 import { freePort } from '../util/net.js';
 import { findPython, PYTHON_DIR } from '../util/python.js';
 import { checkLaunch, type Master, rankEnvs } from './launch.js';
@@ -27,6 +33,16 @@ import {
 } from './types.js';
 
 const STDERR_TAIL = 4000;
+
+/** engineLoad(): the load, and what the engine has done (prefill tokens computed and served from its prefix
+ *  cache, decode steps, tokens generated, retractions when its KV pool was full). */
+export type EngineStats = Required<EngineLoad> & {
+  decodeSteps: number;
+  generatedTokens: number;
+  prefillTokens: number;
+  cachedTokens: number;
+  retractions: number;
+};
 
 interface Pending {
   resolve: (f: Frame) => void;
@@ -185,7 +201,8 @@ export async function runNodeRanks(opts: WorkerStartOptions): Promise<number> {
 }
 
 /**
- * Client for the PyTorch policy worker (python/rstar2_worker). Calls are serialised. If a rank dies,
+ * Client for the PyTorch policy worker (python/rstar2_worker). Calls are sent in order and answered one at a
+ * time, except generate calls, which overlap: the worker's engine batches them as they come. If a rank dies,
  * every pending call is rejected with the exit code and stderr tail, the other ranks are killed, and the
  * next call starts fresh processes and replays the last init/load (training since then is lost — the
  * rejected call is the report of that).
@@ -194,6 +211,7 @@ export class PolicyWorker {
   private ranks: Rank[] = [];
   private nextId = 1;
   private queue: Promise<unknown> = Promise.resolve();
+  private readonly inFlight = new Set<Promise<Frame>>(); // generate replies still to come
   private lastModel: { op: 'init'; config: ModelConfig; seed: number } | { op: 'load'; dir: string } | null =
     null;
   private closed = false;
@@ -289,9 +307,12 @@ export class PolicyWorker {
     );
   }
 
-  // Serialises calls; restarts dead processes first (replaying the last init/load).
-  private enqueue<T>(fn: () => Promise<T>): Promise<T> {
+  // Serialises calls; restarts dead processes first (replaying the last init/load). A call other than generate
+  // is sent once the generates before it have been answered: were the worker to die under them, it is then sent
+  // to the restarted one instead of failing with them.
+  private enqueue<T>(fn: () => Promise<T>, afterGenerates = true): Promise<T> {
     const run = async () => {
+      if (afterGenerates) await Promise.allSettled([...this.inFlight]);
       if (this.closed) throw new Error('policy worker is closed');
       if (this.dead) {
         await this.killAll();
@@ -397,14 +418,40 @@ export class PolicyWorker {
     if (prompts.length === 0) return [];
     const { flat, lens } = packRagged(prompts, 'prompts');
     if (lens.some((n) => n === 0)) throw new Error('generate: every prompt needs at least one token');
-    return this.enqueue(async () => {
-      const f = await this.send('generate', { sampling }, { ids: flat, lens }, signals);
-      const outLens = f.arrays.out_lens as Int32Array;
-      const ids = unpackRagged(f.arrays.out_ids, outLens);
-      const lps = unpackRagged(f.arrays.out_logprobs, outLens);
-      const reasons = (f.header.result as { finish: GenerateResult['finishReason'][] }).finish;
-      return ids.map((outputIds, i) => ({ outputIds, logprobs: lps[i], finishReason: reasons[i] }));
-    });
+    // sent in call order, but the queue does not wait for the reply: the worker's engine takes generate calls
+    // while others run, and holds back any other call until the generates before it have finished
+    const sent = await this.enqueue(async () => {
+      const reply = this.send('generate', { sampling }, { ids: flat, lens }, signals);
+      this.inFlight.add(reply);
+      const done = () => this.inFlight.delete(reply);
+      reply.then(done, done);
+      return { reply };
+    }, false);
+    const f = await sent.reply;
+    const outLens = f.arrays.out_lens as Int32Array;
+    const ids = unpackRagged(f.arrays.out_ids, outLens);
+    const lps = unpackRagged(f.arrays.out_logprobs, outLens);
+    const r = f.header.result as {
+      finish: GenerateResult['finishReason'][];
+      cached?: number[];
+      retractions?: number[];
+    };
+    return ids.map((outputIds, i) => ({
+      outputIds,
+      logprobs: lps[i],
+      finishReason: r.finish[i],
+      cachedTokens: r.cached?.[i] ?? 0,
+      retractions: r.retractions?.[i] ?? 0,
+    }));
+  }
+
+  /** The engine's load as SGLang reports it (rows running and queued, KV tokens held and in all; 0 without a
+   *  model) and its counters since the model was set. Answered between engine steps, not after the running
+   *  requests. */
+  async engineLoad(): Promise<EngineStats> {
+    if (this.dead || this.closed) throw new Error(this.dead ?? 'policy worker is closed');
+    const f = await this.ranks[0].call(this.nextId++, { op: 'engine_load' }, {});
+    return f.header.result as EngineStats;
   }
 
   async logprobs(seqs: number[][], opts: LogprobsOptions = {}): Promise<LogprobsResult[]> {
@@ -464,6 +511,7 @@ export class PolicyWorker {
   async close(): Promise<void> {
     if (this.closed) return;
     await this.queue;
+    await Promise.allSettled([...this.inFlight]);
     this.closed = true;
     await Promise.all(
       this.ranks.map(

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { runRollouts } from '../../src/agent/loop.js';
 import { openRolloutStack } from '../../src/agent/stack.js';
-import type { BatchGenerator } from '../../src/engines/embedded.js';
+import type { EngineWorker } from '../../src/engines/embedded.js';
 import { FakeEngine } from '../../src/engines/fake.js';
 import { buildCharTokenizer, tokenizerFromFiles } from '../../src/tokenizer/index.js';
 import { FakeRunner } from './helpers.js';
@@ -43,7 +43,7 @@ test('close() closes only what the stack opened', { timeout: 60_000 }, async () 
   const engine = new FakeEngine(() => ({ outputIds: [] }), { name: 'mine' });
   engine.close = async () => void closed.push('engine');
   // the trainer's worker both generates and trains: the stack must leave it running
-  const worker: BatchGenerator = {
+  const worker: EngineWorker = {
     generate: async (ps) => ps.map(() => ({ outputIds: [], logprobs: [], finishReason: 'stop' as const })),
     close: async () => void closed.push('worker'),
   };

@@ -12,7 +12,7 @@ import { MODEL_PRESETS, PolicyWorker } from '../../src/worker/index.js';
 import { encodeFrame, type Frame, FrameReader, packRagged } from '../../src/worker/protocol.js';
 import { FakeRunner } from '../agent/helpers.js';
 
-test('EmbeddedEngine over a real torch PolicyWorker: concurrent trajectories share batched generate calls', {
+test('EmbeddedEngine over a real torch PolicyWorker: concurrent trajectories share decode steps, later turns reuse KV', {
   timeout: 180_000,
 }, async () => {
   const tok = tokenizerFromFiles(buildCharTokenizer());
@@ -46,13 +46,20 @@ test('EmbeddedEngine over a real torch PolicyWorker: concurrent trajectories sha
       });
     }
     const gens = ts.reduce((a, t) => a + t.events.filter((e) => e.kind === 'generation').length, 0);
-    assert.ok(engine.batches < gens, `${engine.batches} worker calls for ${gens} generations`);
+    assert.equal(engine.calls, gens, 'one worker call per generation');
+    const st = await worker.engineLoad();
+    assert.ok(
+      st.decodeSteps < st.generatedTokens / 2,
+      `${st.decodeSteps} decode steps for ${st.generatedTokens} tokens`,
+    );
+    if (gens > ts.length) assert.ok(st.cachedTokens > 0, 'a later turn reused the keys of the earlier ones');
+    assert.equal(st.usedTokens, 0, 'every KV block is back in the pool');
   } finally {
     await worker.close();
   }
 });
 
-test('seeded requests share one batch on a real worker, and each draws what it draws alone', {
+test('seeded requests run together on a real worker, and each draws what it draws alone', {
   timeout: 120_000,
 }, async () => {
   const worker = await PolicyWorker.start({ threads: 1 });
@@ -68,7 +75,8 @@ test('seeded requests share one batch on a real worker, and each draws what it d
     ];
     const seeds = [11, 12, 13, 14];
     const batched = await Promise.all(prompts.map((p, i) => engine.generate(p, { ...s, seed: seeds[i] })));
-    assert.equal(engine.batches, 1);
+    const st = await worker.engineLoad();
+    assert.ok(st.decodeSteps < 2 * 24, `${st.decodeSteps} decode steps for 4 × 24 tokens: they ran together`);
     for (const [i, p] of prompts.entries()) {
       const alone = await engine.generate(p, { ...s, seed: seeds[i] });
       assert.deepEqual(alone.outputIds, batched[i].outputIds, `row ${i}`);
@@ -144,15 +152,12 @@ test('PolicyWorker.generate stops each row once its signal aborts, and keeps no 
     setTimeout(() => {
       for (const ac of acs) ac.abort();
     }, 200);
-    const late = worker.generate([[5]], { ...s, maxNewTokens: 3 }, [acs[0].signal]); // queued behind
     const [a, b, c] = await run;
     assert.deepEqual([a.finishReason, b.finishReason, c.finishReason], ['abort', 'abort', 'length']);
     assert.ok(a.outputIds.length < 1000 && b.outputIds.length < 1000 && c.outputIds.length === 1000);
-    assert.equal(
-      (await late)[0].finishReason,
-      'abort',
-      'a row whose caller aborted before it ran stops at once',
-    );
+    const [late] = await worker.generate([[5]], s, [acs[0].signal]);
+    assert.equal(late.finishReason, 'abort', 'a row whose caller aborted before it was sent stops at once');
+    assert.ok(late.outputIds.length < 10, `${late.outputIds.length} tokens`);
     for (const ac of acs) assert.equal(getEventListeners(ac.signal, 'abort').length, 0);
   } finally {
     await worker.close();

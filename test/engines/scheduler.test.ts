@@ -1,11 +1,10 @@
 import assert from 'node:assert/strict';
 import { getEventListeners } from 'node:events';
 import { test } from 'node:test';
-import { EmbeddedEngine } from '../../src/engines/embedded.js';
 import { FakeEngine } from '../../src/engines/fake.js';
 import { LengthModel, Overcommit } from '../../src/engines/predict.js';
 import { AUTO_PREDICT_MIN_KV, KvLedger, type Lease, Scheduler } from '../../src/engines/scheduler.js';
-import { DEFAULT_SAMPLING, type GenerateResult, type SamplingParams } from '../../src/engines/types.js';
+import { DEFAULT_SAMPLING } from '../../src/engines/types.js';
 import { Rng } from '../../src/util/rng.js';
 
 const echo = (name: string, capacityTokens: number) =>
@@ -135,44 +134,6 @@ test('capacity read failures name the engine', async () => {
     throw new Error('ECONNREFUSED');
   };
   await assert.rejects(Scheduler.create([bad]), /cannot read KV capacity of broken: ECONNREFUSED/);
-});
-
-test('EmbeddedEngine merges concurrent requests into batched worker calls and clips per request', async () => {
-  const calls: { n: number; maxNew: number }[] = [];
-  const worker = {
-    async generate(prompts: number[][], s: SamplingParams): Promise<GenerateResult[]> {
-      calls.push({ n: prompts.length, maxNew: s.maxNewTokens });
-      await new Promise((r) => setTimeout(r, 20));
-      return prompts.map((p) => {
-        const ids = Array.from({ length: s.maxNewTokens }, (_, i) => p[0] + i);
-        return { outputIds: ids, logprobs: ids.map(() => -1), finishReason: 'length' as const };
-      });
-    },
-  };
-  const e = new EmbeddedEngine(worker, { maxBatch: 4 });
-  const S = { ...DEFAULT_SAMPLING, maxNewTokens: 5 };
-  const rs = await Promise.all([
-    ...Array.from({ length: 6 }, (_, i) => e.generate([i * 100], { ...S, maxNewTokens: 3 + (i % 3) })),
-    e.generate([999], { ...S, temperature: 0 }), // different sampling → its own batch
-  ]);
-  assert.equal(e.batches, 3);
-  assert.deepEqual(calls[0], { n: 4, maxNew: 5 });
-  rs.slice(0, 6).forEach((r, i) => {
-    assert.equal(r.outputIds.length, 3 + (i % 3));
-    assert.equal(r.outputIds[0], i * 100);
-    assert.equal(r.logprobs.length, r.outputIds.length);
-  });
-  assert.equal(rs[6].outputIds[0], 999);
-  const failing = new EmbeddedEngine({
-    generate: async () => {
-      throw new Error('CUDA OOM');
-    },
-  });
-  const f = await Promise.all([failing.generate([1], S), failing.generate([2], S)]);
-  for (const r of f) {
-    assert.equal(r.finishReason, 'error');
-    assert.match(r.error ?? '', /embedded worker failed: CUDA OOM/);
-  }
 });
 
 test('a caller signal shared by many trajectories keeps no listeners once they are served', async () => {

@@ -97,7 +97,13 @@ test('greedy, top-k 1 and stop token ids', { timeout: 60_000 }, async () => {
   assert.equal(changed.argmax[seq.length - 1], false);
   assert.equal(scored.argmax[0], false);
   const zero = await w.generate(prompts, sampling({ maxNewTokens: 0 }));
-  assert.deepEqual(zero[0], { outputIds: [], logprobs: [], finishReason: 'length' });
+  assert.deepEqual(zero[0], {
+    outputIds: [],
+    logprobs: [],
+    finishReason: 'length',
+    cachedTokens: 0,
+    retractions: 0,
+  });
 });
 
 test('GRPO loss and clip fraction match a hand-computed example', { timeout: 60_000 }, async () => {
