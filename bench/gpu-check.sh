@@ -4,7 +4,7 @@
 # does, model.backend transformers scores and trains a Llama as transformers does, and the log-prob slices'
 # bf16 gradients match full fp32 logits, (2) bf16 training
 # throughput and MFU of a random ~0.5B model at 4K and 8K tokens, with `rstar2 plan`'s memory estimate against
-# each case's measured peak, (3) sharding: fsdp, world size 1, through the same launcher as DDP, (4) decode_timing's
+# each case's measured peak (and the built-in engine's throughput against transformers' generate), (3) sharding: fsdp, world size 1, through the same launcher as DDP, (4) decode_timing's
 # samples (Qwen3-14B's TP4 rank) and their fit.
 # Needs CUDA, torch >= 2 (>= 2.2 for step 3) and transformers in $RSTAR2_PYTHON (default python3).
 # Run from anywhere: bash bench/gpu-check.sh    Exit: 0 all passed, 1 a check failed, 2 missing prerequisites.
@@ -18,6 +18,8 @@ export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" RSTAR2_PYTHON="$PY"
 "$PY" -m rstar2_worker.gpu_check preflight
 "$PY" -m rstar2_worker.gpu_check parity
 "$PY" -m rstar2_worker.gpu_check generate
+# the built-in engine against transformers' generate on the same weights, and a multi-turn rollout's prefix reuse
+"$PY" -m rstar2_worker.engine_bench
 "$PY" -m rstar2_worker.gpu_check hf-backend
 "$PY" -m rstar2_worker.gpu_check logprob-grad
 PEAKS=$(mktemp); trap 'rm -f "$PEAKS"' EXIT

@@ -33,11 +33,29 @@ def env_int(name, default):
         raise ValueError(f"{name}={v!r} is not an integer") from None
 
 
+def engine_slot():
+    """(i, n) from RSTAR2_ENGINE="i/n": this worker is built-in engine i of n started side by side (agent/stack.ts),
+    else None."""
+    v = os.environ.get("RSTAR2_ENGINE")
+    if not v:
+        return None
+    try:
+        i, n = (int(x) for x in v.split("/"))
+    except ValueError:
+        raise ValueError(f"RSTAR2_ENGINE={v!r} must be i/n") from None
+    if not 0 <= i < n:
+        raise ValueError(f"RSTAR2_ENGINE={v!r}: i must be in [0, n)")
+    return i, n
+
+
 def from_env():
     """The rank as torchrun describes it, plus RSTAR2_SHARDING / RSTAR2_OFFLOAD_OPTIMIZER."""
     world = env_int("WORLD_SIZE", 1)
     rank = env_int("RANK", 0)
     local = env_int("LOCAL_RANK", rank)
+    engine = engine_slot()
+    if engine and world == 1 and "LOCAL_RANK" not in os.environ and torch.cuda.is_available():
+        local = engine[0] % torch.cuda.device_count()  # several built-in engines: one per GPU, round the GPUs
     if world < 1 or not 0 <= rank < world:
         raise ValueError(f"RANK={rank} must be in [0, WORLD_SIZE={world})")
     env = os.environ

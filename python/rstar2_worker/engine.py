@@ -7,7 +7,8 @@ sampler.py (tokens on the device). The model is the policy's own, so a train ste
 every weight change drops the cached prefixes (`invalidate`).
 
 Settings come from the environment (the worker inherits the rstar2 process's, README "The built-in engine"):
-RSTAR2_KV_TOKENS (pool size in tokens), else RSTAR2_KV_FRACTION of the GPU's free memory (default 0.5) or
+RSTAR2_KV_TOKENS (pool size in tokens), else RSTAR2_KV_FRACTION of the GPU's memory (default 0.5; split between
+the built-in engines on one GPU, RSTAR2_ENGINE; at most 90 % of what is free) or
 RSTAR2_KV_MIB on a CPU (default 128); RSTAR2_KV_BLOCK tokens a block (16); RSTAR2_MAX_BATCH rows (256 on a GPU,
 64 on a CPU); RSTAR2_PREFILL_TOKENS a step (8192 on a GPU, 2048 on a CPU); RSTAR2_CUDA_GRAPHS 0 to turn graphs
 off, "eager" to run their bucketed path without capture (tests); RSTAR2_COMPILE 0 to leave small ops unfused (on
@@ -22,6 +23,7 @@ import time
 import numpy as np
 import torch
 
+from . import dist as ranks
 from . import model as M
 from . import sampler
 from .kv_pool import KVPool, bytes_per_token
@@ -32,6 +34,21 @@ from .scheduler import Scheduler, Sequence
 def env_int(name, default):
     v = os.environ.get(name)
     return int(v) if v not in (None, "") else default
+
+
+def gpu_budget(free, total, fraction, engines):
+    """KV pool bytes on a GPU: `fraction` of its memory split between the built-in engines that share it, and
+    never more than 90 % of what is free (the CUDA context, activations and the other engines' pools)."""
+    return min(fraction * total / engines, 0.9 * free)
+
+
+def sharing(device):
+    """How many built-in engines started side by side (RSTAR2_ENGINE) run on this GPU."""
+    slot = ranks.engine_slot()
+    if slot is None:
+        return 1
+    n, gpus = slot[1], torch.cuda.device_count()
+    return len(range(device.index or 0, n, gpus))
 
 
 def compile_pieces():
@@ -88,8 +105,8 @@ class Engine:
         if not tokens:
             if self.gpu:
                 torch.cuda.empty_cache()
-                free, _ = torch.cuda.mem_get_info(p.device)
-                budget = float(os.environ.get("RSTAR2_KV_FRACTION") or 0.5) * free
+                free, total = torch.cuda.mem_get_info(p.device)
+                budget = gpu_budget(free, total, float(os.environ.get("RSTAR2_KV_FRACTION") or 0.5), sharing(p.device))
             else:
                 budget = env_int("RSTAR2_KV_MIB", 128) << 20
             tokens = int(budget // per)
@@ -208,7 +225,8 @@ class Engine:
         return {"running": len(self.sched.running) + len(self.sched.prefilling), "queued": len(self.sched.waiting),
                 "usedTokens": b.used, "capacityTokens": b.capacity, "blockTokens": b.block_size,
                 "decodeSteps": st["decode_steps"], "generatedTokens": st["generated"],
-                "prefillTokens": st["prefill_tokens"], "cachedTokens": st["cached_tokens"], "retractions": st["retractions"]}
+                "prefillTokens": st["prefill_tokens"], "cachedTokens": st["cached_tokens"], "retractions": st["retractions"],
+                "slot": os.environ.get("RSTAR2_ENGINE") or None, "device": str(self.policy.device)}
 
     # ---- one step --------------------------------------------------------------------------------
 

@@ -212,6 +212,25 @@ class Parts(unittest.TestCase):
             want = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1)
             self.assertEqual(SA.inverse_cdf(probs, u, chunk=64).tolist(), want.tolist(), V)
 
+    def test_engines_side_by_side_take_a_gpu_each_or_share_one(self):
+        from rstar2_worker import dist, engine as E
+
+        with env(RSTAR2_ENGINE="2/4"):
+            self.assertEqual(dist.engine_slot(), (2, 4))
+            real = torch.cuda.device_count
+            try:
+                torch.cuda.device_count = lambda: 1  # four engines on one GPU: each a quarter of the memory
+                self.assertEqual(E.sharing(torch.device("cuda", 0)), 4)
+                torch.cuda.device_count = lambda: 2  # on two GPUs, engines 0 and 2 on the first
+                self.assertEqual(E.sharing(torch.device("cuda", 0)), 2)
+            finally:
+                torch.cuda.device_count = real
+        for bad in ("4/4", "x"):
+            with env(RSTAR2_ENGINE=bad), self.assertRaisesRegex(ValueError, "RSTAR2_ENGINE"):
+                dist.engine_slot()
+        self.assertEqual(E.gpu_budget(free=100, total=140, fraction=0.5, engines=4), 17.5)
+        self.assertEqual(E.gpu_budget(free=10, total=140, fraction=0.5, engines=1), 9.0, "never past 90 % of free")
+
     def test_freed_blocks_stay_cached_until_handed_out_oldest_first(self):
         b = BlockPool(4, 2)
         x, y = b.allocate(), b.allocate()

@@ -128,6 +128,10 @@ export async function openRolloutStack(o: StackOptions): Promise<RolloutStack> {
   try {
     const capacity = o.capacityTokens ? { capacityTokens: o.capacityTokens } : {};
     const engines: Engine[] = [];
+    // built-in engines started here, side by side: each its own worker, told its place so that it takes its
+    // own GPU (round the GPUs) or its share of one GPU's memory
+    const started = o.worker ? 0 : o.engines.filter((e) => e === 'embedded').length;
+    let slot = 0;
     for (const e of o.engines) {
       if (typeof e !== 'string') engines.push(e);
       else if (e === 'fake') engines.push(scriptedEngine(tokenizer));
@@ -141,7 +145,8 @@ export async function openRolloutStack(o: StackOptions): Promise<RolloutStack> {
             typeof o.tokenizer === 'string' ? o.tokenizer : o.tokenizer ? 'the tokenizer' : o.model,
           );
           const { PolicyWorker } = await import('../worker/index.js');
-          const w = await PolicyWorker.start();
+          const env = started > 1 ? { RSTAR2_ENGINE: `${slot++}/${started}` } : undefined;
+          const w = await PolicyWorker.start({ env });
           closers.push(() => w.close());
           await w.load(o.model);
           worker = w;

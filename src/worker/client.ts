@@ -42,6 +42,9 @@ export type EngineStats = Required<EngineLoad> & {
   prefillTokens: number;
   cachedTokens: number;
   retractions: number;
+  /** "i/n" when the worker is built-in engine i of n started side by side (agent/stack.ts), and its device. */
+  slot: string | null;
+  device: string;
 };
 
 interface Pending {

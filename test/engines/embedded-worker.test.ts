@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import { runRollouts } from '../../src/agent/loop.js';
 import { agentTemplate } from '../../src/agent/template.js';
 import { EmbeddedEngine } from '../../src/engines/embedded.js';
-import { DEFAULT_SAMPLING } from '../../src/engines/types.js';
+import { DEFAULT_SAMPLING, type EngineLoad } from '../../src/engines/types.js';
 import { buildCharTokenizer, ChatTemplate, tokenizerFromFiles } from '../../src/tokenizer/index.js';
 import { findPython, PYTHON_DIR } from '../../src/util/python.js';
 import { MODEL_PRESETS, PolicyWorker } from '../../src/worker/index.js';
@@ -161,5 +161,59 @@ test('PolicyWorker.generate stops each row once its signal aborts, and keeps no 
     for (const ac of acs) assert.equal(getEventListeners(ac.signal, 'abort').length, 0);
   } finally {
     await worker.close();
+  }
+});
+
+test('two built-in engines started side by side are two workers, each told its place, both serving', {
+  timeout: 180_000,
+}, async () => {
+  const { mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { initModelDir } = await import('../../src/worker/index.js');
+  const { openRolloutStack } = await import('../../src/agent/stack.js');
+  const model = mkdtempSync(join(tmpdir(), 'rstar2-two-engines-'));
+  try {
+    await initModelDir({ preset: 'tiny', out: join(model, 'm'), force: true, worker: { threads: 1 } });
+    const stack = await openRolloutStack({
+      engines: ['embedded', 'embedded'],
+      model: join(model, 'm'),
+      template: 'compact',
+      sandbox: new FakeRunner(),
+      scheduler: { policy: 'round-robin', pollMs: 0 },
+    });
+    try {
+      const ts = await runRollouts({
+        scheduler: stack.scheduler,
+        template: stack.template,
+        runner: stack.runner,
+        problems: [0, 1, 2, 3].map((i) => ({ id: `p${i}`, question: `${i}+1?` })),
+        n: 2,
+        maxResponseTokens: 16,
+        sampling: { temperature: 1, seed: 1 },
+      });
+      assert.equal(ts.length, 8);
+      assert.ok(
+        ts.every((t) => t.finish !== 'error'),
+        ts.find((t) => t.finish === 'error')?.error,
+      );
+      const calls = stack.engines.map((e) => (e as EmbeddedEngine).calls);
+      assert.ok(
+        calls.every((c) => c > 0),
+        `calls per engine ${calls}`,
+      );
+      const loads = (await Promise.all(stack.engines.map((e) => e.load()))) as (EngineLoad & {
+        slot?: string;
+      })[];
+      assert.ok(loads.every((l) => l.capacityTokens > 0));
+      assert.deepEqual(
+        loads.map((l) => l.slot),
+        ['0/2', '1/2'],
+      );
+    } finally {
+      await stack.close();
+    }
+  } finally {
+    rmSync(model, { recursive: true, force: true });
   }
 });
