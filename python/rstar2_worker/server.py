@@ -32,6 +32,8 @@ def serve(inp, out, r):
         if r.rank == 0:
             if policy.engine.has_work():
                 gen.poll(inp, early)
+                if early and early[-1] is None:
+                    return  # the client closed us: no one is left to read what the engine would answer
                 gen.step()
                 continue
             frame = early.popleft() if early else read_frame(inp)

@@ -273,7 +273,9 @@ class Broker {
     log: (l: string) => void,
     startTimeoutMs: number,
   ) {
-    this.proc = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe', ...extraFds], detached: false });
+    // a session of its own: a terminal's Ctrl-C reaches its whole foreground group, and the trainer that got it
+    // still finishes its step, tool calls included. Its life is its stdin: the broker exits when Node's end closes
+    this.proc = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe', ...extraFds], detached: true });
     for (const fd of extraFds) closeSync(fd);
     this.proc.stdin?.write(input);
     let readyResolve!: (v: Record<string, unknown>) => void;

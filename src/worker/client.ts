@@ -67,7 +67,13 @@ class Rank {
     env: NodeJS.ProcessEnv,
     private readonly onExit: (why: string) => void,
   ) {
-    this.child = spawn(python, ['-u', '-m', 'rstar2_worker'], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    // a session of its own, so a terminal's Ctrl-C, which reaches the whole foreground group, leaves it to the
+    // trainer to stop at its next safe point; the worker ends when its stdin closes (the client's close, or death)
+    this.child = spawn(python, ['-u', '-m', 'rstar2_worker'], {
+      env,
+      stdio: ['pipe', 'pipe', 'pipe'],
+      detached: true,
+    });
     let helloResolve!: (f: Frame) => void;
     let helloReject!: (e: Error) => void;
     this.hello = new Promise<Frame>((res, rej) => {

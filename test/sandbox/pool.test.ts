@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -10,6 +10,13 @@ import { poolScript } from './helpers.js';
 
 const skip = findBwrap() ? false : 'bubblewrap not installed';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+// field 5 of /proc/PID/stat, after the command name in parentheses
+const processGroup = (pid: number) =>
+  Number(
+    readFileSync(`/proc/${pid}/stat`, 'utf8')
+      .replace(/^.*\) /s, '')
+      .split(' ')[2],
+  );
 let bareZygoteMb = 0;
 
 describe('SandboxPool semantics (bwrap)', { skip, timeout: 120_000 }, () => {
@@ -285,6 +292,18 @@ describe('SandboxPool faults and admission', { skip, timeout: 120_000 }, () => {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }
+    }
+  });
+
+  test("the sandbox runs in a session of its own: a terminal's Ctrl-C to our group does not reach it", async () => {
+    const pool = await SandboxPool.start({ slots: 1 });
+    try {
+      const pid = pool.sandboxPid as number;
+      assert.equal(processGroup(pid), pid, 'it leads its own process group');
+      assert.notEqual(processGroup(pid), processGroup(process.pid));
+      assert.equal((await pool.run({ code: 'print(1)' })).stdout, '1\n');
+    } finally {
+      await pool.close();
     }
   });
 

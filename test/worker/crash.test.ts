@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -25,6 +25,42 @@ test('a killed worker rejects the pending call with the signal and stderr tail, 
     assert.notEqual(w.pids[0], pid);
     assert.equal(w.restarts, 1);
     assert.deepEqual(after, before);
+  } finally {
+    await w.close();
+  }
+});
+
+test('the worker runs in a session of its own and outlives a SIGINT; closing its stdin ends it mid-generate', {
+  timeout: 120_000,
+}, async () => {
+  const group = (pid: number) =>
+    Number(
+      readFileSync(`/proc/${pid}/stat`, 'utf8')
+        .replace(/^.*\) /s, '')
+        .split(' ')[2],
+    );
+  const w = await PolicyWorker.start({ threads: 1 });
+  try {
+    await w.init(TEST_CONFIG, 9);
+    const pid = w.pids[0];
+    assert.equal(group(pid), pid, 'it leads its own process group');
+    assert.notEqual(group(pid), group(process.pid), "a terminal's Ctrl-C to our group does not reach it");
+    const long = w.generate([[1, 2, 3]], sampling({ maxNewTokens: 30000 }));
+    await new Promise((r) => setTimeout(r, 300));
+    const gone = new Promise<number | null>((res) => {
+      const poll = setInterval(() => {
+        try {
+          process.kill(pid, 0);
+        } catch {
+          clearInterval(poll);
+          res(Date.now());
+        }
+      }, 20);
+    });
+    const t0 = Date.now();
+    (w as unknown as { ranks: { child: { stdin: { end(): void } } }[] }).ranks[0].child.stdin.end();
+    await assert.rejects(long, /died|exit/);
+    assert.ok(((await gone) ?? 0) - t0 < 10_000, 'it left without generating its 30,000 tokens');
   } finally {
     await w.close();
   }
