@@ -160,6 +160,12 @@ function processEnv(o: WorkerStartOptions, rank: Record<string, string>): NodeJS
   // nothing alone and 1.3x beside a second worker (bench/worker-contention.ts).
   const spin = process.env.GOMP_SPINCOUNT || process.env.OMP_WAIT_POLICY ? {} : { GOMP_SPINCOUNT: '1000' };
   return {
+    // As SGLang and vLLM set them in their own processes: ranks that disagree on them in one communicator (rank 0
+    // and the engines in a weight-update group) hang or fail at the first collective. Set on every rank of every
+    // node, so the trainer's own groups agree too; NCCL reads them when its first communicator is made. A value
+    // the user exported wins (SGLang's --enable-symm-mem runs with NCCL_CUMEM_ENABLE=1).
+    NCCL_CUMEM_ENABLE: '0',
+    NCCL_NVLS_ENABLE: '0',
     ...process.env,
     ...spin,
     ...o.env,
