@@ -7,20 +7,11 @@ import unittest
 
 import torch
 
-from rstar2_worker import model as M
 from rstar2_worker import policy as P
 from rstar2_worker import sampler as SA
 from rstar2_worker.kv_pool import BlockPool
+from tests.test_memory import CFG  # the same tiny GQA model the memory tests use
 
-CFG = {
-    "vocab_size": 97,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "tie_word_embeddings": False,
-}
 GREEDY = {"temperature": 0.0, "maxNewTokens": 24}
 
 
