@@ -20,7 +20,6 @@ import os
 import sys
 import time
 
-import numpy as np
 import torch
 
 from . import dist as ranks
