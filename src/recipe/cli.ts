@@ -18,6 +18,8 @@ interface TrainFlags {
   printConfig?: boolean;
   fork?: string;
   policyBackend: string;
+  /** --policy-backend was given (not its default). */
+  policyBackendGiven?: boolean;
   insecureNoSandbox?: boolean;
   engines?: string[];
   syncDir?: string;
@@ -25,6 +27,7 @@ interface TrainFlags {
   weightSyncMaster?: string;
   seed?: number;
   set: string[];
+  stages?: string[];
   strictHealth?: boolean;
   dryRun?: boolean;
   logger?: string[];
@@ -108,9 +111,10 @@ function resumeCommand(runDir: string, flags: TrainFlags): string {
 }
 
 async function train(flags: TrainFlags): Promise<void> {
-  const { LOGGERS, loadRecipe, parseRecipe } = await import('./config.js');
+  const { checkRunnable, LOGGERS, loadRecipe, parseRecipe } = await import('./config.js');
   const { checkLoggers } = await import('./loggers.js');
   const { forkRun, readState, Stopped, Trainer } = await import('./trainer.js');
+  const { RESUMABLE, recordChanges, resumeChanges } = await import('./changes.js');
   const { HealthError, healthSummary } = await import('./health.js');
   if (flags.roc !== undefined && flags.roc !== 'on' && flags.roc !== 'off') {
     throw new Error(`--roc must be "on" or "off", got "${flags.roc}"`);
@@ -130,7 +134,24 @@ async function train(flags: TrainFlags): Promise<void> {
       throw new Error(`--logger: unknown ${bad.join(', ')} (choose from ${LOGGERS.join(', ')})`);
     set.push(`logger=${JSON.stringify(names)}`);
   }
-  const overrides: Overrides = { set, ...(flags.roc ? { roc: flags.roc as 'on' | 'off' } : {}) };
+  const overrides: Overrides = {
+    set,
+    ...(flags.roc ? { roc: flags.roc as 'on' | 'off' } : {}),
+    ...(flags.stages ? { stages: flags.stages } : {}),
+  };
+  // a run trained on the fake policy resumes on it: its checkpoints are the fake's, which the worker cannot load
+  const last = flags.resume ? readState(flags.resume) : null;
+  if (
+    last &&
+    flags.policyBackend === 'embedded' &&
+    existsSync(join(flags.resume!, last.checkpoint, 'fake-policy.json'))
+  ) {
+    if (flags.policyBackendGiven)
+      throw new Error(
+        `--resume ${flags.resume}: its checkpoints are the fake policy's (--policy-backend fake); the embedded worker cannot load them`,
+      );
+    flags.policyBackend = 'fake';
+  }
   const launch = await launchFlags(flags);
   // before --dry-run and before the run directory is made: a dry run must not pass what the run refuses
   if (flags.policyBackend !== 'embedded' && flags.policyBackend !== 'fake')
@@ -154,12 +175,19 @@ async function train(flags: TrainFlags): Promise<void> {
     runDir = flags.resume;
     const cfg = join(runDir, 'config.json');
     if (!existsSync(cfg)) throw new Error(`--resume ${runDir}: no config.json there (not a run directory?)`);
-    if (flags.recipe || flags.roc || flags.seed !== undefined || flags.set.length > 0)
+    if (flags.recipe || flags.roc || flags.seed !== undefined || flags.stages)
       throw new Error(
-        '--recipe, --roc, --seed and --set cannot change a run being resumed; its config.json decides',
+        `--recipe, --roc, --seed and --stages cannot change a run being resumed; its config.json decides. ` +
+          `--set may change ${RESUMABLE}. To change anything else, start a new run from one of its checkpoints: ` +
+          `rstar2 train --fork ${join(runDir, 'checkpoints', 'STAGE-step-N')} --out NEW [--set …]`,
       );
-    // only --strict-health and --logger are left in `set` here: neither changes what is trained
+    const before = parseRecipe(readJson(cfg), cfg);
     recipe = parseRecipe(readJson(cfg), cfg, { set });
+    const state = readState(runDir);
+    const changes = resumeChanges(before, recipe, state);
+    for (const c of changes)
+      console.error(`resume changes ${c.path}: ${JSON.stringify(c.from)} -> ${JSON.stringify(c.to)}`);
+    if (!flags.dryRun && !flags.printConfig) recordChanges(runDir, recipe, changes, state);
   } else {
     let forkSrc: string | undefined;
     if (flags.fork) {
@@ -180,7 +208,8 @@ async function train(flags: TrainFlags): Promise<void> {
     if (existsSync(join(runDir, 'state.json'))) {
       throw new Error(`${runDir} already holds a run (state.json); use --resume ${runDir} or another --out`);
     }
-    if (forkSrc && !flags.printConfig) {
+    // a dry run writes nothing: the fork is made by the real command
+    if (forkSrc && !flags.printConfig && !flags.dryRun) {
       if (!flags.out) throw new Error('--fork needs --out DIR for the new run');
       forkRun(forkSrc, basename(flags.fork!), runDir, recipe);
       flags.resume = runDir;
@@ -191,6 +220,7 @@ async function train(flags: TrainFlags): Promise<void> {
     return;
   }
   checkLoggers(recipe.logger);
+  checkRunnable(recipe);
   if (flags.dryRun) {
     const { dryRun } = await import('./dry-run.js');
     const { remoteEngine } = await import('../engines/factory.js');
@@ -290,10 +320,14 @@ export function registerRecipeCommands(program: Command): void {
     .option('--recipe <name|file>', 'recipe name in data/recipes/ (e.g. quickstart) or a YAML/JSON file')
     .option('--out <dir>', 'run directory (default runs/<recipe>-<roc|grpo>-<time>)')
     .option('--roc <on|off>', 'Resample-on-Correct on (GRPO-RoC) or off (plain GRPO) in every RL stage')
-    .option('--resume <run>', 'continue the run in this directory from its last checkpoint')
+    .option(
+      '--resume <run>',
+      'continue the run in this directory from its last checkpoint; --set may change the reward, eval, health ' +
+        "and logger settings and the steps and sizes of stages not yet started (recorded in the run's changes.jsonl)",
+    )
     .option(
       '--fork <run/checkpoint>',
-      "start a new run (--out) from another run's checkpoint, e.g. runs/a/sft-step-000150",
+      "start a new run (--out) from another run's checkpoint, with any --set, e.g. runs/a/checkpoints/sft-step-000150",
     )
     .option('--print-config', 'print the fully resolved recipe (with defaults) and exit')
     .option(
@@ -303,9 +337,15 @@ export function registerRecipeCommands(program: Command): void {
     .option('--seed <n>', "the run's seed (model init, data order, sampling); same as --set seed=N", seed())
     .option(
       '--set <path=value>',
-      'override a recipe field (repeatable): --set stages.rl.steps=5 --set eval.n=50 (stages by index or name)',
+      "override a recipe field (repeatable): --set stages.0.steps=5 --set eval.n=50 --set 'stages.*.maxTurns=2' " +
+        '(stages by index, by name, or * for every stage that has the field)',
       (v: string, acc: string[]) => [...acc, v],
       [] as string[],
+    )
+    .option(
+      '--stages <names>',
+      'run only these stages of the recipe, in its order: --stages sft,stage1-8k',
+      commaList,
     )
     .option('--strict-health', 'stop with exit code 3 at the first health warning (the run is not learning)')
     .option(
@@ -366,7 +406,9 @@ export function registerRecipeCommands(program: Command): void {
       "node 0's address and a free port, reachable from every node (needed with --nnodes > 1)",
     );
   deprecatedAliases(trainCmd, { '--backend <name>': '--policy-backend' });
-  trainCmd.action((flags: TrainFlags) => train(flags));
+  trainCmd.action((flags: TrainFlags, cmd: Command) =>
+    train({ ...flags, policyBackendGiven: cmd.getOptionValueSource('policyBackend') !== 'default' }),
+  );
 
   program
     .command('export-metrics')

@@ -243,6 +243,12 @@ export const RecipeSchema = z
           .enum(['tiny', 'small', 'tiny-qwen3'])
           .default('tiny')
           .describe('a fresh model when path is null'),
+        requirePath: z
+          .boolean()
+          .default(false)
+          .describe(
+            'refuse to train or dry-run without model.path (a recipe for a real base model, as paper)',
+          ),
         backend: z
           .enum(MODEL_BACKENDS)
           .default('native')
@@ -294,6 +300,7 @@ export const RecipeSchema = z
       .default({
         path: null,
         preset: 'tiny',
+        requirePath: false,
         backend: 'native',
         threads: 2,
         precision: 'fp32',
@@ -430,43 +437,174 @@ export interface Overrides {
   roc?: 'on' | 'off';
   /** `path=value` pairs (`--set`): dotted paths into the recipe, stages by index or name, values as YAML. */
   set?: string[];
+  /** Only these stages, by name (`--stages sft,stage1-8k`), in the recipe's order. */
+  stages?: string[];
 }
 
-/** Applies `--set a.b.c=value` to a raw (unvalidated) recipe; stages may be addressed by index or name. */
+const STAGE_TYPES = { sft: SftStage, rl: RlStage } as const;
+type Node = Record<string | number, unknown>;
+const stageType = (x: unknown) => (x as { type?: string })?.type as keyof typeof STAGE_TYPES | undefined;
+const isStage = (x: unknown) => stageType(x) === 'sft' || stageType(x) === 'rl';
+// a stage written without a name has its type's default name ('sft', 'rl')
+const stageName = (x: unknown) => (x as { name?: string })?.name ?? stageType(x);
+
+/** The fields of the object schema under wrappers (default, nullable, preprocess), or null for a value. */
+function shapeOf(s: z.ZodType | undefined): Record<string, z.ZodType> | null {
+  for (let i = 0; s && i < 8; i++) {
+    const d = s.def as { type: string; innerType?: z.ZodType; out?: z.ZodType };
+    if (d.type === 'object') return (s as unknown as { shape: Record<string, z.ZodType> }).shape;
+    s = d.innerType ?? d.out;
+  }
+  return null;
+}
+
+/** The fields the section at `path` of a raw recipe takes (a stage's by its type), for errors that list them. */
+function fieldsAt(raw: unknown, path: PropertyKey[]): string[] {
+  let shape = shapeOf(RecipeSchema);
+  let node = raw as Node | undefined;
+  for (let i = 0; i < path.length && shape; i++) {
+    node = node?.[path[i] as string] as Node | undefined;
+    if (path[i] === 'stages' && i === 0) {
+      node = node?.[path[i + 1] as number] as Node | undefined;
+      const t = stageType(node);
+      shape = t ? shapeOf(STAGE_TYPES[t]) : null;
+      i++;
+    } else shape = shapeOf(shape[path[i] as string]);
+  }
+  return shape ? Object.keys(shape) : [];
+}
+
+function stageList(stages: unknown[]): string {
+  const names = stages.map((x, i) => stageName(x) ?? String(i));
+  return `stages: ${names.join(', ')}; by name, by index 0-${stages.length - 1}, or * for every stage`;
+}
+
+/** Sets keys[i..] below `node`; returns how many places were set (a wildcard sets several). */
+function setPath(node: Node, keys: string[], i: number, value: unknown, s: string): number {
+  const k = keys[i];
+  const here = keys.slice(0, i).join('.') || 'the recipe';
+  if (!Array.isArray(node)) return setChild(node, k, keys, i, value, s);
+  const stages = node.some(isStage);
+  if (k === '*') {
+    // over stages, a field reaches the stages whose type has it: `stages.*.promptsPerStep` sets the RL ones
+    const field = keys[i + 1];
+    let n = 0;
+    for (const [j, el] of node.entries()) {
+      const t = stageType(el);
+      if (field !== undefined && isStage(el) && t && !(field in (shapeOf(STAGE_TYPES[t]) ?? {}))) continue;
+      n += setChild(node, j, keys, i, value, s);
+    }
+    if (n === 0)
+      throw new Error(
+        `--set ${s}: no element of ${here} takes '${field}'` +
+          (stages
+            ? ` (sft stages take: ${fieldsAt({ stages: [{ type: 'sft' }] }, ['stages', 0]).join(', ')}; rl stages take: ${fieldsAt({ stages: [{ type: 'rl' }] }, ['stages', 0]).join(', ')})`
+            : ''),
+      );
+    return n;
+  }
+  const key = /^\d+$/.test(k)
+    ? Number(k)
+    : node.findIndex((x) => (stages ? stageName(x) : (x as { name?: string })?.name) === k);
+  if (key < 0 || key >= node.length)
+    throw new Error(
+      `--set ${s}: no ${stages ? 'stage' : 'element'} '${k}' in ${here}${stages ? ` (${stageList(node)})` : ''}`,
+    );
+  return setChild(node, key, keys, i, value, s);
+}
+
+function setChild(
+  node: Node,
+  key: string | number,
+  keys: string[],
+  i: number,
+  value: unknown,
+  s: string,
+): number {
+  if (i === keys.length - 1) {
+    node[key] = structuredClone(value);
+    return 1;
+  }
+  const next = node[key];
+  if (next === undefined || next === null) node[key] = {};
+  else if (typeof next !== 'object')
+    throw new Error(`--set ${s}: ${keys.slice(0, i + 1).join('.')} is a value, not a section`);
+  return setPath(node[key] as Node, keys, i + 1, value, s);
+}
+
+/**
+ * Applies `--set a.b.c=value` to a raw (unvalidated) recipe; stages may be addressed by index, by name, or
+ * all at once with `*` (`stages.*.maxResponseTokens=256`).
+ */
 export function applySets(raw: unknown, sets: string[]): unknown {
-  const root = structuredClone(raw) as Record<string, unknown>;
+  const root = structuredClone(raw) as Node;
   for (const s of sets) {
     const eq = s.indexOf('=');
     if (eq <= 0) throw new Error(`--set ${s}: expected path=value, e.g. stages.0.steps=10`);
-    const keys = s.slice(0, eq).split('.');
-    const value = YAML.parse(s.slice(eq + 1));
-    let node: Record<string, unknown> = root;
-    for (const [i, k] of keys.entries()) {
-      let key: string | number = k;
-      if (Array.isArray(node)) {
-        key = /^\d+$/.test(k) ? Number(k) : node.findIndex((x) => (x as { name?: string })?.name === k);
-        if (key < 0 || key >= node.length)
-          throw new Error(`--set ${s}: no element '${k}' in ${keys.slice(0, i).join('.') || 'the recipe'}`);
-      }
-      if (i === keys.length - 1) {
-        (node as Record<string | number, unknown>)[key] = value;
-        break;
-      }
-      const next = (node as Record<string | number, unknown>)[key];
-      if (next === undefined || next === null) (node as Record<string | number, unknown>)[key] = {};
-      else if (typeof next !== 'object')
-        throw new Error(`--set ${s}: ${keys.slice(0, i + 1).join('.')} is a value, not a section`);
-      node = (node as Record<string | number, unknown>)[key] as Record<string, unknown>;
-    }
+    setPath(root, s.slice(0, eq).split('.'), 0, YAML.parse(s.slice(eq + 1)), s);
   }
   return root;
 }
 
+/** Whether `--set` path `keys` names the place at `path` (or a section around or inside it). */
+function setMatches(keys: string[], path: PropertyKey[], raw: unknown): boolean {
+  const n = Math.min(keys.length, path.length);
+  for (let i = 0; i < n; i++) {
+    const p = path[i];
+    const name =
+      i === 1 && path[0] === 'stages'
+        ? stageName((raw as { stages?: unknown[] }).stages?.[p as number])
+        : undefined;
+    if (keys[i] !== '*' && keys[i] !== String(p) && keys[i] !== name) return false;
+  }
+  return true;
+}
+
+/** One line per schema issue, naming the --set that caused it (not the recipe file) and the fields a section takes. */
+function issueLines(
+  issues: z.core.$ZodIssue[],
+  raw: unknown,
+  sets: string[],
+): { lines: string[]; fromSet: boolean } {
+  let fromSet = true;
+  const lines = issues.map((i) => {
+    const keys = i.code === 'unrecognized_keys' ? i.keys.map((k) => [...i.path, k]) : [i.path];
+    const set = sets.find((s) => keys.some((p) => setMatches(s.slice(0, s.indexOf('=')).split('.'), p, raw)));
+    if (!set) fromSet = false;
+    // stages by name, as --set and the recipe file write them
+    const stage =
+      i.path[0] === 'stages'
+        ? stageName((raw as { stages?: unknown[] }).stages?.[i.path[1] as number])
+        : undefined;
+    const where = i.path.map((k, j) => (j === 1 && stage ? stage : String(k))).join('.');
+    const fields =
+      i.code === 'unrecognized_keys'
+        ? ` (${where || 'the recipe'} takes: ${fieldsAt(raw, i.path).join(', ')})`
+        : '';
+    return `  ${set ? `--set ${set}: ` : ''}${where || '(root)'}: ${i.message}${fields}`;
+  });
+  return { lines, fromSet };
+}
+
+/** Keeps the named stages (`--stages sft,stage1-8k`), in the recipe's order. */
+function pickStages<T extends { name: string }>(stages: T[], names: string[], source: string): T[] {
+  const unknown = names.filter((n) => !stages.some((s) => s.name === n));
+  if (unknown.length > 0)
+    throw new Error(
+      `--stages: no stage ${unknown.map((n) => `'${n}'`).join(', ')} in recipe ${source} (stages: ${stages.map((s) => s.name).join(', ')})`,
+    );
+  return stages.filter((s) => names.includes(s.name));
+}
+
 export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overrides = {}): Recipe {
-  const r = RecipeSchema.safeParse(overrides.set?.length ? applySets(raw, overrides.set) : raw);
+  const sets = overrides.set ?? [];
+  const input = sets.length ? applySets(raw, sets) : raw;
+  const r = RecipeSchema.safeParse(input);
   if (!r.success) {
-    const msgs = r.error.issues.map((i) => `  ${i.path.join('.') || '(root)'}: ${i.message}`);
-    throw new Error(`invalid recipe ${source}:\n${msgs.join('\n')}`);
+    const { lines, fromSet } = issueLines(r.error.issues, input, sets);
+    throw new Error(
+      `${fromSet ? `--set does not fit recipe ${source}` : `invalid recipe ${source}`}:\n${lines.join('\n')}`,
+    );
   }
   const filled = new Set<string>();
   for (const s of r.data.stages) {
@@ -488,6 +626,8 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
           `so it would be ignored; set stages.NAME.data.files instead`,
       );
   }
+  // after the shorthand's check: data.sft with --stages that drops the SFT stage is not a mistake
+  if (overrides.stages) r.data.stages = pickStages(r.data.stages, overrides.stages, source);
   const names = new Set<string>();
   const noData = (where: string, path: string) =>
     new Error(
@@ -515,6 +655,16 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
     for (const s of r.data.stages) if (s.type === 'rl') s.roc.doDownSampling = overrides.roc === 'on';
   }
   return r.data;
+}
+
+/** What a recipe needs before it can train (or dry-run), beyond its schema; `--print-config` shows it anyway. */
+export function checkRunnable(recipe: Recipe): void {
+  if (recipe.model.requirePath && !recipe.model.path)
+    throw new Error(
+      `recipe ${recipe.name} trains a real base model: give one with --set model.path=DIR (a Hugging Face ` +
+        `directory: config.json, safetensors, tokenizer.json; hub ids are not downloaded), or --set ` +
+        `model.requirePath=false to train a fresh '${recipe.model.preset}' preset instead`,
+    );
 }
 
 /** A recipe by name (data/recipes/NAME.yaml) or by path (.yaml/.yml/.json). */

@@ -264,9 +264,9 @@ export class Trainer {
    * The built-in task generator writes its rows to `data/<name>.jsonl` in the run directory once, and they are
    * read back through data/'s loaders like any dataset: generated and file data take one path.
    */
-  private generated(name: string, rows: () => unknown[]): string {
+  private generated(name: string, rows: () => unknown[], again = false): string {
     const file = join(this.runDir, 'data', `${name}.jsonl`);
-    if (!existsSync(file)) {
+    if (again || !existsSync(file)) {
       mkdirSync(join(this.runDir, 'data'), { recursive: true });
       writeAtomic(
         file,
@@ -278,8 +278,8 @@ export class Trainer {
     return file;
   }
 
-  private async generatedProblems(name: string, spec: ProblemSpec): Promise<Problem[]> {
-    const file = this.generated(name, () => generateProblems(spec));
+  private async generatedProblems(name: string, spec: ProblemSpec, again = false): Promise<Problem[]> {
+    const file = this.generated(name, () => generateProblems(spec), again);
     return loadProblems(file, { layout: 'plain', requireAnswer: true });
   }
 
@@ -287,13 +287,12 @@ export class Trainer {
     const e = this.recipe.eval;
     this.testSet = e.files
       ? (await sectionProblems(e)).slice(0, e.n)
-      : await this.generatedProblems('eval', {
-          seed: e.seed,
-          n: e.n,
-          split: 'test',
-          levels: e.levels,
-          kinds: e.kinds,
-        });
+      : // written again at every start: the same rows unless a resume changed the eval settings
+        await this.generatedProblems(
+          'eval',
+          { seed: e.seed, n: e.n, split: 'test', levels: e.levels, kinds: e.kinds },
+          true,
+        );
   }
 
   /** An SFT stage's chat examples: its files, or demos generated from the task family into the run dir. */
@@ -675,6 +674,18 @@ export class Trainer {
    * `filter-<stage>.jsonl`, so an interrupted pass resumes where it stopped; the final pool is cached.
    */
   private async rlPool(stage: RlStageConfig): Promise<Problem[]> {
+    const pool = await this.rlPoolCached(stage);
+    // a step draws distinct prompts: fewer than promptsPerStep would silently shrink every step
+    if (pool.length < stage.promptsPerStep)
+      throw new Error(
+        `stage ${stage.name}: promptsPerStep is ${stage.promptsPerStep}, but its data leave ${pool.length} problems ` +
+          `after the filters; lower it (--set stages.${stage.name}.promptsPerStep=${pool.length}, which --resume ` +
+          `also takes before the stage starts) or give it more data`,
+      );
+    return pool;
+  }
+
+  private async rlPoolCached(stage: RlStageConfig): Promise<Problem[]> {
     const path = join(this.runDir, `pool-${stage.name}.json`);
     if (existsSync(path)) return JSON.parse(readFileSync(path, 'utf8')) as Problem[];
     const d = stage.data;

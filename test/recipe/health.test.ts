@@ -492,12 +492,15 @@ test('--set overrides address nested fields and stages by index or name, values 
     eval: { temperature: 0.6 },
   });
   assert.equal(raw.seed, 1, 'the input is not modified');
-  assert.throws(() => applySets(raw, ['stages.c.steps=1']), /no element 'c' in stages/);
+  assert.throws(() => applySets(raw, ['stages.c.steps=1']), /no stage 'c' in stages \(stages: a, b;/);
   assert.throws(() => applySets(raw, ['stages']), /expected path=value/);
   assert.throws(() => applySets(raw, ['seed.x=1']), /seed is a value/);
   const r = parseRecipe(raw, 'r', { set: ['stages.b.steps=3'] });
   assert.equal(r.stages[1].steps, 3);
-  assert.throws(() => parseRecipe(raw, 'r', { set: ['stages.b.stepz=3'] }), /stages.1: Unrecognized key/);
+  assert.throws(
+    () => parseRecipe(raw, 'r', { set: ['stages.b.stepz=3'] }),
+    /--set stages.b.stepz=3: stages.b: Unrecognized key/,
+  );
 });
 
 test('rstar2 train --strict-health exits 3 with the reason; --seed is validated', () => {

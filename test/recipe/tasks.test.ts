@@ -181,7 +181,7 @@ test('recipes: quickstart loads with defaults, --roc overrides, bad input names 
     () => parseRecipe({ model: { maxTokensPerMicroBatch: 0 }, stages: [{ type: 'rl' }] }),
     /model\.maxTokensPerMicroBatch: .*>=1/,
   );
-  assert.throws(() => parseRecipe({ stages: [{ type: 'rl', steps: -1 }] }), /stages\.0\.steps/);
+  assert.throws(() => parseRecipe({ stages: [{ type: 'rl', steps: -1 }] }), /stages\.rl\.steps/);
   assert.throws(() => parseRecipe({ stages: [{ type: 'rl', bogus: 1 }] }), /bogus/);
   assert.throws(() => parseRecipe({ stages: [] }), /stages/);
   assert.throws(
