@@ -98,6 +98,11 @@ export function registerEvalCommands(program: Command): void {
       "answer checking: integer, strict, lenient or reference (what rStar2's reward accepts)",
       'strict',
     )
+    .option(
+      '--reward-module <file>',
+      "score with this ES module's default export ({text, gold, row}) => reward instead of --verify-profile " +
+        '(recorded as verifyProfile module:<path>)',
+    )
     .option('--no-progress', 'no progress bar')
     .option('--list-benchmarks', 'print the named benchmarks found and exit');
   deprecatedAliases(evalCmd, { '--k <k>': '--samples', '--max-tokens <n>': '--max-response-tokens' });
@@ -117,7 +122,8 @@ export function registerEvalCommands(program: Command): void {
     );
     const release = lockDir(out, 'eval');
     const { openBackend } = await import('./backend.js');
-    const { openVerifier } = await import('./verify.js');
+    const { MODULE_PROFILE, openVerifier } = await import('./verify.js');
+    const { loadRewardModule } = await import('../reward/custom.js');
     const { runEval } = await import('./run.js');
     const backend = await openBackend({
       model: o.model && resolve(o.model), // the engine name is resume identity: the same path from any directory
@@ -132,7 +138,9 @@ export function registerEvalCommands(program: Command): void {
       maxTokens: o.maxResponseTokens,
       concurrency: o.concurrency,
     });
-    const verifier = openVerifier(o.verifyProfile);
+    const verifyProfile = o.rewardModule ? `${MODULE_PROFILE}${resolve(o.rewardModule)}` : o.verifyProfile;
+    if (o.rewardModule) await loadRewardModule(resolve(o.rewardModule)); // a bad module fails here, not per sample
+    const verifier = openVerifier(verifyProfile);
     const ac = new AbortController();
     const onSig = () => ac.abort();
     process.once('SIGINT', onSig);
@@ -151,7 +159,7 @@ export function registerEvalCommands(program: Command): void {
           seed: o.seed,
           engine: backend.name,
           limit: o.limit,
-          verifyProfile: o.verifyProfile,
+          verifyProfile,
         },
         problems,
         rollout: backend.rollout,

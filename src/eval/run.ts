@@ -218,6 +218,7 @@ export async function runEval(o: RunEvalOptions): Promise<EvalReport> {
   if (done.size > 0) log(`eval: resuming ${outDir}: ${total - reqs.length}/${total} samples already saved`);
 
   const gold = new Map(problems.map((p) => [p.id, p.answer]));
+  const rows = new Map(problems.map((p) => [p.id, p]));
   const start = Date.now();
   let correct = 0;
   let finished = 0;
@@ -248,7 +249,7 @@ export async function runEval(o: RunEvalOptions): Promise<EvalReport> {
           const g = gold.get(t.promptId);
           if (g === undefined)
             throw new Error(`rollout returned a trajectory for unknown problem '${t.promptId}'`);
-          const scored = await withScore(t, g, o.verify);
+          const scored = await withScore(t, g, o.verify, rows.get(t.promptId));
           appendJsonl(trajPath, [scored]);
           finished++;
           if (scored.correct) correct++;

@@ -8,7 +8,14 @@ import { normaliseAnswer } from './score.js';
 export type VerifyFn = (
   t: { text: string; finish?: string },
   gold: string,
-) => Promise<{ correct: boolean; extracted: string | null; matchedBy: string | null; reason?: string }>;
+  row?: unknown,
+) => Promise<{
+  correct: boolean;
+  extracted: string | null;
+  matchedBy: string | null;
+  reason?: string;
+  reward?: number;
+}>;
 
 /** Last \boxed{...} in the text, braces balanced. */
 export function lastBoxed(text: string): string | null {
@@ -35,22 +42,37 @@ export interface Verifier {
   close(): Promise<void>;
 }
 
-/** reward/'s one scoring function on its worker-thread pool (each check time-limited, never lost). */
-export function openVerifier(profile: VerifyProfile = 'strict'): Verifier {
+/** What an eval records as its verifyProfile when a reward module scores it (`--reward-module`). */
+export const MODULE_PROFILE = 'module:';
+
+/**
+ * reward/'s one scoring function on its worker-thread pool (each check time-limited, never lost): a profile,
+ * or `module:/abs/path.mjs`, a reward module's function (reward/custom.ts).
+ */
+export function openVerifier(profile: VerifyProfile | string = 'strict'): Verifier {
+  if (profile.startsWith(MODULE_PROFILE)) {
+    const pool = new VerifierPool({ defaults: { module: profile.slice(MODULE_PROFILE.length) } });
+    return { verify: (t, gold, row) => pool.score(t, gold, undefined, row), close: () => pool.close() };
+  }
   const p = checkProfile(profile);
   const pool = new VerifierPool({ defaults: { profile: p } });
   return { verify: (t, gold) => pool.score(t, gold, p), close: () => pool.close() };
 }
 
 /** Fills gold/reward/correct/verify on a trajectory that the rollout left unscored. */
-export async function withScore(t: Trajectory, gold: string, verify: VerifyFn): Promise<Trajectory> {
+export async function withScore(
+  t: Trajectory,
+  gold: string,
+  verify: VerifyFn,
+  row?: unknown,
+): Promise<Trajectory> {
   if (typeof t.correct === 'boolean' && t.verify && t.gold === gold) return t;
-  const v = await verify(t, gold);
+  const v = await verify(t, gold, row);
   return {
     ...t,
     gold,
     correct: v.correct,
-    reward: v.correct ? 1 : 0,
+    reward: v.reward ?? (v.correct ? 1 : 0),
     verify: { extracted: v.extracted, matchedBy: v.matchedBy, reason: v.reason },
   };
 }

@@ -221,6 +221,9 @@ async function train(flags: TrainFlags): Promise<void> {
   }
   checkLoggers(recipe.logger);
   checkRunnable(recipe);
+  // a module that is missing or exports no function fails here, dry run included, not as a 0 on every check
+  if (recipe.reward.module)
+    await (await import('../reward/custom.js')).loadRewardModule(recipe.reward.module);
   if (flags.dryRun) {
     const { dryRun } = await import('./dry-run.js');
     const { remoteEngine } = await import('../engines/factory.js');

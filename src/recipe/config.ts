@@ -402,9 +402,16 @@ export const RecipeSchema = z
           .describe(
             "time limit per check; past it (+1 s grace the check's worker thread is replaced) the trajectory scores 0 and the step counts it in reward_timeouts",
           ),
+        module: z
+          .string()
+          .nullable()
+          .default(null)
+          .describe(
+            'an ES module whose default export ({text, gold, row}) => reward | {reward, correct?, reason?, penalty?} scores instead of profile, on the same threads under the same time limit',
+          ),
       })
       .strict()
-      .default({ profile: 'strict', timeoutMs: 1000 }),
+      .default({ profile: 'strict', timeoutMs: 1000, module: null }),
     sandbox: z
       .object({
         workers: z.number().int().min(1).default(2),
@@ -649,6 +656,8 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
       );
     }
   }
+  // absolute, so the run's config.json finds it from any directory a resume starts in
+  if (r.data.reward.module) r.data.reward.module = resolve(r.data.reward.module);
   if (r.data.eval.samples > 1 && r.data.eval.temperature === 0)
     throw new Error(`invalid recipe ${source}: eval.samples > 1 needs eval.temperature > 0`);
   if (overrides.roc) {
@@ -693,6 +702,7 @@ export function loadRecipe(nameOrPath: string, overrides: Overrides = {}): Recip
 function resolvePaths(raw: unknown, base: string): unknown {
   const r = structuredClone(raw) as {
     model?: { path?: unknown };
+    reward?: { module?: unknown };
     data?: { sft?: unknown; train?: unknown };
     eval?: { files?: unknown };
     stages?: { data?: { files?: unknown } }[];
@@ -701,6 +711,7 @@ function resolvePaths(raw: unknown, base: string): unknown {
   const abs = (p: unknown) => (typeof p === 'string' && !isAbsolute(p) ? resolve(base, p) : p);
   const absAll = (fs: unknown) => (Array.isArray(fs) ? fs.map(abs) : fs);
   if (r.model && typeof r.model === 'object') r.model.path = abs(r.model.path);
+  if (r.reward && typeof r.reward === 'object') r.reward.module = abs(r.reward.module);
   if (r.eval && typeof r.eval === 'object') r.eval.files = absAll(r.eval.files);
   if (r.data && typeof r.data === 'object') {
     r.data.sft = typeof r.data.sft === 'string' ? abs(r.data.sft) : absAll(r.data.sft);

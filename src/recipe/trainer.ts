@@ -94,7 +94,7 @@ export interface RunState {
 }
 
 /** Scores one trajectory against its gold answer (default: reward/'s VerifierPool with the recipe's profile). */
-export type RewardFn = (t: Trajectory, gold: string) => Promise<Scored>;
+export type RewardFn = (t: Trajectory, gold: string, problem: Problem) => Promise<Scored>;
 
 export interface TrainerOptions {
   reward?: RewardFn;
@@ -391,7 +391,11 @@ export class Trainer {
     if (!this.opts.reward)
       this.pool = new VerifierPool({
         size: REWARD_THREADS,
-        defaults: { profile: this.recipe.reward.profile, timeoutMs: this.recipe.reward.timeoutMs },
+        defaults: {
+          profile: this.recipe.reward.profile,
+          timeoutMs: this.recipe.reward.timeoutMs,
+          ...(this.recipe.reward.module ? { module: this.recipe.reward.module } : {}),
+        },
       });
     try {
       for (let i = state?.stageIndex ?? 0; i < this.recipe.stages.length; i++) {
@@ -433,13 +437,23 @@ export class Trainer {
     if (this.recipe.health.strict) this.unhealthy.push(...warnings);
   }
 
-  /** Scores trajectories in parallel; a check that ran out of time is a 0 that is said, not hidden. */
-  private async score(trajs: Trajectory[], gold: (t: Trajectory) => string, at: string): Promise<Scored[]> {
-    const reward = this.opts.reward ?? ((t, g) => (this.pool as VerifierPool).score(t, g));
-    const out = await Promise.all(trajs.map((t) => reward(t, gold(t))));
+  /** Scores trajectories in parallel; a check that ran out of time or failed is a 0 that is said, not hidden. */
+  private async score(trajs: Trajectory[], problems: Problem[], at: string): Promise<Scored[]> {
+    const byId = new Map(problems.map((p) => [p.id, p]));
+    const reward: RewardFn =
+      this.opts.reward ?? ((t, g, p) => (this.pool as VerifierPool).score(t, g, undefined, p));
+    const out = await Promise.all(
+      trajs.map((t) => {
+        const p = byId.get(t.promptId);
+        if (!p) throw new Error(`rollout returned a trajectory for unknown prompt ${t.promptId}`);
+        return reward(t, p.answer ?? '', p);
+      }),
+    );
     for (const [i, r] of out.entries())
-      if (r.timedOut)
-        this.log(`[reward] ${at}: check of a ${trajs[i].promptId} sample timed out, reward 0 (${r.reason})`);
+      if (r.timedOut || r.errored)
+        this.log(
+          `[reward] ${at}: check of a ${trajs[i].promptId} sample ${r.timedOut ? 'timed out' : 'failed'}, reward 0 (${r.reason})`,
+        );
     return out;
   }
 
@@ -626,11 +640,10 @@ export class Trainer {
       temperature: e.temperature,
       seed: seedFor(this.recipe.seed, stage, step, 'eval'),
     });
-    const gold = new Map(this.testSet.map((p) => [p.id, p.answer ?? '']));
     // samples an engine or the sandbox failed are no answers of the model's: left out, and said
     const failures = trajs.map(failureOf).filter((f) => f !== undefined);
     const scored = trajs.filter((t) => failureOf(t) === undefined);
-    const scores = await this.score(scored, (t) => gold.get(t.promptId) ?? '', `eval ${stage} step ${step}`);
+    const scores = await this.score(scored, this.testSet, `eval ${stage} step ${step}`);
     const correct = scores.filter((r) => r.correct).length;
     const timeouts = scores.filter((r) => r.timedOut).length;
     const accuracy = correct / Math.max(1, scored.length);
@@ -738,9 +751,8 @@ export class Trainer {
         temperature: stage.temperature,
         seed: seedFor(this.recipe.seed, stage.name, 'filter', i),
       });
-      const gold = new Map(part.map((p) => [p.id, p.answer ?? '']));
       const counts = new Map(part.map((p) => [p.id, 0]));
-      const scores = await this.score(trajs, (t) => gold.get(t.promptId) ?? '', `${stage.name} filter`);
+      const scores = await this.score(trajs, part, `${stage.name} filter`);
       for (const [j, t] of trajs.entries())
         if (scores[j].correct) counts.set(t.promptId, (counts.get(t.promptId) ?? 0) + 1);
       appendJsonl(
@@ -782,10 +794,10 @@ export class Trainer {
     for (const t of trajs)
       if (!byId.has(t.promptId))
         throw new Error(`rollout returned a trajectory for unknown prompt ${t.promptId}`);
-    const gold = (t: Trajectory) => problems[byId.get(t.promptId) as number].answer ?? '';
     this.beat('reward');
-    const scores = await this.score(trajs, gold, `${stage.name} step ${step}`);
+    const scores = await this.score(trajs, problems, `${stage.name} step ${step}`);
     const timeouts = scores.filter((r) => r.timedOut).length;
+    const extraPenalty = new Map(trajs.map((t, j) => [t, scores[j].penalty]));
     for (const [j, t] of trajs.entries()) {
       const p = problems[byId.get(t.promptId) as number];
       const r = scores[j];
@@ -798,7 +810,7 @@ export class Trainer {
     }
     const t2 = Date.now();
     const sel = selectAndScore(
-      groups.map((g) => g.map((t) => ({ ...t, reward: t.reward ?? 0 }))),
+      groups.map((g) => g.map((t) => ({ ...t, reward: t.reward ?? 0, penalty: extraPenalty.get(t) }))),
       roc,
       penalty,
       new Rng(seedFor(this.recipe.seed, stage.name, step, 'roc', ...again)),

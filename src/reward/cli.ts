@@ -1,4 +1,5 @@
 import { existsSync, statSync } from 'node:fs';
+import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import { deprecatedAliases, positiveInt } from '../cli/options.js';
 import type { VerifyProfile } from './types.js';
@@ -21,7 +22,12 @@ export function registerRewardCommands(program: Command): void {
     .option('--extract-only', 'only extract the answer from pred; adds "extracted" and "source"')
     .option('--no-extract', 'pred is already a bare answer (skip extraction from a response)')
     .option('--timeout-ms <ms>', 'time limit per check', positiveInt(), 1000)
-    .option('--workers <n>', 'worker threads (default: min(4, cores))', positiveInt());
+    .option('--workers <n>', 'worker threads (default: min(4, cores))', positiveInt())
+    .option(
+      '--reward-module <file>',
+      "score with this ES module's default export ({text, gold, row}) => reward | {reward, correct?, reason?, " +
+        'penalty?} instead of --verify-profile; row is the whole line; adds "reward"',
+    );
   deprecatedAliases(verify, { '--profile <name>': '--verify-profile' });
   verify.action(
     async (
@@ -32,6 +38,7 @@ export function registerRewardCommands(program: Command): void {
         extract: boolean;
         timeoutMs: number;
         workers?: number;
+        rewardModule?: string;
       },
     ) => {
       const { PROFILE_NAMES } = await import('./verify.js');
@@ -46,6 +53,7 @@ export function registerRewardCommands(program: Command): void {
         extract: o.extract !== false,
         timeoutMs: o.timeoutMs,
         workers: o.workers,
+        module: o.rewardModule && resolve(o.rewardModule),
       });
     },
   );
@@ -59,30 +67,39 @@ interface Line {
 
 async function runVerify(
   file: string,
-  o: { profile: VerifyProfile; extractOnly: boolean; extract: boolean; timeoutMs: number; workers?: number },
+  o: {
+    profile: VerifyProfile;
+    extractOnly: boolean;
+    extract: boolean;
+    timeoutMs: number;
+    workers?: number;
+    module?: string;
+  },
 ): Promise<void> {
   if (!existsSync(file)) throw new Error(`verify: file not found: ${file}`);
   if (statSync(file).isDirectory()) throw new Error(`verify: ${file} is a directory, not a JSONL file`);
   const { streamJsonlLines } = await import('../util/jsonl.js');
   const { extractAnswer } = await import('./extract.js');
   const { VerifierPool } = await import('./pool.js');
+  if (o.module) await (await import('./custom.js')).loadRewardModule(o.module); // fails once, here, if it is bad
   const pool = o.extractOnly
     ? null
     : new VerifierPool({
         size: o.workers,
-        defaults: { profile: o.profile, timeoutMs: o.timeoutMs, extract: o.extract },
+        defaults: { profile: o.profile, timeoutMs: o.timeoutMs, extract: o.extract, module: o.module },
       });
   let buf: { n: number; rec: Line }[] = [];
   const flush = async () => {
     if (!pool || buf.length === 0) return;
     const results = await pool.verifyBatch(
-      buf.map(({ rec }) => ({ pred: String(rec.pred), gold: String(rec.gold) })),
+      buf.map(({ rec }) => ({ pred: String(rec.pred), gold: String(rec.gold), row: rec })),
     );
     const out = buf.map(({ rec }, i) => {
       const r = results[i];
       return JSON.stringify({
         ...rec,
         correct: r.correct,
+        ...(r.reward !== undefined ? { reward: r.reward } : {}),
         reason: r.reason,
         extracted: r.extracted,
         matched_by: r.matchedBy,

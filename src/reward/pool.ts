@@ -12,6 +12,8 @@ export interface VerifyItem {
   pred: string;
   gold: string;
   opts?: VerifyOptions;
+  /** The data row, for a reward module (opts.module). */
+  row?: unknown;
 }
 
 export interface PoolOptions {
@@ -109,13 +111,13 @@ export class VerifierPool {
       const t = this.queue.shift() as Task;
       slot.task = t;
       const opts = { ...this.opts.defaults, ...t.item.opts };
-      const limit = (opts.timeoutMs ?? DEFAULTS.timeoutMs) + this.graceMs;
-      slot.timer = setTimeout(() => this.kill(slot, limit), limit);
-      slot.worker.postMessage({ id: t.id, pred: t.item.pred, gold: t.item.gold, opts });
+      const timeoutMs = opts.timeoutMs ?? DEFAULTS.timeoutMs;
+      slot.timer = setTimeout(() => this.kill(slot, timeoutMs), timeoutMs + this.graceMs);
+      slot.worker.postMessage({ id: t.id, pred: t.item.pred, gold: t.item.gold, opts, row: t.item.row });
     }
   }
 
-  private kill(slot: Slot, limit: number): void {
+  private kill(slot: Slot, timeoutMs: number): void {
     const i = this.slots.indexOf(slot);
     if (i < 0) return;
     const t = slot.task;
@@ -123,7 +125,8 @@ export class VerifierPool {
     slot.timer = null;
     this.slots.splice(i, 1);
     void slot.worker.terminate();
-    t?.resolve(failed(t.item, 'timeout', `time limit: no verdict within ${limit} ms, worker replaced`));
+    // the limit the user set, not the grace on top of it (`verify --timeout-ms 1000` said "within 2000 ms")
+    t?.resolve(failed(t.item, 'timeout', `time limit: no verdict within ${timeoutMs} ms, worker replaced`));
     if (!this.closed) {
       this.slots.push(this.spawn());
       this.pump();
@@ -146,11 +149,16 @@ export class VerifierPool {
   }
 
   /** `scoreTrajectory` off the main thread: the same rule for errored trajectories, the check in a worker. */
-  async score(t: { text: string; finish?: string }, gold: string, profile?: VerifyProfile): Promise<Scored> {
+  async score(
+    t: { text: string; finish?: string },
+    gold: string,
+    profile?: VerifyProfile,
+    row?: unknown,
+  ): Promise<Scored> {
     const errored = erroredScore(t);
     if (errored) return errored;
     return toScored(
-      await this.verify({ pred: t.text, gold, opts: profile === undefined ? undefined : { profile } }),
+      await this.verify({ pred: t.text, gold, opts: profile === undefined ? undefined : { profile }, row }),
     );
   }
 

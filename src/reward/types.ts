@@ -16,6 +16,9 @@ export interface VerifyResult {
   /** where the answer came from: boxed, answer-tag, final-answer-is, answer-colon, math-env, last-number, whole */
   source?: string | null;
   goldNormalised?: string | null;
+  /** A reward module's reward (the profiles give correct ? 1 : 0) and extra RoC penalty. */
+  reward?: number;
+  penalty?: number;
 }
 
 export interface VerifyOptions {
@@ -38,4 +41,6 @@ export interface VerifyOptions {
   maxAnswerChars?: number;
   /** Seed for random-point evaluation (default 1234). */
   seed?: number;
+  /** An ES module whose default export scores instead of the profile (reward/custom.ts); absolute path. */
+  module?: string;
 }

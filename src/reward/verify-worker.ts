@@ -1,5 +1,6 @@
 // Worker-thread side of VerifierPool: verifies one item per message.
 import { parentPort } from 'node:worker_threads';
+import { customReward } from './custom.js';
 import type { VerifyOptions } from './types.js';
 import { verify } from './verify.js';
 
@@ -8,13 +9,18 @@ interface Job {
   pred: string;
   gold: string;
   opts: VerifyOptions;
+  row?: unknown;
 }
 
 if (!parentPort) throw new Error('verify-worker must run in a worker thread');
 const port = parentPort;
-port.on('message', (job: Job) => {
+port.on('message', async (job: Job) => {
   try {
-    port.postMessage({ id: job.id, result: verify(job.pred, job.gold, job.opts) });
+    const { module } = job.opts;
+    const result = module
+      ? await customReward(module, { text: job.pred, gold: job.gold, row: job.row ?? null })
+      : verify(job.pred, job.gold, job.opts);
+    port.postMessage({ id: job.id, result });
   } catch (e) {
     port.postMessage({ id: job.id, error: (e as Error).message });
   }

@@ -327,6 +327,10 @@ export interface Scored {
   reason: string;
   /** The check ran out of time (scored 0 like any wrong answer; callers count and report it). */
   timedOut?: true;
+  /** A reward module's extra RoC penalty for this response. */
+  penalty?: number;
+  /** The check failed (a verifier crash, a reward module that threw): scored 0, said by the caller. */
+  errored?: true;
 }
 
 /** A trajectory that ended in an error (engine or tool failure) scores 0 whatever its text says. */
@@ -343,12 +347,14 @@ export function erroredScore(t: { finish?: string }): Scored | null {
 
 export function toScored(r: VerifyResult): Scored {
   return {
-    reward: r.correct ? 1 : 0,
+    reward: r.reward ?? (r.correct ? 1 : 0),
     correct: r.correct,
     extracted: r.extracted,
     matchedBy: r.matchedBy,
     reason: r.reason,
     ...(r.status === 'timeout' ? { timedOut: true as const } : {}),
+    ...(r.penalty !== undefined ? { penalty: r.penalty } : {}),
+    ...(r.status === 'error' ? { errored: true as const } : {}),
   };
 }
 

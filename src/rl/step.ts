@@ -8,6 +8,8 @@ import { groupAdvantages, type RocConfig, rejectEqualReward, resampleOnCorrect }
 
 export type Scored = Pick<Trajectory, 'text' | 'events' | 'numToolCalls' | 'numToolErrors'> & {
   reward: number;
+  /** Added to the RoC penalty (a reward module's own, reward/custom.ts). */
+  penalty?: number;
 };
 
 export interface KeptTrace {
@@ -88,7 +90,7 @@ export function selectAndScore(
   groups.forEach((g, gi) => {
     m.before += g.length;
     const rewards = g.map((t) => t.reward);
-    const penalties = g.map((t) => rocPenalty(t, cfg, penaltyOpts));
+    const penalties = g.map((t) => rocPenalty(t, cfg, penaltyOpts) + (t.penalty ?? 0));
     for (const t of g) {
       const answers = t.text.split(penaltyOpts.answerOpen).length - 1;
       if (answers === 0) m.answers_zero++;
