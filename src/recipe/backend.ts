@@ -282,7 +282,7 @@ export class EmbeddedBackend implements PolicyBackend {
       runner: this.stack.runner,
       maxTurns: req.maxTurns,
       maxResponseTokens: req.maxResponseTokens,
-      sampling: { temperature: req.temperature },
+      sampling: { temperature: req.temperature, topP: req.topP ?? 1 },
       onProgress: onDone ? (d, t) => onDone(d, t) : undefined,
       onRolloutStats: (st) => {
         this.rolloutStats = st;

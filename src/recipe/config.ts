@@ -55,6 +55,14 @@ const FileFields = {
 const DataSchema = z
   .object({
     ...FileFields,
+    weights: z
+      .array(z.number().min(0))
+      .min(1)
+      .nullable()
+      .default(null)
+      .describe(
+        "one per entry of files: a step's prompts (an SFT batch's examples) come from each entry in this proportion, uniformly within it; null = all rows alike",
+      ),
     integerOnly: z.boolean().default(false).describe('keep only problems whose answer is an integer'),
     dedupe: z.boolean().default(true).describe('drop repeated questions (after normalising case and spaces)'),
     maxPromptTokens: z.number().int().min(1).nullable().default(null).describe('drop longer prompts'),
@@ -174,6 +182,12 @@ const RlStage = z
     maxResponseTokens: z.number().int().min(16).default(640),
     maxTurns: z.number().int().min(1).default(3),
     temperature: z.number().min(0).default(1),
+    topP: z
+      .number()
+      .gt(0)
+      .max(1)
+      .default(1)
+      .describe("rollouts' nucleus sampling (verl's rollout.top_p); 1 = off, as the paper"),
     lr: z.number().positive().default(3e-4),
     ...lrSchedule,
     warmupSteps: z.number().int().min(0).default(0),
@@ -343,6 +357,7 @@ export const RecipeSchema = z
           .min(1)
           .default([...TASK_KINDS]),
         temperature: z.number().min(0).default(0),
+        topP: z.number().gt(0).max(1).default(1).describe('nucleus sampling of held-out samples; 1 = off'),
         samples: z.number().int().min(1).default(1).describe('samples per problem: accuracy is avg@k pass@1'),
         maxResponseTokens: z.number().int().min(16).default(640),
         maxTurns: z.number().int().min(1).default(3),
@@ -359,6 +374,7 @@ export const RecipeSchema = z
         levels: [0, 1, 2, 3],
         kinds: [...TASK_KINDS],
         temperature: 0,
+        topP: 1,
         samples: 1,
         maxResponseTokens: 640,
         maxTurns: 3,
@@ -384,9 +400,15 @@ export const RecipeSchema = z
       .object({
         sft: Files.describe('chat-message files for every SFT stage that names none'),
         train: Files.describe('problem files for every RL stage that names none'),
+        weights: z
+          .array(z.number().min(0))
+          .min(1)
+          .nullable()
+          .default(null)
+          .describe('one per entry of train: the mix of sources in those stages (their data.weights)'),
       })
       .strict()
-      .default({ sft: null, train: null })
+      .default({ sft: null, train: null, weights: null })
       .describe('shorthand: --set data.train=FILE fills each stage without its own files'),
     reward: z
       .object({
@@ -619,6 +641,7 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
     const shared = r.data.data[key];
     if (!s.data.files && shared) {
       s.data.files = [...shared];
+      if (key === 'train' && r.data.data.weights) s.data.weights ??= [...r.data.data.weights];
       filled.add(key);
     }
   }
@@ -646,6 +669,12 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
     if (!s.data.files && !s.data.generate) throw noData(`stage ${s.name}`, `stages.${s.name}.data`);
     if (names.has(s.name)) throw new Error(`invalid recipe ${source}: duplicate stage name "${s.name}"`);
     names.add(s.name);
+    const w = s.data.weights;
+    if (w && (w.length !== s.data.files?.length || w.every((x) => x === 0)))
+      throw new Error(
+        `invalid recipe ${source}: stage ${s.name}: data.weights needs one weight per entry of data.files ` +
+          `(${s.data.files?.length ?? 0}), not all 0; got [${w.join(', ')}]`,
+      );
     if (s.lrSchedule === 'cosine' && s.minLr > s.lr)
       throw new Error(`invalid recipe ${source}: stage ${s.name}: minLr ${s.minLr} is above lr ${s.lr}`);
     if (s.type === 'sft' && s.gate && s.gate.heldout >= s.demos)

@@ -12,7 +12,14 @@ import { Progress } from '../util/progress.js';
 import { Rng, seedFor } from '../util/rng.js';
 import type { TrainOptions, TrainStats } from '../worker/types.js';
 import type { Recipe, RlStageConfig, SftStageConfig, Stage } from './config.js';
-import { rowFilters, sectionExamples, sectionProblems } from './data.js';
+import {
+  drawable,
+  rowFilters,
+  sectionExamples,
+  sectionProblems,
+  weightedPicker,
+  weightedSample,
+} from './data.js';
 import {
   describeGate,
   failuresWarning,
@@ -39,6 +46,8 @@ export interface RolloutRequest {
   maxResponseTokens: number;
   maxTurns: number;
   temperature: number;
+  /** Nucleus sampling; absent or 1 = off. */
+  topP?: number;
   seed: number;
 }
 
@@ -312,7 +321,7 @@ export class Trainer {
         });
       }),
     ];
-    return sectionExamples(files, d.limit);
+    return sectionExamples(files, d.limit, d.files ? d.weights : null);
   }
 
   private filtered<T>(stage: string, r: FilterResult<T>): T[] {
@@ -531,10 +540,11 @@ export class Trainer {
       (this.opts.progress ?? true) && !process.env.RSTAR2_NO_PROGRESS,
     );
     bar.set(start);
+    const pick = weightedPicker(demos, stage.data.files ? stage.data.weights : null);
     for (let step = start + 1; step <= stage.steps; step++) {
       const t0 = Date.now();
       const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'batch'));
-      const batch = Array.from({ length: stage.batchSize }, () => demos[rng.int(0, demos.length - 1)]);
+      const batch = Array.from({ length: stage.batchSize }, () => pick(rng));
       this.beat('sft', stage.name, step);
       const st = await this.backend.sftStep(batch, {
         lr: stageLr(stage, step),
@@ -638,6 +648,7 @@ export class Trainer {
       maxResponseTokens: e.maxResponseTokens,
       maxTurns: e.maxTurns,
       temperature: e.temperature,
+      topP: e.topP,
       seed: seedFor(this.recipe.seed, stage, step, 'eval'),
     });
     // samples an engine or the sandbox failed are no answers of the model's: left out, and said
@@ -689,10 +700,11 @@ export class Trainer {
   private async rlPool(stage: RlStageConfig): Promise<Problem[]> {
     const pool = await this.rlPoolCached(stage);
     // a step draws distinct prompts: fewer than promptsPerStep would silently shrink every step
-    if (pool.length < stage.promptsPerStep)
+    const n = drawable(pool, stage.data.weights);
+    if (n < stage.promptsPerStep)
       throw new Error(
-        `stage ${stage.name}: promptsPerStep is ${stage.promptsPerStep}, but its data leave ${pool.length} problems ` +
-          `after the filters; lower it (--set stages.${stage.name}.promptsPerStep=${pool.length}, which --resume ` +
+        `stage ${stage.name}: promptsPerStep is ${stage.promptsPerStep}, but its data leave ${n} problems ` +
+          `after the filters; lower it (--set stages.${stage.name}.promptsPerStep=${n}, which --resume ` +
           `also takes before the stage starts) or give it more data`,
       );
     return pool;
@@ -749,6 +761,7 @@ export class Trainer {
         maxResponseTokens: stage.maxResponseTokens,
         maxTurns: stage.maxTurns,
         temperature: stage.temperature,
+        topP: stage.topP,
         seed: seedFor(this.recipe.seed, stage.name, 'filter', i),
       });
       const counts = new Map(part.map((p) => [p.id, 0]));
@@ -777,7 +790,7 @@ export class Trainer {
   ) {
     const again = attempt > 0 ? [attempt] : [];
     const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'prompts', ...again));
-    const problems = rng.sample(pool, Math.min(stage.promptsPerStep, pool.length));
+    const problems = weightedSample(pool, stage.data.weights, stage.promptsPerStep, rng);
     this.beat('rollout', stage.name, step);
     const trajs = await this.backend.rollout({
       problems,
@@ -785,6 +798,7 @@ export class Trainer {
       maxResponseTokens: stage.maxResponseTokens,
       maxTurns: stage.maxTurns,
       temperature: stage.temperature,
+      topP: stage.topP,
       seed: seedFor(this.recipe.seed, stage.name, step, 'rollout', ...again),
     });
     const t1 = Date.now();

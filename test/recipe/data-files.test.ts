@@ -152,3 +152,56 @@ test('bad data in a recipe names the file and the problem', async () => {
     /sft-arith-tools\.jsonl:1/,
   );
 });
+
+test('data.weights mixes sources: each step draws from each files entry in proportion, or not at all at weight 0', async () => {
+  const files = [join(FIX, 'verl-arith.parquet'), join(FIX, 'dapo-arith.jsonl')];
+  const fromDapo = (b: ParityPolicy) =>
+    b.seen.slice(1, -1).flatMap((q) => q.problems.map((p) => p.source === 'math_dapo'));
+  const only = new ParityPolicy();
+  const rOnly = recipe({ files, weights: [1, 0] });
+  await new Trainer(rOnly, mkdtempSync(join(tmpdir(), 'rstar2-mix-')), only, quiet).run();
+  assert.deepEqual(fromDapo(only), Array(8).fill(false));
+  const mixed = new ParityPolicy();
+  const r = recipe({ files, weights: [1, 3] });
+  r.stages[0].steps = 20;
+  await new Trainer(r, mkdtempSync(join(tmpdir(), 'rstar2-mix-')), mixed, quiet).run();
+  const dapo = fromDapo(mixed);
+  assert.equal(dapo.length, 80);
+  const share = dapo.filter(Boolean).length / dapo.length;
+  assert.ok(share > 0.6 && share < 0.9, `DAPO share ${share}, weight 3 of 4`);
+  // the shorthand carries its weights to the stages it fills; a count that is not one per entry is refused
+  const short = parseRecipe({ data: { train: files, weights: [2, 1] }, stages: [{ type: 'rl' }] });
+  assert.deepEqual(short.stages[0].data.weights, [2, 1]);
+  assert.throws(
+    () => recipe({ files, weights: [1] }),
+    /stage rl: data.weights needs one weight per entry of data.files \(2\), not all 0; got \[1\]/,
+  );
+});
+
+test('weightedPicker draws SFT examples by source weight, uniformly within a source', async () => {
+  const { weightedPicker } = await import('../../src/recipe/data.js');
+  const { Rng } = await import('../../src/util/rng.js');
+  const items = [...Array(10).keys()].map((i) => ({ i, entry: i < 9 ? 0 : 1 }));
+  const pick = weightedPicker(items, [1, 1]);
+  const rng = new Rng(5);
+  const got = Array.from({ length: 4000 }, () => pick(rng));
+  const last = got.filter((x) => x.i === 9).length;
+  assert.ok(last > 1800 && last < 2200, `the one-item source drew ${last} of 4000`);
+});
+
+test('rollout top-p: the stage topP reaches its rollouts, eval.topP the held-out ones; 1 (off) unless set', async () => {
+  const files = [join(FIX, 'dapo-arith.jsonl')];
+  const b = new ParityPolicy();
+  const r = parseRecipe({
+    ...recipe({ files }),
+    stages: [{ ...recipe({ files }).stages[0], topP: 0.9 }],
+    eval: { ...recipe({ files }).eval, topP: 0.95 },
+  });
+  await new Trainer(r, mkdtempSync(join(tmpdir(), 'rstar2-topp-')), b, quiet).run();
+  assert.deepEqual(
+    b.seen.map((q) => q.topP),
+    [0.95, 0.9, 0.9, 0.95],
+  );
+  assert.equal(recipe({ files }).stages[0].type === 'rl' && recipe({ files }).stages[0].topP, 1);
+  assert.throws(() => recipe({ files }, { topP: 0 }), /eval\.topP/);
+});
