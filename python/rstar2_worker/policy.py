@@ -282,7 +282,16 @@ class Policy:
             "gradientCheckpointing": bool(opts.get("gradientCheckpointing", False)),
             "logitsChunkTokens": opts.get("logitsChunkTokens"),
             "lossAgg": opts.get("lossAgg", "token-mean"),
+            "klCoef": float(opts.get("klCoef", 0.0) or 0.0),
+            "klEstimator": opts.get("klEstimator", "k3"),
+            "entropyCoef": float(opts.get("entropyCoef", 0.0) or 0.0),
         }
+        # per sequence, aligned with its ids as olds are: the reference policy's log-probs (KL loss)
+        refs = opts.get("refLogprobs") if o["klCoef"] else None
+        if o["klCoef"] and (refs is None or len(refs) != len(seqs) or any(len(r) != len(s) for r, s in zip(refs, seqs))):
+            raise ValueError("klCoef needs refLogprobs: one list per sequence, as long as its ids")
+        if o["klEstimator"] not in ("k1", "k3"):
+            raise ValueError(f"klEstimator must be 'k1' or 'k3', got {o['klEstimator']!r}")
         for k in ("maxTokensPerMicroBatch", "logitsChunkTokens"):
             if o[k] is not None and not (isinstance(o[k], int) and o[k] >= 1):
                 raise ValueError(f"{k} must be a positive integer, got {o[k]!r}")
@@ -311,7 +320,7 @@ class Policy:
         mine = list(range(lo, hi))
         # stats: loss, clipped tokens, entropy sum, trained tokens, all tokens, computed tokens (padding included);
         # summed on the device and read once a step (reading them per micro-batch waited on the GPU each time)
-        stats = torch.zeros(6, dtype=torch.float64, device=self.device)
+        stats = torch.zeros(7, dtype=torch.float64, device=self.device)  # [6]: KL estimate summed
         packed = o["maxTokensPerMicroBatch"] is not None
         model.gradient_checkpointing = o["gradientCheckpointing"]
         mine_seqs = [seqs[i] for i in mine]
@@ -349,6 +358,14 @@ class Policy:
                 old = torch.where(to_device(has_old, dev), to_device(old, dev), logp.detach())
                 adv = to_device(torch.tensor([advs[i] for i, n in zip(idx, n_pred) for _ in range(n)], dtype=torch.float32, device="cpu"), dev)
                 tok_loss, clipped = grpo_token_loss(logp, old, adv, o["clipLow"], o["clipHigh"], o["dualClip"])
+                if refs is not None:
+                    ref = to_device(torch.tensor([x for i in idx for x in refs[i][1:]], dtype=torch.float32, device="cpu"), dev)
+                    kl = kl_penalty(logp, ref, o["klEstimator"])
+                    tok_loss = tok_loss + o["klCoef"] * kl
+                    with torch.no_grad():
+                        stats[6] += (kl * mask).sum().double()
+                if o["entropyCoef"]:
+                    tok_loss = tok_loss - o["entropyCoef"] * entropy_bonus(logp, ent)
             else:
                 tok_loss, clipped = -logp, torch.zeros_like(logp)
             msum = (tok_loss * mask).sum()
@@ -374,12 +391,13 @@ class Policy:
         opt.zero_grad(set_to_none=True)
         self.step += 1
         dt = time.time() - t0
-        loss_v, clip_n, ent_s, trained, tokens, padded = stats.tolist()
+        loss_v, clip_n, ent_s, trained, tokens, padded, kl_s = stats.tolist()
         return {
             "loss": loss_v,
             "gradNorm": grad_norm,
             "clipFrac": clip_n / max(trained, 1),
             "entropy": ent_s / max(trained, 1),
+            **({"kl": kl_s / max(trained, 1)} if refs is not None else {}),
             "tokens": int(tokens),
             "trainedTokens": int(trained),
             "paddedTokens": int(padded),
@@ -400,6 +418,23 @@ def grpo_token_loss(logp, old, adv, clip_low, clip_high, dual_clip):
     clipped = (l2 > l1).float()
     c2 = torch.minimum(-adv * dual_clip, c1)
     return torch.where(adv < 0, c2, c1), clipped
+
+
+def kl_penalty(logp, ref, estimator):
+    """Per-token estimate of KL(π ‖ π_ref) from the sampled tokens (Schulman's estimators; verl's kl_penalty 'kl'
+    and 'low_var_kl'): k1 = log π - log π_ref; k3 = r - log r - 1 with r = π_ref / π, ≥ 0, clamped to 10 as verl."""
+    if estimator == "k1":
+        return logp - ref
+    d = torch.clamp(ref - logp, -20.0, 20.0)
+    return torch.clamp(torch.exp(d) - d - 1, max=10.0)
+
+
+def entropy_bonus(logp, ent):
+    """The policy's entropy at each position, with the gradient of a sampled estimate: ∇H = -E_a[(log π(a) + H)
+    ∇log π(a)], from the token taken. The worker's entropy comes out of its chunked log-softmax without a gradient,
+    so its exact gradient would need the logits kept; the value returned is H itself."""
+    g = (logp.detach() + ent) * logp
+    return ent - (g - g.detach())
 
 
 def pack(seqs, budget):

@@ -36,8 +36,9 @@ import type {
   WorkerStartOptions,
 } from '../worker/types.js';
 import type { Recipe } from './config.js';
+import { checkEngines } from './engine-check.js';
 import type { HeldoutScore, PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
-import { BroadcastSync, type WeightSyncOptions } from './weight-sync.js';
+import { BroadcastSync, resolveSyncDtype, type WeightSyncOptions } from './weight-sync.js';
 
 // The embedded backend: one torch worker both generates (through the agent loop and the KV-budget scheduler)
 // and trains, so weights are shared and "sync" is free. Tool calls run in the isolated sandbox pool.
@@ -166,6 +167,10 @@ export function answersExact(mask: number[], argmax: boolean[]): boolean {
 
 export class EmbeddedBackend implements PolicyBackend {
   private rolloutStats?: RolloutStats;
+  /** How a reference-policy worker starts (a KL loss): one rank, the recipe's precision. */
+  private refStart: WorkerStartOptions = {};
+  /** That worker, started at the first reference logprobs, and the weights it holds. */
+  private ref?: { worker: PolicyWorker; dir: string };
   private constructor(
     private readonly worker: PolicyWorker,
     private readonly files: TokenizerFiles,
@@ -193,7 +198,19 @@ export class EmbeddedBackend implements PolicyBackend {
     const files = await recipeTokenizerFiles(recipe);
     const tokenizer = tokenizerFromFiles(files);
     const m = recipe.model;
-    const worker = await PolicyWorker.start({ ...workerStartOptions(m), ...opts.launch });
+    // served engines are held to the recipe before anything starts; the worker sends them weights in their dtype
+    if (engines.length > 0) await checkEngines(engines, recipe, opts.log ?? ((l) => console.error(l)));
+    const syncDtype = resolveSyncDtype(
+      recipe.weightSync.dtype,
+      dir && existsSync(join(dir, 'config.json'))
+        ? JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'))
+        : {},
+    );
+    const worker = await PolicyWorker.start({
+      ...workerStartOptions(m),
+      ...opts.launch,
+      ...(engines.length > 0 ? { env: { RSTAR2_WEIGHT_SYNC_DTYPE: syncDtype } } : {}),
+    });
     const w = worker.info;
     // which torch and device a run trains on is the first thing to check on a GPU machine
     if (w)
@@ -229,13 +246,18 @@ export class EmbeddedBackend implements PolicyBackend {
         },
         scheduler: engines.length > 0 ? {} : { pollMs: 0 },
       });
-      const broadcast = new BroadcastSync(worker, engines, { log: opts.log, ...opts.weightSync });
+      const broadcast = new BroadcastSync(worker, engines, {
+        log: opts.log,
+        dtype: syncDtype,
+        bucketBytes: recipe.weightSync.bucketMiB * 2 ** 20,
+        ...opts.weightSync,
+      });
       const remote =
         engines.length > 0
           ? { engines, broadcast, dir: opts.syncDir as string, version: 0, dirty: true }
           : null;
       const { gradientCheckpointing, maxTokensPerMicroBatch } = recipe.model;
-      return new EmbeddedBackend(
+      const backend = new EmbeddedBackend(
         worker,
         files,
         stack,
@@ -244,6 +266,8 @@ export class EmbeddedBackend implements PolicyBackend {
         { gradientCheckpointing, maxTokensPerMicroBatch: maxTokensPerMicroBatch ?? undefined },
         preset,
       );
+      backend.refStart = { ...workerStartOptions(m), ranks: 1, sharding: 'ddp', offloadOptimizer: false };
+      return backend;
     } catch (e) {
       await worker.close();
       throw e;
@@ -365,7 +389,32 @@ export class EmbeddedBackend implements PolicyBackend {
       advantage,
       oldLogprobs: [...t.promptIds.map(() => 0), ...(oldLogprobs ?? t.responseLogprobs)],
     }));
-    return this.trained(this.worker.trainStep({ loss: 'grpo', sequences }, { ...opts, ...this.memory }));
+    // aligned with each sequence's ids, as the old logprobs are
+    const refLogprobs = opts.klCoef
+      ? items.map(({ trajectory: t, refLogprobs: r }) => [...t.promptIds.map(() => 0), ...(r ?? [])])
+      : undefined;
+    return this.trained(
+      this.worker.trainStep(
+        { loss: 'grpo', sequences },
+        { ...opts, ...this.memory, ...(refLogprobs ? { refLogprobs } : {}) },
+      ),
+    );
+  }
+
+  async saveWeights(dir: string): Promise<void> {
+    await this.worker.save(dir, { optimizer: false });
+    saveTokenizer(this.files, dir);
+  }
+
+  /** On a second worker holding the reference weights (verl's ref worker), so the trained one keeps its own. */
+  async referenceLogprobs(dir: string, trajectories: Trajectory[]): Promise<number[][]> {
+    if (!this.ref) this.ref = { worker: await PolicyWorker.start(this.refStart), dir: '' };
+    if (this.ref.dir !== dir) {
+      await this.ref.worker.load(dir);
+      this.ref.dir = dir;
+    }
+    const out = await this.ref.worker.logprobs(trajectories.map((t) => [...t.promptIds, ...t.responseIds]));
+    return out.map((r, i) => r.logprobs.slice(trajectories[i].promptIds.length));
   }
 
   async recomputeLogprobs(trajectories: Trajectory[], temperature: number): Promise<number[][]> {
@@ -399,5 +448,6 @@ export class EmbeddedBackend implements PolicyBackend {
   async close(): Promise<void> {
     await this.stack.close();
     await this.worker.close();
+    await this.ref?.worker.close();
   }
 }

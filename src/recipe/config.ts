@@ -194,6 +194,40 @@ const RlStage = z
     clipLow: z.number().default(0.2),
     clipHigh: z.number().default(0.28),
     miniBatches: z.number().int().min(1).default(1).describe('>1 takes several optimizer steps per RL step'),
+    epochs: z
+      .number()
+      .int()
+      .min(1)
+      .default(1)
+      .describe(
+        "verl's ppo_epochs: passes over a step's kept trajectories, each in miniBatches optimizer steps, the ratio against the same old log-probs; 1 = the paper",
+      ),
+    kl: z
+      .object({
+        coef: z.number().min(0).default(0).describe("verl's kl_loss_coef; 0 = off, as the paper"),
+        estimator: z
+          .enum(['k1', 'k3'])
+          .default('k3')
+          .describe("k1 = log π - log π_ref (verl's 'kl'); k3 = r - log r - 1 (verl's 'low_var_kl')"),
+        reference: z
+          .enum(['initial', 'stage'])
+          .default('initial')
+          .describe(
+            "π_ref: the weights the run's first RL stage started from (verl's reference policy), or those this stage started from",
+          ),
+      })
+      .strict()
+      .default({ coef: 0, estimator: 'k3', reference: 'initial' })
+      .describe(
+        'a KL loss against a reference policy, held by a second worker process (one more copy of the weights)',
+      ),
+    entropyCoef: z
+      .number()
+      .min(0)
+      .default(0)
+      .describe(
+        "verl's entropy_coeff: minus this times the policy's entropy in the loss; 0 = off, as the paper",
+      ),
     optimizer: z
       .enum(['continue', 'fresh'])
       .default('continue')
@@ -453,6 +487,25 @@ export const RecipeSchema = z
       })
       .strict()
       .default({ workers: 2, timeoutMs: 4000, preload: [], demoteAfterMs: 50 }),
+    weightSync: z
+      .object({
+        dtype: z
+          .enum(['auto', 'bfloat16', 'float16', 'float32'])
+          .default('auto')
+          .describe(
+            "what a broadcast sends the engines (--engines): their dtype; 'auto' = the model's own as they read it, float32 checkpoints as bfloat16",
+          ),
+        bucketMiB: z
+          .number()
+          .int()
+          .min(1)
+          .default(512)
+          .describe(
+            'the most one engine update call carries: SGLang holds all of a call on the GPU beside its KV pool before loading it',
+          ),
+      })
+      .strict()
+      .default({ dtype: 'auto', bucketMiB: 512 }),
     stages: z.array(z.discriminatedUnion('type', [SftStage, RlStage])).min(1),
   })
   .strict();

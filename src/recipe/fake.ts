@@ -133,7 +133,11 @@ export class FakeBackend implements PolicyBackend {
     return { loss: 1 - q, exact: q ** 5 };
   }
 
+  /** Every grpoStep's options and items, for tests of what the trainer asks. */
+  readonly updates: { opts: TrainOptions; items: ScoredItem[] }[] = [];
+
   async grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats> {
+    this.updates.push({ opts, items });
     const g = { tool: 0, err: 0, copy: 0 };
     for (const it of items) {
       const f = (it.trajectory as unknown as { fake: { useTool: boolean; broken: boolean; copies: boolean } })
@@ -146,7 +150,24 @@ export class FakeBackend implements PolicyBackend {
     this.p.tool += scale * g.tool;
     this.p.err += scale * g.err;
     this.p.copy += scale * g.copy;
-    return this.stats(opts.lr);
+    if (!opts.klCoef) return this.stats(opts.lr);
+    // the KL term pulls the tool logit back toward the reference's, which its logprobs carry (log sig(tool))
+    const refLp = items[0]?.refLogprobs?.[0];
+    if (refLp === undefined) throw new Error('klCoef without reference logprobs');
+    const ref = Math.log(Math.exp(refLp) / (1 - Math.exp(refLp)));
+    const kl = Math.abs(Math.log(sig(this.p.tool)) - refLp);
+    this.p.tool -= Math.min(1, opts.lr * opts.klCoef * 10) * (this.p.tool - ref);
+    return { ...this.stats(opts.lr), kl };
+  }
+
+  async saveWeights(dir: string): Promise<void> {
+    await this.save(dir);
+  }
+
+  /** Each response token's "logprob" under the reference is log sig(its tool logit): enough to pull toward it. */
+  async referenceLogprobs(dir: string, trajectories: Trajectory[]): Promise<number[][]> {
+    const ref = JSON.parse(readFileSync(join(dir, 'fake-policy.json'), 'utf8')) as Params;
+    return trajectories.map((t) => t.responseIds.map(() => Math.log(sig(ref.tool))));
   }
 
   async reinit(seed: number): Promise<void> {

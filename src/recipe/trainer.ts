@@ -1,4 +1,13 @@
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { availableParallelism, hostname } from 'node:os';
 import { join } from 'node:path';
 import { failureOf, type Trajectory } from '../agent/trajectory.js';
@@ -56,6 +65,8 @@ export interface ScoredItem {
   advantage: number;
   /** The ratio's denominator when the trainer recomputed it (oldLogprobs: recompute); else the engine's. */
   oldLogprobs?: number[];
+  /** Response-token logprobs under the reference policy (a stage with kl.coef > 0). */
+  refLogprobs?: number[];
 }
 
 export interface HeldoutScore {
@@ -80,6 +91,10 @@ export interface PolicyBackend {
   lastRolloutStats?(): RolloutStats | undefined;
   /** Response-token logprobs of these trajectories under the current weights (oldLogprobs: recompute). */
   recomputeLogprobs?(trajectories: Trajectory[], temperature: number): Promise<number[][]>;
+  /** The weights alone, without the optimizer (a KL loss's reference policy). */
+  saveWeights?(dir: string): Promise<void>;
+  /** Response-token logprobs (temperature 1, as the update's) under the weights saved in `dir` (kl's π_ref). */
+  referenceLogprobs?(dir: string, trajectories: Trajectory[]): Promise<number[][]>;
   /** A fresh optimizer and step count (a stage with optimizer: fresh). */
   resetOptimizer?(): Promise<void>;
   /** New random weights from this seed and a fresh optimizer (an SFT gate's restart). */
@@ -172,6 +187,9 @@ export function forkRun(srcDir: string, checkpoint: string, dstDir: string, reci
   for (const f of readdirSync(join(srcDir, 'trajectories'))) {
     cpSync(join(srcDir, 'trajectories', f), join(dstDir, 'trajectories', f));
   }
+  // a KL loss's reference weights, saved when a stage started: a fork inside that stage needs them
+  if (existsSync(join(srcDir, 'reference')))
+    cpSync(join(srcDir, 'reference'), join(dstDir, 'reference'), { recursive: true });
   writeFileSync(join(dstDir, 'config.json'), JSON.stringify(recipe, null, 2) + '\n');
   const step = Number(m[2]);
   const state: RunState = {
@@ -832,8 +850,37 @@ export class Trainer {
     return { problems, trajs, groups, sel, failures, timeouts, t1, t2 };
   }
 
+  /**
+   * A stage's KL reference (kl.coef > 0): the weights saved under `reference/` when it started ('stage') or when the
+   * run's first RL stage did ('initial', verl's reference policy); null without a KL loss.
+   */
+  private async referencePolicy(stage: RlStageConfig, start: number): Promise<string | null> {
+    const rl = this.recipe.stages.filter((s): s is RlStageConfig => s.type === 'rl');
+    const save = async (name: string) => {
+      const dir = join(this.runDir, 'reference', name);
+      rmSync(`${dir}.tmp`, { recursive: true, force: true });
+      await (this.backend.saveWeights ?? this.backend.save).call(this.backend, `${dir}.tmp`);
+      rmSync(dir, { recursive: true, force: true });
+      renameSync(`${dir}.tmp`, dir);
+    };
+    if (start === 0 && rl[0] === stage && rl.some((s) => s.kl.coef > 0 && s.kl.reference === 'initial'))
+      await save('initial');
+    if (stage.kl.coef === 0) return null;
+    const name = stage.kl.reference === 'initial' ? 'initial' : stage.name;
+    if (start === 0 && stage.kl.reference === 'stage') await save(name);
+    const dir = join(this.runDir, 'reference', name);
+    if (!existsSync(dir))
+      throw new Error(
+        `stage ${stage.name}: kl needs the reference weights in ${dir}, saved when ${name === 'initial' ? "the run's first RL stage" : 'the stage'} starts; this run went past that without them`,
+      );
+    if (!this.backend.referenceLogprobs)
+      throw new Error(`stage ${stage.name}: kl.coef > 0 needs a backend that computes reference logprobs`);
+    return dir;
+  }
+
   private async runRl(stageIndex: number, stage: RlStageConfig, start: number): Promise<void> {
     const pool = await this.rlPool(stage);
+    const reference = await this.referencePolicy(stage, start);
     if (start === 0) await this.evaluate(stage.name, 0);
     const roc = { ...stage.roc, downSampleToN: stage.groupSize };
     const penalty: PenaltyOptions = {
@@ -879,20 +926,30 @@ export class Trainer {
         );
         for (const [i, it] of items.entries()) it.oldLogprobs = old[i];
       }
-      // update (several mini-batches activate the clipped ratio)
+      if (reference && items.length > 0) {
+        const refs = await this.backend.referenceLogprobs!(
+          reference,
+          items.map((it) => it.trajectory),
+        );
+        for (const [i, it] of items.entries()) it.refLogprobs = refs[i];
+      }
+      // update (several mini-batches activate the clipped ratio; epochs pass over them again)
       const stats: TrainStats[] = [];
       const mb = Math.max(1, Math.ceil(items.length / stage.miniBatches));
-      for (let j = 0; j < items.length; j += mb) {
-        stats.push(
-          await this.backend.grpoStep(items.slice(j, j + mb), {
-            lr: stageLr(stage, step),
-            warmupSteps: stage.warmupSteps,
-            clipLow: stage.clipLow,
-            clipHigh: stage.clipHigh,
-            lossAgg: stage.lossAgg,
-          }),
-        );
-      }
+      for (let epoch = 0; epoch < stage.epochs; epoch++)
+        for (let j = 0; j < items.length; j += mb) {
+          stats.push(
+            await this.backend.grpoStep(items.slice(j, j + mb), {
+              lr: stageLr(stage, step),
+              warmupSteps: stage.warmupSteps,
+              clipLow: stage.clipLow,
+              clipHigh: stage.clipHigh,
+              lossAgg: stage.lossAgg,
+              ...(reference ? { klCoef: stage.kl.coef, klEstimator: stage.kl.estimator } : {}),
+              ...(stage.entropyCoef > 0 ? { entropyCoef: stage.entropyCoef } : {}),
+            }),
+          );
+        }
       const t3 = Date.now();
       const rollout = this.backend.lastRolloutStats?.();
       // log: rates over the trajectories the model answered; the file keeps them all
@@ -920,6 +977,7 @@ export class Trainer {
           ? {
               clip_frac: round(mean(stats.map((s) => s.clipFrac))),
               entropy: round(mean(stats.map((s) => s.entropy))),
+              ...(reference ? { kl: round(mean(stats.map((s) => s.kl ?? 0))) } : {}),
               grad_norm: round(mean(stats.map((s) => s.gradNorm))),
               loss: round(mean(stats.map((s) => s.loss))),
               lr: stats[stats.length - 1].lr,

@@ -94,6 +94,14 @@ export interface TrainOptions {
   // 'token-mean': exact mean over every mask=1 token of the global batch (independent of micro-batching
   // and rank count). 'verl': each micro-batch's token-mean scaled by its share of sequences (verl quirk).
   lossAgg?: 'token-mean' | 'verl';
+  // Off by default, as in the paper (verl users reach for them): KL(π ‖ π_ref) per trained token, estimated from
+  // the sampled tokens (k1 = log π - log π_ref; k3 = r - log r - 1, r = π_ref/π, verl's low_var_kl), times klCoef;
+  // refLogprobs is one list per sequence aligned with its ids, as oldLogprobs. entropyCoef subtracts that times the
+  // policy's entropy (its gradient estimated from the sampled token).
+  klCoef?: number;
+  klEstimator?: 'k1' | 'k3';
+  refLogprobs?: number[][];
+  entropyCoef?: number;
 }
 
 export interface TrainStats {
@@ -101,6 +109,7 @@ export interface TrainStats {
   gradNorm: number; // global grad norm before clipping
   clipFrac: number; // fraction of trained tokens where the clipped branch was taken (grpo)
   entropy: number; // mean policy entropy over trained tokens
+  kl?: number; // mean KL estimate over trained tokens, when klCoef > 0
   tokens: number; // non-padding tokens processed (all ranks)
   trainedTokens: number; // mask=1 tokens
   paddedTokens: number; // tokens the forward passes computed, padding included (all ranks); packed: = tokens
