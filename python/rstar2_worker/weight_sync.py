@@ -1,6 +1,9 @@
 """Weight sync by broadcast: the trainer's rank 0 joins a process group with the rollout engines' ranks
 (SGLang's /init_weights_update_group, vLLM's vllm_ext.WeightSyncExtension) as rank 0 and broadcasts every
-weight, by Hugging Face name, in the order it announced them.
+weight, by Hugging Face name, in the order it announced them, cast to the engines' dtype
+(RSTAR2_WEIGHT_SYNC_DTYPE, which the client sets; unset: the trainer's own). The engines receive them in
+buckets, one update call each (src/recipe/weight-sync.ts); rank 0 sends one tensor at a time and waits for
+it, so the sender holds one cast copy at most whatever the buckets.
 
 The group is separate from the trainer's own ranks: torch cannot make a group (new_group) that spans
 processes outside the default group, so rank 0 builds a second "default-like" group from its own TCP store,
@@ -11,6 +14,7 @@ _new_process_group_helper, whose signature moved across versions; we follow both
 """
 import datetime
 import inspect
+import os
 import time
 
 import torch
@@ -66,10 +70,19 @@ def weights(r, policy):
     return list(sd.items())
 
 
+def sync_dtype():
+    """The dtype the engines receive, or None for each weight's own."""
+    name = os.environ.get("RSTAR2_WEIGHT_SYNC_DTYPE") or None
+    if name is not None and name not in DTYPE_NAMES.values():
+        raise ValueError(f"RSTAR2_WEIGHT_SYNC_DTYPE must be one of {sorted(DTYPE_NAMES.values())}, got {name!r}")
+    return name
+
+
 def meta(named):
+    cast = sync_dtype()
     return {
         "names": [n for n, _ in named],
-        "dtypes": [DTYPE_NAMES[t.dtype] for _, t in named],
+        "dtypes": [cast or DTYPE_NAMES[t.dtype] for _, t in named],
         "shapes": [list(t.shape) for _, t in named],
     }
 
@@ -77,9 +90,17 @@ def meta(named):
 def broadcast(group, named, device):
     """Sends every tensor from rank 0; the engines receive in the same order (names announced beforehand)."""
     t0, nbytes = time.time(), 0
+    cast = sync_dtype()
+    dtype = getattr(torch, cast) if cast else None
     with torch.no_grad():
         for _, t in named:
-            t = t.detach().to(device).contiguous()  # FSDP's full state comes back on the CPU
+            # FSDP's full state comes back on the CPU; the cast is the engines' dtype, as announced
+            t = t.detach().to(device=device, dtype=dtype or t.dtype).contiguous()
             dist.broadcast(t, src=0, group=group.pg)
+            if t.is_cuda:
+                # NCCL returns once the send is queued: without the wait every cast copy would stay allocated
+                # until the engines had asked for the bucket that holds it
+                torch.cuda.current_stream(t.device).synchronize()
             nbytes += t.numel() * t.element_size()
+            del t
     return {"tensors": len(named), "bytes": nbytes, "timeS": time.time() - t0}

@@ -10,6 +10,7 @@ import {
 } from './http.js';
 import type {
   EngineLoad,
+  EngineReport,
   FinishReason,
   GenerateResult,
   SamplingParams,
@@ -17,6 +18,7 @@ import type {
   WeightMeta,
   WeightSyncEngine,
 } from './types.js';
+import { checkVersion } from './version.js';
 
 // SGLang native API, token-in/token-out: POST /generate with input_ids and return_logprob; the
 // sampled ids and logprobs come from meta_info.output_token_logprobs ([logprob, id, text] triples).
@@ -46,6 +48,10 @@ export class SGLangEngine implements WeightSyncEngine {
   private capacity?: number;
   private page?: number; // tokens per KV page (page_size), read with the capacity
   private readonly cap: ContextCap;
+  private info?: Promise<Record<string, unknown>>;
+  private readonly notes: string[] = [];
+  private readonly log: (line: string) => void;
+  private seedWarned = false;
 
   constructor(url: string, opts: SGLangOptions = {}) {
     this.http = new HttpClient(url, opts);
@@ -53,13 +59,42 @@ export class SGLangEngine implements WeightSyncEngine {
     this.url = this.http.base;
     this.name = `sglang:${this.http.base}`;
     this.capacity = opts.capacityTokens;
-    this.cap = new ContextCap(this.name, () => this.contextLimit(), opts.log);
+    this.log = opts.log ?? ((l) => console.error(l));
+    this.cap = new ContextCap(this.name, () => this.contextLimit(), this.log);
+  }
+
+  /**
+   * The server's arguments and scheduler info, read once: /server_info (SGLang's 2026 main, where
+   * /get_server_info is deprecated), else /get_server_info (0.5.x). The version is checked here, so a server older
+   * than rstar2 supports fails its first use with why; a read that fails is tried again on the next use.
+   */
+  serverInfo(): Promise<Record<string, unknown>> {
+    this.info ??= (async () => {
+      const info =
+        (await getIfServed<Record<string, unknown>>(this.http, '/server_info')) ??
+        (await getIfServed<Record<string, unknown>>(this.http, '/get_server_info'));
+      if (!info) throw new Error(`${this.name}: serves neither /server_info nor /get_server_info`);
+      const note = checkVersion(this.name, 'sglang', info.version);
+      if (note) {
+        this.notes.push(note);
+        this.log(`warning: ${note}`);
+      }
+      return info;
+    })().catch((e) => {
+      if (e instanceof HttpError) this.info = undefined; // the server's answer, not its version: ask again
+      throw e;
+    });
+    return this.info;
   }
 
   async generate(inputIds: number[], s: SamplingParams, signal?: AbortSignal): Promise<GenerateResult> {
     try {
       const maxNew = await this.cap.fit(inputIds.length, s.maxNewTokens, signal);
       if (maxNew === 0) return outOfContext();
+      if (s.seed !== undefined && !this.seedWarned && !seedsHonoured(await this.serverInfo())) {
+        this.seedWarned = true;
+        this.log(`warning: ${SEEDS_IGNORED(this.name)}`);
+      }
       const body = {
         input_ids: inputIds,
         sampling_params: {
@@ -91,7 +126,7 @@ export class SGLangEngine implements WeightSyncEngine {
   // prompt + max_new_tokens >= context (older builds; newer ones only >), hence one token spare, as verl keeps; the
   // scheduler refuses a prompt of max_req_input_len (context or KV pool − 6) or more.
   private async contextLimit(): Promise<ContextLimit | undefined> {
-    const info = (await getIfServed<Record<string, unknown>>(this.http, '/get_server_info')) ?? {};
+    const info = await this.serverInfo();
     const models = await getIfServed<{ data?: { max_model_len?: unknown }[] }>(this.http, '/v1/models');
     const tokens = positive(models?.data?.[0]?.max_model_len) ?? positive(info.context_length);
     if (tokens === undefined) return undefined;
@@ -107,13 +142,13 @@ export class SGLangEngine implements WeightSyncEngine {
   async load(): Promise<EngineLoad> {
     if (this.capacity === undefined || this.page === undefined) {
       // also with capacityTokens given: the page size still decides what a prefix miss is
-      const info = await this.http.json<Record<string, unknown>>('GET', '/get_server_info');
+      const info = await this.serverInfo();
       const page = findKey(info, 'page_size');
       this.page = typeof page === 'number' && page > 1 ? page : 1;
       if (this.capacity === undefined) {
         const cap = findKey(info, 'max_total_num_tokens');
         if (typeof cap !== 'number')
-          throw new Error(`${this.name}: /get_server_info has no max_total_num_tokens`);
+          throw new Error(`${this.name}: its server info has no max_total_num_tokens`);
         const dp = findKey(info, 'dp_size');
         // under data parallelism the server reports rank 0's pool; each rank has one of its own
         this.capacity = cap * (typeof dp === 'number' && dp > 1 ? dp : 1);
@@ -132,8 +167,8 @@ export class SGLangEngine implements WeightSyncEngine {
       // an engine that does not answer must fail the poll, so the scheduler can move its trajectories
       if (!(e instanceof HttpError && e.status === 404)) throw e;
     }
-    // older builds: /get_load is {load} (tokens in use plus waiting requests' input tokens) or a list per DP
-    // rank of {num_reqs, num_waiting_reqs, num_tokens}
+    // 0.5.x: /get_load is {load} (rank 0's tokens in use plus its waiting requests' input tokens,
+    // tokenizer_manager.get_load); older builds a list per DP rank of {num_reqs, num_waiting_reqs, num_tokens}
     let r: unknown;
     try {
       r = await this.http.json<unknown>('GET', '/get_load');
@@ -165,11 +200,11 @@ export class SGLangEngine implements WeightSyncEngine {
 
   /** Its tensor-parallel ranks; refuses data/pipeline parallel servers (their ranks are not 1 per TP rank). */
   async weightGroupRanks(): Promise<number> {
-    const info = await this.http.json<Record<string, unknown>>('GET', '/get_server_info');
+    const info = await this.serverInfo();
     const tp = findKey(info, 'tp_size');
     const dp = findKey(info, 'dp_size');
     const pp = findKey(info, 'pp_size');
-    if (typeof tp !== 'number' || tp < 1) throw new Error(`${this.name}: /get_server_info has no tp_size`);
+    if (typeof tp !== 'number' || tp < 1) throw new Error(`${this.name}: its server info has no tp_size`);
     if ((typeof dp === 'number' && dp > 1) || (typeof pp === 'number' && pp > 1))
       throw new Error(
         `${this.name}: dp_size ${dp} / pp_size ${pp}: broadcast sync covers tensor parallel only`,
@@ -186,7 +221,14 @@ export class SGLangEngine implements WeightSyncEngine {
     if (r.success === false) throw new Error(`${this.name}: init_weights_update_group failed: ${r.message}`);
   }
 
-  async updateWeightsFromDistributed(meta: WeightMeta, groupName: string, version?: string): Promise<void> {
+  /** One bucket: SGLang allocates every tensor of a call on the GPU before loading any, so a call is sized to fit
+   *  beside the KV pool (weight-sync.ts); the version and the cache flush go with the last. */
+  async updateWeightsFromDistributed(
+    meta: WeightMeta,
+    groupName: string,
+    opts: { version?: string; last?: boolean } = {},
+  ): Promise<void> {
+    const last = opts.last ?? true;
     const r = await this.once.json<{ success?: boolean; message?: string }>(
       'POST',
       '/update_weights_from_distributed',
@@ -195,16 +237,52 @@ export class SGLangEngine implements WeightSyncEngine {
         dtypes: meta.dtypes,
         shapes: meta.shapes,
         group_name: groupName,
-        flush_cache: true, // cached prefixes hold the old weights' KV
-        ...(version ? { weight_version: version } : {}),
+        flush_cache: last, // cached prefixes hold the old weights' KV
+        ...(opts.version && last ? { weight_version: opts.version } : {}),
       },
     );
     if (r.success === false)
       throw new Error(`${this.name}: update_weights_from_distributed failed: ${r.message}`);
   }
 
+  async describe(): Promise<EngineReport> {
+    const info = await this.serverInfo();
+    const kv = await this.load();
+    const seeds = seedsHonoured(info);
+    const dtype = SGLANG_DTYPES[String(info.dtype)];
+    const notes = [...this.notes];
+    if (!seeds) notes.push(SEEDS_IGNORED(this.name));
+    if (!dtype) notes.push(`${this.name}: --dtype ${info.dtype}: the model's config.json decides its dtype`);
+    return {
+      ...(typeof info.version === 'string' ? { version: info.version } : {}),
+      ...(dtype ? { dtype } : {}),
+      logprobsMode: 'after temperature',
+      seeds,
+      kv,
+      notes,
+    };
+  }
+
   async close(): Promise<void> {}
 }
+
+// SGLang's --dtype choices (server_args.py); 'auto' takes the model's, which the server does not report
+const SGLANG_DTYPES: Record<string, string> = {
+  half: 'float16',
+  float16: 'float16',
+  bfloat16: 'bfloat16',
+  float: 'float32',
+  float32: 'float32',
+};
+
+/** sampling_seed is read only by the seeded sampler of --enable-deterministic-inference (PR 10678). */
+function seedsHonoured(info: Record<string, unknown>): boolean {
+  return info.enable_deterministic_inference === true;
+}
+
+const SEEDS_IGNORED = (name: string) =>
+  `${name} ignores sampling_seed (started without --enable-deterministic-inference): seeded rollouts and ` +
+  'evals are not reproducible on it';
 
 /** Sent with every request on both engines: a server that takes defaults from the model's
  *  generation_config.json (vLLM's --generation-config auto, the default; SGLang's model sampling defaults)

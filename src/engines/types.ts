@@ -61,6 +61,7 @@ export interface WeightGroup {
   worldSize: number;
   groupName: string;
   backend: 'nccl' | 'gloo'; // gloo: CPU engines and the tests
+  timeoutS?: number; // the join's and every collective's timeout (default 600)
 }
 
 /** The tensors one broadcast carries, in order: Hugging Face names, torch dtype names, shapes. */
@@ -68,6 +69,19 @@ export interface WeightMeta {
   names: string[];
   dtypes: string[];
   shapes: number[][];
+}
+
+/** What a served engine says about itself, read once (`rstar2 train --dry-run`, bench/engine-probe.ts). */
+export interface EngineReport {
+  version?: string; // as the server reports it
+  dtype?: string; // torch dtype name of the served weights, where the server says ('bfloat16')
+  /** What its sampled tokens' logprobs are: vLLM's --logprobs-mode as read (raw_logprobs, processed_logprobs, …);
+   *  SGLang's are after temperature, which cannot be read back. Undefined where it cannot be read. */
+  logprobsMode?: string;
+  seeds: boolean; // whether a request's seed makes its sample reproducible
+  maxTemperature?: number; // the highest temperature it takes, where it has one
+  kv: EngineLoad;
+  notes: string[]; // what could not be read or falls short, one sentence each
 }
 
 /** Optional hooks a backend may implement; callers check for presence before using them. */
@@ -80,6 +94,13 @@ export interface WeightSyncEngine extends Engine {
   weightGroupRanks?(): Promise<number>;
   /** Joins `g` as ranks rankOffset.. (answers once the whole group has joined). */
   initWeightsUpdateGroup?(g: WeightGroup, rankOffset: number): Promise<void>;
-  /** Receives one broadcast of `meta` from rank 0, which sends at the same time. */
-  updateWeightsFromDistributed?(meta: WeightMeta, groupName: string, version?: string): Promise<void>;
+  /** Receives one bucket of a broadcast, `meta`, from rank 0, which sends at the same time; `last` marks the
+   *  update's last bucket (the weight version is set and cached prefixes dropped after it). */
+  updateWeightsFromDistributed?(
+    meta: WeightMeta,
+    groupName: string,
+    opts?: { version?: string; last?: boolean },
+  ): Promise<void>;
+  /** Version, logprobs, seeds, KV pool; rejects when the server is older than the oldest rstar2 supports. */
+  describe?(): Promise<EngineReport>;
 }

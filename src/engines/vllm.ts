@@ -12,6 +12,7 @@ import {
 import { groupRequest, NO_PENALTIES } from './sglang.js';
 import type {
   EngineLoad,
+  EngineReport,
   FinishReason,
   GenerateResult,
   SamplingParams,
@@ -19,6 +20,7 @@ import type {
   WeightMeta,
   WeightSyncEngine,
 } from './types.js';
+import { checkVersion } from './version.js';
 
 // vLLM OpenAI-compatible /v1/completions with a token-array prompt. Ids come from
 // choices[0].token_ids (return_token_ids, newer builds) or from "token_id:N" logprob tokens
@@ -39,6 +41,18 @@ export interface VllmOptions extends HttpOptions {
 /** How vLLM must be started for broadcast sync (python/rstar2_worker/vllm_ext.py on its PYTHONPATH). */
 export const VLLM_EXTENSION = 'rstar2_worker.vllm_ext.WeightSyncExtension';
 
+/** vLLM's SamplingParams refuse a temperature above 2 with HTTP 400, as OpenAI's API does (PR 44965, 2026). */
+export const VLLM_MAX_TEMPERATURE = 2;
+
+/** --logprobs-mode values whose numbers are the sampled distribution's logprobs at any temperature. */
+const PROCESSED = 'processed_logprobs';
+
+interface VllmInfo {
+  version?: string;
+  /** vllm_config as /server_info?config_format=json gives it (dev mode only); undefined without dev mode */
+  config?: { model_config?: { dtype?: unknown; logprobs_mode?: unknown } };
+}
+
 export class VllmEngine implements WeightSyncEngine {
   readonly name: string;
   readonly url: string;
@@ -48,6 +62,9 @@ export class VllmEngine implements WeightSyncEngine {
   private capacity?: number;
   private block?: number;
   private readonly cap: ContextCap;
+  private info?: Promise<VllmInfo>;
+  private readonly notes: string[] = [];
+  private readonly log: (line: string) => void;
 
   constructor(url: string, opts: VllmOptions = {}) {
     this.http = new HttpClient(url, opts);
@@ -56,7 +73,32 @@ export class VllmEngine implements WeightSyncEngine {
     this.name = `vllm:${this.http.base}`;
     this.model = opts.model;
     this.capacity = opts.capacityTokens;
-    this.cap = new ContextCap(this.name, () => this.contextLimit(), opts.log);
+    this.log = opts.log ?? ((l) => console.error(l));
+    this.cap = new ContextCap(this.name, () => this.contextLimit(), this.log);
+  }
+
+  /**
+   * The version (/version, always served) and the engine's config (/server_info?config_format=json, served only
+   * with VLLM_SERVER_DEV_MODE=1, which weight sync needs anyway), read once. The version is checked here, so a
+   * server older than rstar2 supports fails its first use with why; a read that fails is tried again.
+   */
+  serverInfo(): Promise<VllmInfo> {
+    this.info ??= (async () => {
+      const v = await getIfServed<{ version?: string }>(this.http, '/version');
+      const note = checkVersion(this.name, 'vllm', v?.version);
+      if (note) {
+        this.notes.push(note);
+        this.log(`warning: ${note}`);
+      }
+      const s = await getIfServed<{ vllm_config?: unknown }>(this.http, '/server_info?config_format=json');
+      const config =
+        s && typeof s.vllm_config === 'object' ? (s.vllm_config as VllmInfo['config']) : undefined;
+      return { ...(v?.version ? { version: v.version } : {}), ...(config ? { config } : {}) };
+    })().catch((e) => {
+      if (e instanceof HttpError) this.info = undefined;
+      throw e;
+    });
+    return this.info;
   }
 
   private async modelName(signal?: AbortSignal): Promise<string> {
@@ -73,6 +115,7 @@ export class VllmEngine implements WeightSyncEngine {
   // SamplingParams); /v1/models' card of the served model carries max_model_len, a LoRA adapter's card does not
   // (serving_models.py) and names its base model as `parent`, whose context it shares
   private async contextLimit(): Promise<ContextLimit | undefined> {
+    await this.serverInfo(); // every first request meets the version check
     type Card = { id?: string; parent?: string | null; max_model_len?: unknown };
     const cards = (await getIfServed<{ data?: Card[] }>(this.http, '/v1/models'))?.data ?? [];
     const card = cards.find((m) => m.id === this.model) ?? cards[0];
@@ -81,6 +124,13 @@ export class VllmEngine implements WeightSyncEngine {
   }
 
   async generate(inputIds: number[], s: SamplingParams, signal?: AbortSignal): Promise<GenerateResult> {
+    if (s.temperature > VLLM_MAX_TEMPERATURE)
+      return failure(
+        new Error(
+          `${this.name}: temperature ${s.temperature} is above ${VLLM_MAX_TEMPERATURE}, which vLLM refuses ` +
+            '(HTTP 400 for every request)',
+        ),
+      );
     try {
       const maxNew = await this.cap.fit(inputIds.length, s.maxNewTokens, signal);
       if (maxNew === 0) return outOfContext();
@@ -196,13 +246,50 @@ export class VllmEngine implements WeightSyncEngine {
     await this.once.post('/collective_rpc', { method, args: [JSON.stringify(arg)] });
   }
 
+  // the extension's group waits timeout_s for the other ranks and in each collective (600 s when not sent)
   async initWeightsUpdateGroup(g: WeightGroup, rankOffset: number): Promise<void> {
-    await this.rpc('init_weight_update_group', groupRequest(g, rankOffset));
+    await this.rpc('init_weight_update_group', {
+      ...groupRequest(g, rankOffset),
+      timeout_s: g.timeoutS ?? 600,
+    });
   }
 
-  async updateWeightsFromDistributed(meta: WeightMeta, groupName: string): Promise<void> {
+  /** One bucket; the extension loads tensor by tensor, and cached prefixes are dropped after the last. */
+  async updateWeightsFromDistributed(
+    meta: WeightMeta,
+    groupName: string,
+    opts: { version?: string; last?: boolean } = {},
+  ): Promise<void> {
     await this.rpc('update_weights_from_distributed', { ...meta, group_name: groupName });
-    await this.resetPrefixCache();
+    if (opts.last ?? true) await this.resetPrefixCache();
+  }
+
+  async describe(): Promise<EngineReport> {
+    const info = await this.serverInfo();
+    const kv = await this.load();
+    const m = info.config?.model_config;
+    const notes = [...this.notes];
+    const mode = typeof m?.logprobs_mode === 'string' ? m.logprobs_mode : undefined;
+    if (!info.config)
+      notes.push(
+        `${this.name}: no /server_info (VLLM_SERVER_DEV_MODE=1 serves it): its --logprobs-mode cannot be read`,
+      );
+    else if (mode !== PROCESSED)
+      notes.push(
+        `${this.name}: --logprobs-mode ${mode}: its logprobs are not the sampled distribution's unless temperature ` +
+          `is 1 and top-p/top-k are off (start it with --logprobs-mode ${PROCESSED})`,
+      );
+    // the JSON dump writes a torch.dtype as its str(): 'torch.bfloat16'
+    const dtype = typeof m?.dtype === 'string' ? m.dtype.replace(/^torch\./, '') : undefined;
+    return {
+      ...(info.version ? { version: info.version } : {}),
+      ...(dtype ? { dtype } : {}),
+      ...(mode ? { logprobsMode: mode } : {}),
+      seeds: true, // a seeded request samples with its own generator
+      maxTemperature: VLLM_MAX_TEMPERATURE,
+      kv,
+      notes,
+    };
   }
 
   async close(): Promise<void> {}

@@ -1,7 +1,10 @@
 import { lookup } from 'node:dns/promises';
+import { existsSync, readFileSync } from 'node:fs';
 import { BlockList, connect, isIP } from 'node:net';
+import { join } from 'node:path';
 import type { WeightGroup, WeightMeta, WeightSyncEngine } from '../engines/types.js';
 import { freePort } from '../util/net.js';
+import type { ModelConfig } from '../worker/types.js';
 
 // Weight sync by broadcast (docs/DECISIONS.md, weight sync): the trainer's rank 0 and every engine rank join
 // one process group once; after each update rank 0 broadcasts the weights while the engines receive them.
@@ -11,6 +14,134 @@ import { freePort } from '../util/net.js';
 
 export const WEIGHT_SYNC_MODES = ['auto', 'disk', 'nccl'] as const;
 export type WeightSyncMode = (typeof WEIGHT_SYNC_MODES)[number];
+
+export const SYNC_DTYPES = ['auto', 'bfloat16', 'float16', 'float32'] as const;
+export type SyncDtype = Exclude<(typeof SYNC_DTYPES)[number], 'auto'>;
+const DTYPE_BYTES: Record<string, number> = { float32: 4, bfloat16: 2, float16: 2 };
+
+/**
+ * The largest engine update call by default. SGLang allocates every tensor of a call on the GPU before it loads any
+ * (model_runner.update_weights_from_distributed), in the memory its KV pool leaves: 1 − mem_fraction_static of
+ * the GPU (≈ 10–12 % at its defaults), which activations and CUDA graphs share. slime's and verl's buckets are
+ * 512 MiB too. A tensor larger than a bucket goes alone (a 7B model's embedding, 1.0 GiB in bf16).
+ */
+export const DEFAULT_BUCKET_MIB = 512;
+
+/** The engines' dtype for `setting` 'auto': as SGLang and vLLM read `--dtype auto`, the model's own, with float32
+ *  checkpoints served in bfloat16. */
+export function resolveSyncDtype(
+  setting: (typeof SYNC_DTYPES)[number],
+  config?: Record<string, unknown>,
+): SyncDtype {
+  if (setting !== 'auto') return setting;
+  const own = config?.torch_dtype ?? config?.dtype;
+  return own === 'float16' || own === 'bfloat16' ? own : 'bfloat16';
+}
+
+/** Splits one broadcast into engine calls of at most `maxBytes` each, in order (a larger tensor alone). */
+export function buckets(meta: WeightMeta, maxBytes: number): WeightMeta[] {
+  const out: WeightMeta[] = [];
+  let bytes = 0;
+  for (const [i, name] of meta.names.entries()) {
+    const b = tensorBytes(meta.shapes[i], meta.dtypes[i]);
+    const cur = out.at(-1);
+    if (!cur || bytes + b > maxBytes) {
+      out.push({ names: [name], dtypes: [meta.dtypes[i]], shapes: [meta.shapes[i]] });
+      bytes = b;
+    } else {
+      cur.names.push(name);
+      cur.dtypes.push(meta.dtypes[i]);
+      cur.shapes.push(meta.shapes[i]);
+      bytes += b;
+    }
+  }
+  return out;
+}
+
+export function tensorBytes(shape: number[], dtype: string): number {
+  const size = DTYPE_BYTES[dtype];
+  if (size === undefined) throw new Error(`weight sync: unknown dtype ${dtype}`);
+  return shape.reduce((a, b) => a * b, 1) * size;
+}
+
+/** What each sync sends: tensors, bytes in all, its buckets and the largest one. */
+export function syncPlan(meta: WeightMeta, bucketBytes: number) {
+  const parts = buckets(meta, bucketBytes);
+  const size = (m: WeightMeta) => m.names.reduce((a, _, i) => a + tensorBytes(m.shapes[i], m.dtypes[i]), 0);
+  return {
+    tensors: meta.names.length,
+    bytes: size(meta),
+    buckets: parts.length,
+    largestBucket: Math.max(0, ...parts.map(size)),
+    dtypes: [...new Set(meta.dtypes)],
+  };
+}
+
+/**
+ * The tensors a broadcast of this model carries, as the worker announces them (weight_sync.meta: Hugging Face
+ * names, a tied lm_head left out), in `dtype`: read from the safetensors headers of a model directory, else
+ * built from a Qwen2/Qwen3 config (a preset).
+ */
+export function modelWeights(
+  config: ModelConfig & Record<string, unknown>,
+  dtype: SyncDtype,
+  dir?: string | null,
+): WeightMeta {
+  const tensors: [string, number[]][] = dir ? storedShapes(dir) : presetShapes(config);
+  const kept = tensors.filter(([n]) => !(config.tie_word_embeddings && n === 'lm_head.weight'));
+  return { names: kept.map(([n]) => n), dtypes: kept.map(() => dtype), shapes: kept.map(([, s]) => s) };
+}
+
+function storedShapes(dir: string): [string, number[]][] {
+  const index = join(dir, 'model.safetensors.index.json');
+  const files = existsSync(index)
+    ? [
+        ...new Set(
+          Object.values(JSON.parse(readFileSync(index, 'utf8')).weight_map as Record<string, string>),
+        ),
+      ]
+    : ['model.safetensors'];
+  const out: [string, number[]][] = [];
+  for (const f of files) {
+    const buf = readFileSync(join(dir, f));
+    const header = JSON.parse(buf.subarray(8, 8 + Number(buf.readBigUInt64LE(0))).toString('utf8'));
+    for (const [name, t] of Object.entries(header))
+      if (name !== '__metadata__') out.push([name, (t as { shape: number[] }).shape]);
+  }
+  return out;
+}
+
+function presetShapes(c: ModelConfig & Record<string, unknown>): [string, number[]][] {
+  const h = c.hidden_size;
+  const heads = c.num_attention_heads;
+  const hd = (c.head_dim as number | undefined) ?? h / heads;
+  const q = heads * hd;
+  const kv = (c.num_key_value_heads ?? heads) * hd;
+  const qwen3 = c.model_type === 'qwen3';
+  const bias = (c.attention_bias as boolean | undefined) ?? !qwen3;
+  const out: [string, number[]][] = [['model.embed_tokens.weight', [c.vocab_size, h]]];
+  for (let l = 0; l < c.num_hidden_layers; l++) {
+    const p = `model.layers.${l}.`;
+    const proj = (n: string, o: number, i: number) => {
+      out.push([`${p}self_attn.${n}.weight`, [o, i]]);
+      if (bias && n !== 'o_proj') out.push([`${p}self_attn.${n}.bias`, [o]]);
+    };
+    proj('q_proj', q, h);
+    proj('k_proj', kv, h);
+    proj('v_proj', kv, h);
+    proj('o_proj', h, q);
+    if (qwen3) out.push([`${p}self_attn.q_norm.weight`, [hd]], [`${p}self_attn.k_norm.weight`, [hd]]);
+    out.push(
+      [`${p}mlp.gate_proj.weight`, [c.intermediate_size, h]],
+      [`${p}mlp.up_proj.weight`, [c.intermediate_size, h]],
+      [`${p}mlp.down_proj.weight`, [h, c.intermediate_size]],
+      [`${p}input_layernorm.weight`, [h]],
+      [`${p}post_attention_layernorm.weight`, [h]],
+    );
+  }
+  out.push(['model.norm.weight', [h]], ['lm_head.weight', [c.vocab_size, h]]);
+  return out;
+}
 
 /** The trainer's side (PolicyWorker; a stand-in in tests). */
 export interface BroadcastWorker {
@@ -24,6 +155,10 @@ export interface WeightSyncOptions {
   backend?: WeightGroup['backend']; // default 'nccl'; 'gloo' for CPU engines and tests
   master?: string; // ADDR[:PORT] the engines reach the trainer at; default: detected, any free port
   timeoutS?: number; // the group's join and collective timeout (default 600)
+  /** The dtype the worker sends (its RSTAR2_WEIGHT_SYNC_DTYPE): an engine that reports another is synced through
+   *  disk. Unset: whatever the worker announces, unchecked. */
+  dtype?: SyncDtype;
+  bucketBytes?: number; // the largest engine update call (default DEFAULT_BUCKET_MIB)
   log?: (line: string) => void;
 }
 
@@ -73,6 +208,7 @@ export async function unreachableReason(urls: string[]): Promise<string | null> 
 export async function broadcastPlan(
   engines: WeightSyncEngine[],
   mode: WeightSyncMode,
+  dtype?: SyncDtype,
 ): Promise<{ ranks: number[] } | { why: string }> {
   if (mode === 'disk') return { why: '--weight-sync disk' };
   if (engines.length === 0) return { why: 'no engines' };
@@ -83,6 +219,12 @@ export async function broadcastPlan(
     if (why) return { why };
   }
   try {
+    // an engine in another dtype would get weights rounded to ours and then cast again; a disk reload is exact
+    for (const e of dtype ? engines : []) {
+      const own = (await e.describe?.())?.dtype;
+      if (own && own !== dtype)
+        return { why: `${e.name} serves ${own} and the trainer would send ${dtype} (weightSync.dtype)` };
+    }
     return { ranks: await Promise.all(engines.map((e) => (e.weightGroupRanks as () => Promise<number>)())) };
   } catch (e) {
     return { why: (e as Error).message };
@@ -107,7 +249,8 @@ function localAddressTowards(url: string): Promise<string> {
 export class BroadcastSync {
   private off = false;
   private ranks: number[] | null = null; // each engine's rank count, once they said they can join
-  private joined: { meta: WeightMeta; groupName: string; restarts: number } | null = null;
+  private joined: { meta: WeightMeta; parts: WeightMeta[]; groupName: string; restarts: number } | null =
+    null;
   private joins = 0;
   private readonly log: (line: string) => void;
 
@@ -133,19 +276,27 @@ export class BroadcastSync {
     if (this.off) return false;
     try {
       if (!this.ranks) {
-        const plan = await broadcastPlan(this.engines, this.opts.mode ?? 'auto');
+        const plan = await broadcastPlan(this.engines, this.opts.mode ?? 'auto', this.opts.dtype);
         if ('why' in plan) return this.fallBack(plan.why, this.opts.mode === 'nccl');
         this.ranks = plan.ranks;
       }
       if (!this.joined || this.joined.restarts !== this.worker.restarts) await this.join();
-      const { meta, groupName } = this.joined as NonNullable<typeof this.joined>;
+      const { meta, parts, groupName } = this.joined as NonNullable<typeof this.joined>;
+      // one call per bucket, each once the one before it is loaded; rank 0 sends the tensors in the same order
       const [sent] = await Promise.all([
         this.worker.broadcastWeights(),
-        ...this.engines.map((e) => e.updateWeightsFromDistributed?.(meta, groupName, version)),
+        ...this.engines.map(async (e) => {
+          for (const [i, part] of parts.entries())
+            await e.updateWeightsFromDistributed?.(part, groupName, {
+              version,
+              last: i === parts.length - 1,
+            });
+        }),
       ]);
       this.log(
-        `weight sync ${version ?? ''}: broadcast ${sent.tensors} tensors, ` +
-          `${(sent.bytes / 2 ** 20).toFixed(1)} MiB in ${sent.timeS.toFixed(2)} s`,
+        `weight sync ${version ?? ''}: broadcast ${sent.tensors} tensors (${[...new Set(meta.dtypes)].join(', ')}), ` +
+          `${(sent.bytes / 2 ** 20).toFixed(1)} MiB in ${parts.length} bucket${parts.length > 1 ? 's' : ''}, ` +
+          `${sent.timeS.toFixed(2)} s`,
       );
       return true;
     } catch (e) {
@@ -169,15 +320,23 @@ export class BroadcastSync {
       // a new name per join: a worker restarted after a crash joins afresh beside the old group
       groupName: `rstar2_weights_${++this.joins}`,
       backend: this.opts.backend ?? 'nccl',
+      timeoutS: this.opts.timeoutS ?? 600,
     };
     const restarts = this.worker.restarts;
     let offset = 1;
     const offsets = ranks.map((n) => (offset += n) - n);
     const [meta] = await Promise.all([
-      this.worker.joinWeightGroup(g, this.opts.timeoutS ?? 600),
+      this.worker.joinWeightGroup(g, g.timeoutS),
       ...this.engines.map((e, i) => e.initWeightsUpdateGroup?.(g, offsets[i])),
     ]);
-    this.joined = { meta, groupName: g.groupName, restarts };
+    const want = this.opts.dtype;
+    const other = want && meta.dtypes.find((d) => d !== want);
+    if (other)
+      throw new Error(
+        `the worker announces ${other} weights, not ${want}: it runs without RSTAR2_WEIGHT_SYNC_DTYPE`,
+      );
+    const parts = buckets(meta, this.opts.bucketBytes ?? DEFAULT_BUCKET_MIB * 2 ** 20);
+    this.joined = { meta, parts, groupName: g.groupName, restarts };
     this.log(
       `weight sync: joined ${g.groupName} (${g.backend}, ${g.worldSize} ranks) at ${g.masterAddress}:${g.masterPort}`,
     );

@@ -6,9 +6,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { findPython, PYTHON_DIR } from '../../src/util/python.js';
+import { type ServerSpec, SGLANG_MAIN, VLLM_MAIN } from './server-specs.js';
 
-// Small fake servers that speak each backend's API (shapes from the rollout notes). `mode` lets a
-// test inject: slow responses, 5xx, dropped connections and server-side aborts.
+// Small fake servers that speak each backend's API, held to the servers' published request and response models
+// per version (server-specs.ts: routes, fields, refusals, each with its source). `mode` lets a test inject: slow
+// responses, 5xx, dropped connections and server-side aborts.
 
 export type Mode = 'ok' | 'slow' | '503' | 'drop' | 'abort' | '400';
 export type Api = 'sglang' | 'vllm' | 'llamacpp';
@@ -33,6 +35,19 @@ export interface Fake {
   publishesContext: boolean;
   lora?: string; // vLLM: a LoRA adapter served under this name, listed in /v1/models after the base model
   draftTokens?: number; // SGLang speculative decoding: draft tokens its tokenizer counts into the prompt
+  /** Which server and version this fake is (default: the 2026 main of each): its routes and refusals. */
+  spec: ServerSpec;
+  /** SGLang: started with --enable-deterministic-inference (only then is sampling_seed honoured); default false. */
+  deterministic: boolean;
+  /** SGLang: its --dtype server argument (default 'auto': the model's own, not reported). */
+  dtypeArg: string;
+  /** SGLang: GPU memory beside the KV pool for an update's tensors, all allocated before any is loaded. */
+  freeBytes?: number;
+  /** vLLM: started with VLLM_SERVER_DEV_MODE=1 (default true: weight sync needs it). */
+  devMode: boolean;
+  /** vLLM: --logprobs-mode (default raw_logprobs, vLLM's own default) and the served dtype. */
+  logprobsMode: string;
+  dtype: string;
   /** What the fake model samples for a prompt, before the request's max new tokens cut it; default OUT. */
   sample?: (inputIds: number[]) => number[];
   /** Generate as a batching engine with these step times, on timers; unset: every request is answered at once. */
@@ -114,7 +129,14 @@ class GroupRank {
 export const OUT = [11, 12, 13];
 export const LPS = [-0.1, -0.2, -0.3];
 
-function generateBody(api: Api, mode: Mode, ids: number[], cut: boolean, cached?: number): unknown {
+function generateBody(
+  api: Api,
+  mode: Mode,
+  ids: number[],
+  cut: boolean,
+  cached?: number,
+  body: Record<string, unknown> = {},
+): unknown {
   if (mode === 'abort') ids = ids.slice(0, 1);
   const lps = ids.map((_, i) => LPS[i] ?? -0.5);
   if (api === 'sglang') {
@@ -134,13 +156,25 @@ function generateBody(api: Api, mode: Mode, ids: number[], cut: boolean, cached?
     };
   }
   if (api === 'vllm') {
+    // nothing that was not asked for: token_ids only with return_token_ids, logprobs only with logprobs (an int),
+    // their tokens as token_id:N only with return_tokens_as_token_ids (else the decoded text)
+    const logprobs =
+      typeof body.logprobs === 'number'
+        ? {
+            tokens: ids.map((i) => (body.return_tokens_as_token_ids ? `token_id:${i}` : `<${i}>`)),
+            token_logprobs: lps,
+            top_logprobs: null,
+            text_offset: ids.map((_, i) => i),
+          }
+        : null;
     return {
       choices: [
         {
+          index: 0,
           text: 'abc',
-          token_ids: ids,
+          ...(body.return_token_ids ? { token_ids: ids, prompt_token_ids: body.prompt } : {}),
           finish_reason: mode === 'abort' ? 'abort' : cut ? 'length' : 'stop',
-          logprobs: { tokens: ids.map((i) => `token_id:${i}`), token_logprobs: lps },
+          logprobs,
         },
       ],
       ...(cached === undefined ? {} : { usage: { prompt_tokens_details: { cached_tokens: cached } } }),
@@ -203,19 +237,40 @@ export const GEN_PATH: Record<Api, string> = {
   llamacpp: '/completion',
 };
 
-export async function fakeServer(api: Api): Promise<Fake> {
+export async function fakeServer(api: Api, spec?: ServerSpec): Promise<Fake> {
   const f: Partial<Fake> &
-    Pick<Fake, 'modes' | 'requests' | 'load' | 'dp' | 'dead' | 'received' | 'context' | 'publishesContext'> =
-    {
-      modes: [],
-      requests: [],
-      load: { used: 1500, running: 3, waiting: 1 },
-      dp: 1,
-      dead: false,
-      received: [],
-      context: 32768,
-      publishesContext: true,
-    };
+    Pick<
+      Fake,
+      | 'modes'
+      | 'requests'
+      | 'load'
+      | 'dp'
+      | 'dead'
+      | 'received'
+      | 'context'
+      | 'publishesContext'
+      | 'spec'
+      | 'deterministic'
+      | 'dtypeArg'
+      | 'devMode'
+      | 'logprobsMode'
+      | 'dtype'
+    > = {
+    modes: [],
+    requests: [],
+    load: { used: 1500, running: 3, waiting: 1 },
+    dp: 1,
+    dead: false,
+    received: [],
+    context: 32768,
+    publishesContext: true,
+    spec: spec ?? (api === 'vllm' ? VLLM_MAIN : SGLANG_MAIN),
+    deterministic: false,
+    dtypeArg: 'auto',
+    devMode: true,
+    logprobsMode: 'raw_logprobs',
+    dtype: 'bfloat16',
+  };
   const enqueue = batchingEngine(() => f.timing as StepTiming);
   let rank: GroupRank | undefined;
   let outDir: string | undefined;
@@ -227,7 +282,8 @@ export async function fakeServer(api: Api): Promise<Fake> {
     if (op === 'init') return rank.ask({ op, ...body });
     outDir ??= mkdtempSync(join(tmpdir(), 'rstar2-fake-engine-'));
     const out = join(outDir, `update-${f.received.length + 1}.safetensors`);
-    const r = await rank.ask({ op, ...body, out });
+    const free = api === 'sglang' && f.freeBytes !== undefined ? { free_bytes: f.freeBytes } : {};
+    const r = await rank.ask({ op, ...body, out, ...free });
     if (r.success) f.received.push(out);
     return r;
   };
@@ -243,6 +299,37 @@ export async function fakeServer(api: Api): Promise<Fake> {
         res.writeHead(code, { 'content-type': 'application/json' });
         res.end(JSON.stringify(o));
       };
+      const route = path.split('?')[0];
+      const sp = f.spec;
+      // routes another version serves and this one does not, as FastAPI answers them
+      const absent =
+        (api === 'sglang' &&
+          ((['/server_info', '/get_server_info'].includes(route) && route !== sp.infoRoute) ||
+            (['/v1/loads', '/get_load'].includes(route) && route !== sp.loadRoute))) ||
+        (api === 'vllm' && !f.devMode && (sp.devRoutes ?? []).includes(route));
+      if (absent) return json(404, { detail: 'Not Found' });
+      if (path === GEN_PATH[api] && api === 'sglang') {
+        // SamplingParams(**sampling_params): an unknown keyword is a TypeError, which /generate does not catch
+        const unknown = Object.keys((body.sampling_params as object) ?? {}).filter(
+          (k) => !(sp.samplingKeys ?? []).includes(k),
+        );
+        if (unknown.length) {
+          res.writeHead(500, { 'content-type': 'text/plain' });
+          return res.end('Internal Server Error');
+        }
+      }
+      if (path === GEN_PATH[api] && api === 'vllm' && sp.maxTemperature !== undefined) {
+        const t = Number(body.temperature ?? 1);
+        if (t > sp.maxTemperature)
+          return json(400, {
+            error: {
+              message: `temperature must be in [0, ${sp.maxTemperature}], got ${t}.`,
+              type: 'BadRequestError',
+              param: 'temperature',
+              code: 400,
+            },
+          });
+      }
       if (path === GEN_PATH[api]) {
         const mode = f.modes.shift() ?? 'ok';
         if (mode === 'drop') return req.socket.destroy();
@@ -276,7 +363,7 @@ export async function fakeServer(api: Api): Promise<Fake> {
           ? Array.from({ length: maxNew }, (_, i) => sampled[i] ?? 7)
           : sampled.slice(0, maxNew);
         const cut = ignoreEos || ids.length < sampled.length;
-        const reply = () => json(200, generateBody(api, mode, ids, cut, f.cached));
+        const reply = () => json(200, generateBody(api, mode, ids, cut, f.cached, body));
         if (f.timing) return enqueue(input.length, ids.length, reply);
         return void (mode === 'slow' ? setTimeout(reply, 400) : reply());
       }
@@ -287,10 +374,14 @@ export async function fakeServer(api: Api): Promise<Fake> {
         return rank === 0 ? first : k - first;
       };
       const ranks = Array.from({ length: f.dp }, (_, r) => r);
-      if (api === 'sglang' && path === '/get_server_info') {
+      if (api === 'sglang' && route === sp.infoRoute) {
         // as the DP controller answers: rank 0's pool, not the sum
         const maxReqLen = Math.min(f.context - 1, SGLANG_POOL / f.dp - 1);
         return json(200, {
+          version: sp.version,
+          dtype: f.dtypeArg,
+          enable_deterministic_inference: f.deterministic,
+          mem_fraction_static: 0.88,
           model_path: 'x',
           context_length: null, // the --context-length server arg, unset
           max_total_num_tokens: SGLANG_POOL / f.dp,
@@ -316,7 +407,11 @@ export async function fakeServer(api: Api): Promise<Fake> {
         const lora = f.lora ? [{ id: f.lora, object: 'model', root: '/adapters/a', parent: id }] : [];
         return json(200, { object: 'list', data: [card, ...lora] });
       }
-      if (api === 'sglang' && path.startsWith('/v1/loads')) {
+      if (api === 'sglang' && route === '/get_load') {
+        // 0.5.x (tokenizer_manager.get_load): rank 0's tokens in use, waiting requests' input tokens included
+        return json(200, { load: share(f.load.used, 0) });
+      }
+      if (api === 'sglang' && route === '/v1/loads') {
         const { used, running, waiting } = f.load;
         return json(200, {
           loads: ranks.map((r) => ({
@@ -357,8 +452,26 @@ export async function fakeServer(api: Api): Promise<Fake> {
       }
       if (api === 'sglang' && path === '/init_weights_update_group')
         return void group('init', body).then((r) => json(r.success ? 200 : 400, r));
-      if (api === 'sglang' && path === '/update_weights_from_distributed')
+      if (api === 'sglang' && path === '/update_weights_from_distributed') {
+        const missing = (sp.weightFields ?? []).filter((k) => !(k in body));
+        if (missing.length)
+          return json(400, { object: 'error', message: `missing fields: ${missing.join(', ')}`, code: 400 });
         return void group('update', body).then((r) => json(r.success ? 200 : 400, r));
+      }
+      if (api === 'vllm' && route === '/version') return json(200, { version: sp.version });
+      if (api === 'vllm' && route === '/server_info') {
+        const model_config = {
+          dtype: `torch.${f.dtype}`,
+          logprobs_mode: f.logprobsMode,
+          max_model_len: f.context,
+        };
+        const config = new URL(path, 'http://x').searchParams.get('config_format') === 'json';
+        return json(200, {
+          vllm_config: config ? { model_config } : `model_config=${JSON.stringify(model_config)}`,
+          vllm_env: {},
+          system_env: {},
+        });
+      }
       if (api === 'vllm' && path === '/collective_rpc') {
         const arg = () => JSON.parse((body.args as string[])[0]) as Record<string, unknown>;
         // a worker method that raises comes back from vLLM as HTTP 500

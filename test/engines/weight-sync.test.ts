@@ -12,6 +12,9 @@ import {
   BroadcastSync,
   broadcastPlan,
   isPrivateAddress,
+  modelWeights,
+  resolveSyncDtype,
+  syncPlan,
   unreachableReason,
 } from '../../src/recipe/weight-sync.js';
 import { PolicyWorker } from '../../src/worker/index.js';
@@ -20,7 +23,8 @@ import { safetensorsHeader, TEST_CONFIG } from '../worker/helpers.js';
 import { fakeServer } from './fake-servers.js';
 
 // Broadcast weight sync on the CPU: gloo stands in for NCCL, and each fake engine has a real python rank that
-// joins the group the way SGLang's engines do and writes what it received to a file.
+// joins the group the way SGLang's engines do and writes what it received to a file. The cast is checked in
+// float16: this host's torch (1.13) has no bfloat16 in gloo; NCCL carries both.
 
 /** Every tensor of a safetensors file as its raw bytes. */
 function tensors(path: string): Map<string, Buffer> {
@@ -212,5 +216,149 @@ test('auto uses broadcast only for engines on private addresses', async () => {
     assert.deepEqual(await broadcastPlan([new SGLangEngine(sg.url)], 'disk'), { why: '--weight-sync disk' });
   } finally {
     await sg.close();
+  }
+});
+
+/** Asserts `f16` holds each float of `f32` cast to float16: within half a float16 step of it. */
+function assertHalfOf(f16: Buffer, f32: Buffer, name: string): void {
+  assert.equal(f16.length, f32.length / 2, name);
+  for (let i = 0; i < f16.length / 2; i++) {
+    const h = f16.readUInt16LE(2 * i);
+    const exp = (h >> 10) & 0x1f;
+    const frac = h & 0x3ff;
+    const mag = exp === 0 ? frac * 2 ** -24 : (1 + frac / 1024) * 2 ** (exp - 15);
+    const got = h & 0x8000 ? -mag : mag;
+    const want = f32.readFloatLE(4 * i);
+    const step = Math.max(2 ** -24, 2 ** (Math.floor(Math.log2(Math.abs(want) || 2 ** -24)) - 10));
+    assert.ok(Math.abs(got - want) <= step / 2, `${name}[${i}]: ${got} for ${want}`);
+  }
+}
+
+test('an update larger than SGLang can hold beside its KV pool arrives in buckets, cast to the engine dtype', {
+  timeout: 180_000,
+}, async () => {
+  const worker = await PolicyWorker.start({ threads: 1, env: { RSTAR2_WEIGHT_SYNC_DTYPE: 'float16' } });
+  const sg = await fakeServer('sglang');
+  const vl = await fakeServer('vllm');
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-wsync-'));
+  const lines: string[] = [];
+  try {
+    await worker.init(TEST_CONFIG, 3);
+    const whole = syncPlan(modelWeights(TEST_CONFIG, 'float16'), 2 ** 30);
+    // SGLang holds every tensor of a call before loading any: the whole model does not fit, a third of it does
+    sg.freeBytes = Math.ceil(whole.bytes / 3);
+    vl.dtype = 'float16'; // SGLang's --dtype auto is not reported: only vLLM's is checked
+    const sync = new BroadcastSync(worker, [new SGLangEngine(sg.url), new VllmEngine(vl.url)], {
+      backend: 'gloo',
+      timeoutS: 30,
+      dtype: 'float16',
+      bucketBytes: sg.freeBytes,
+      log: (l) => lines.push(l),
+    });
+    assert.equal(await sync.push('v1'), true, lines.join('\n'));
+    await worker.save(dir);
+    const updates = sg.requests
+      .filter((q) => q.path === '/update_weights_from_distributed')
+      .map((q) => q.body);
+    assert.ok(updates.length >= 3, `${updates.length} calls`);
+    assert.equal(updates.length, sg.received.length); // every call was held and loaded
+    for (const u of updates) {
+      const bytes = (u.shapes as number[][]).reduce((a, s) => a + s.reduce((x, y) => x * y, 2), 0);
+      assert.ok(bytes <= sg.freeBytes || (u.names as string[]).length === 1, `${bytes} bytes in one call`);
+      assert.ok((u.dtypes as string[]).every((d) => d === 'float16'));
+    }
+    // the version and the cache flush go with the last bucket only
+    assert.deepEqual(
+      updates.map((u) => [u.flush_cache, u.weight_version]),
+      updates.map((_, i) => (i === updates.length - 1 ? [true, 'v1'] : [false, undefined])),
+    );
+    const saved = tensors(join(dir, 'model.safetensors'));
+    for (const files of [sg.received, vl.received]) {
+      const got = new Map(files.flatMap((f) => [...tensors(f)]));
+      assert.deepEqual([...got.keys()].sort(), [...saved.keys()].sort());
+      for (const [n, b] of saved) assertHalfOf(got.get(n) as Buffer, b, n);
+      assert.ok(files.every((f) => Object.values(safetensorsHeader(f)).every((h) => h.dtype === 'F16')));
+    }
+    // vLLM: one call per bucket too, its prefix cache reset once, after the last
+    assert.equal(vl.received.length, updates.length);
+    assert.equal(vl.requests.filter((q) => q.path === '/reset_prefix_cache').length, 1);
+    // what the plan said is what was sent
+    assert.match(lines.at(-1) ?? '', new RegExp(`\\(float16\\), .* in ${updates.length} buckets`));
+    const vInit = vl.requests
+      .filter((q) => q.path === '/collective_rpc' && q.body.method === 'init_weight_update_group')
+      .map((q) => JSON.parse((q.body.args as string[])[0]))[0];
+    assert.equal(vInit.timeout_s, 30); // the extension's group waits as long as the trainer's
+  } finally {
+    await Promise.all([worker.close(), sg.close(), vl.close()]);
+  }
+});
+
+test('a preset model’s weights, as the plan counts them, are the ones the worker saves', async () => {
+  const worker = await PolicyWorker.start({ threads: 1 });
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-wsync-'));
+  try {
+    await worker.init(TEST_CONFIG, 1);
+    await worker.save(dir);
+    const header = safetensorsHeader(join(dir, 'model.safetensors'));
+    const preset = modelWeights(TEST_CONFIG, 'float32');
+    assert.deepEqual([...preset.names].sort(), Object.keys(header).sort());
+    for (const [i, n] of preset.names.entries()) assert.deepEqual(preset.shapes[i], header[n].shape, n);
+    assert.deepEqual(modelWeights(TEST_CONFIG, 'float32', dir), {
+      ...preset,
+      names: Object.keys(header),
+      shapes: Object.values(header).map((h) => h.shape),
+      dtypes: preset.dtypes,
+    });
+    assert.equal(resolveSyncDtype('auto', { torch_dtype: 'float32' }), 'bfloat16');
+    assert.equal(resolveSyncDtype('auto', { torch_dtype: 'float16' }), 'float16');
+    assert.equal(resolveSyncDtype('float32', { torch_dtype: 'bfloat16' }), 'float32');
+  } finally {
+    await worker.close();
+  }
+});
+
+test('an engine that serves another dtype than the trainer would send is synced through disk', async () => {
+  const vl = await fakeServer('vllm');
+  try {
+    vl.dtype = 'float16';
+    const plan = await broadcastPlan([new VllmEngine(vl.url, { log: () => {} })], 'nccl', 'bfloat16');
+    assert.deepEqual(plan, {
+      why: `vllm:${vl.url} serves float16 and the trainer would send bfloat16 (weightSync.dtype)`,
+    });
+    vl.dtype = 'bfloat16';
+    assert.deepEqual(await broadcastPlan([new VllmEngine(vl.url, { log: () => {} })], 'nccl', 'bfloat16'), {
+      ranks: [1],
+    });
+  } finally {
+    await vl.close();
+  }
+});
+
+test('an update SGLang cannot hold fails as on the server: out of memory, then disk', {
+  timeout: 120_000,
+}, async () => {
+  const worker = await PolicyWorker.start({ threads: 1 });
+  const sg = await fakeServer('sglang');
+  const lines: string[] = [];
+  try {
+    await worker.init(TEST_CONFIG, 3);
+    const whole = syncPlan(modelWeights(TEST_CONFIG, 'float32'), 2 ** 30);
+    sg.freeBytes = Math.ceil(whole.bytes / 3);
+    const sync = new BroadcastSync(worker, [new SGLangEngine(sg.url)], {
+      backend: 'gloo',
+      timeoutS: 5, // rank 0 is left sending the tensor the engine never received until this runs out
+      bucketBytes: whole.bytes, // one call with everything, as before buckets
+      log: (l) => lines.push(l),
+    });
+    assert.equal(await sync.push('v1'), false);
+    assert.match(
+      lines.join('\n'),
+      /warning: weight sync: broadcast failed: .*CUDA out of memory.*through disk/,
+    );
+    assert.equal(sg.received.length, 0);
+    // the worker's send times out and it serves again
+    await worker.trainStep(batch, { lr: 1e-2 });
+  } finally {
+    await Promise.all([worker.close(), sg.close()]);
   }
 });

@@ -127,6 +127,7 @@ async function idServer(ids: () => number[]) {
       if (req.url === '/get_server_info')
         return json({ max_total_num_tokens: 1 << 20, internal_states: [{}] });
       if (req.url?.startsWith('/v1/loads')) return json({ loads: [] });
+      if (req.url !== '/generate') return void res.writeHead(404).end(); // as SGLang answers a route it lacks
       const out = ids();
       json({
         output_ids: out,
