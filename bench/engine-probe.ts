@@ -20,13 +20,26 @@
 //        [--vocab-range 1000,30000] [--out engine-samples.jsonl]
 // Prints the fitted constants and the scheduler-sim command that uses them, with --comm-ms 0: a whole
 // tensor-parallel engine's step includes its all-reduce.
-import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
+// First it prints what the server says about itself (version, dtype, logprobs mode, whether seeds hold, KV pool)
+// and whether the trainer could broadcast weights to it; with --model DIR (the model the run trains) also what each
+// sync would send: tensors, bytes in weightSync.dtype (--sync-dtype, default auto) and update calls of at most
+// --bucket-mib.
+import { appendFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fitEngineModel, parseSamples } from '../src/engines/calibrate.js';
 import { remoteEngine } from '../src/engines/factory.js';
 import { type ContextLimit, room } from '../src/engines/http.js';
 import type { SGLangEngine } from '../src/engines/sglang.js';
 import { DEFAULT_SAMPLING, type EngineLoad } from '../src/engines/types.js';
 import type { VllmEngine } from '../src/engines/vllm.js';
+import { reportLine } from '../src/recipe/engine-check.js';
+import {
+  broadcastPlan,
+  modelWeights,
+  resolveSyncDtype,
+  SYNC_DTYPES,
+  syncPlan,
+} from '../src/recipe/weight-sync.js';
 import { benchArgs, median } from './args.js';
 
 const { values: args } = benchArgs(import.meta.url, {
@@ -39,6 +52,9 @@ const { values: args } = benchArgs(import.meta.url, {
     reps: { type: 'string', default: '3' },
     'vocab-range': { type: 'string', default: '1000,30000' },
     out: { type: 'string', default: 'engine-samples.jsonl' },
+    model: { type: 'string' },
+    'sync-dtype': { type: 'string', default: 'auto' },
+    'bucket-mib': { type: 'string', default: '512' },
   },
 });
 
@@ -68,6 +84,12 @@ const spec = args.engine ?? refuse('--engine sglang+URL or vllm+URL is required'
 if (!/^(sglang|vllm)\+/.test(spec))
   refuse(`--engine '${spec}': the probe measures SGLang or vLLM servers (sglang+URL, vllm+URL)`);
 const out = args.out as string;
+const syncSetting = args['sync-dtype'] as (typeof SYNC_DTYPES)[number];
+if (!SYNC_DTYPES.includes(syncSetting))
+  refuse(`--sync-dtype: one of ${SYNC_DTYPES.join(', ')}, not '${syncSetting}'`);
+const [bucketMiB] = ints('bucket-mib', 1);
+const modelDir = args.model as string | undefined;
+if (modelDir && !existsSync(join(modelDir, 'config.json'))) refuse(`--model ${modelDir}: no config.json`);
 
 // no retries: a repeated request would add its first attempt's time to the wall
 let engine: SGLangEngine | VllmEngine;
@@ -79,8 +101,21 @@ try {
 let load: EngineLoad;
 let limit: ContextLimit | undefined;
 try {
-  load = await engine.load();
+  const report = await engine.describe();
+  console.log(reportLine(engine.name, report));
+  for (const n of report.notes) console.log(`  ${n}`);
+  load = report.kv;
   limit = await engine.context();
+  const config = modelDir ? JSON.parse(readFileSync(join(modelDir, 'config.json'), 'utf8')) : undefined;
+  const dtype = resolveSyncDtype(syncSetting, config);
+  const plan = await broadcastPlan([engine], 'nccl', dtype);
+  let sync = 'ranks' in plan ? `broadcast to its ${plan.ranks[0]} rank(s) in ${dtype}` : `disk (${plan.why})`;
+  if (config && 'ranks' in plan) {
+    const p = syncPlan(modelWeights(config, dtype, modelDir), bucketMiB * 2 ** 20);
+    const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+    sync += `: ${p.tensors} tensors, ${mib(p.bytes)}, ${p.buckets} update call(s) of at most ${bucketMiB} MiB (largest ${mib(p.largestBucket)})`;
+  }
+  console.log(`weight sync: ${sync}`);
 } catch (e) {
   refuse(`cannot read the server at ${engine.url}: ${(e as Error).message}`);
 }

@@ -12,7 +12,14 @@ import type { ModelConfig } from '../worker/types.js';
 import { recipeTokenizerFiles } from './backend.js';
 import type { Recipe } from './config.js';
 import { rowFilters, sectionExamples, sectionProblems } from './data.js';
-import { broadcastPlan, type WeightSyncMode } from './weight-sync.js';
+import { checkEngines, reportLine } from './engine-check.js';
+import {
+  broadcastPlan,
+  modelWeights,
+  resolveSyncDtype,
+  syncPlan,
+  type WeightSyncMode,
+} from './weight-sync.js';
 
 // `rstar2 train --dry-run`: everything a run needs is opened and checked, nothing is trained. Each problem found
 // is an error that names the file, row and field, so a long run does not die on it an hour in.
@@ -153,8 +160,16 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
     log(`[${st.name}] first prompt ${render(pool[0].question)}`);
   }
 
-  // engines and sandbox
-  for (const e of opts.engines ?? []) {
+  // engines: what each says about itself, the recipe held to it (as a run holds it), and the weight-sync plan
+  const engines = opts.engines ?? [];
+  const reports = await checkEngines(engines, recipe, log);
+  for (const e of engines) {
+    const r = reports.get(e);
+    if (r) {
+      log(reportLine(e.name, r));
+      for (const n of r.notes) log(`  ${n}`);
+      continue;
+    }
     try {
       const l = await e.load();
       log(`engine ${e.name}: up (${JSON.stringify(l)})`);
@@ -162,11 +177,18 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
       throw new Error(`engine ${e.name} does not answer: ${(err as Error).message}`);
     }
   }
-  if (opts.engines?.length) {
-    const plan = await broadcastPlan(opts.engines, opts.weightSync ?? 'auto');
+  if (engines.length) {
+    const dtype = resolveSyncDtype(recipe.weightSync.dtype, config!);
+    const plan = await broadcastPlan(engines, opts.weightSync ?? 'auto', dtype);
+    const bucket = recipe.weightSync.bucketMiB * 2 ** 20;
+    const p = syncPlan(modelWeights(config!, dtype, dir), bucket);
+    const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
     log(
       'ranks' in plan
-        ? `weight sync: nccl broadcast to ${plan.ranks.reduce((a, b) => a + b, 0)} engine rank(s), disk if it fails`
+        ? `weight sync: nccl broadcast to ${plan.ranks.reduce((a, b) => a + b, 0)} engine rank(s), disk if it fails: ` +
+            `${p.tensors} tensors, ${mib(p.bytes)} as ${dtype}, in ${p.buckets} update call(s) of at most ` +
+            `${recipe.weightSync.bucketMiB} MiB (largest ${mib(p.largestBucket)}; SGLang holds one call at a time ` +
+            'beside its KV pool)'
         : `weight sync: disk (${plan.why})`,
     );
   }

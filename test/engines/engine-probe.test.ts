@@ -8,6 +8,9 @@ import { fitEngineModel, parseSamples } from '../../src/engines/calibrate.js';
 import { SGLangEngine } from '../../src/engines/sglang.js';
 import { DEFAULT_SAMPLING } from '../../src/engines/types.js';
 import { VllmEngine } from '../../src/engines/vllm.js';
+import { modelWeights, syncPlan } from '../../src/recipe/weight-sync.js';
+import { PolicyWorker } from '../../src/worker/index.js';
+import { TEST_CONFIG } from '../worker/helpers.js';
 import { type Api, fakeServer, GEN_PATH, type StepTiming } from './fake-servers.js';
 
 // bench/engine-probe.ts against the fake servers made to take time like a batching engine: the constants it fits
@@ -178,5 +181,65 @@ test('refused: an engine that is not SGLang or vLLM, an unreachable server, a co
   } finally {
     await dead.close();
     await live.close();
+  }
+});
+
+test('the probe first says what the server is and what a weight sync to it would send', {
+  timeout: 60_000,
+}, async () => {
+  const sg = await fakeServer('sglang');
+  const vl = await fakeServer('vllm');
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-probe-'));
+  const worker = await PolicyWorker.start({ threads: 1 });
+  try {
+    await worker.init(TEST_CONFIG, 1);
+    await worker.save(join(dir, 'model'));
+    const small = ['--batches', '1', '--contexts', '16', '--prefills', '16', '--steps', '2,4', '--reps', '1'];
+    const [s, v] = await Promise.all([
+      probe(
+        '--engine',
+        `sglang+${sg.url}`,
+        ...small,
+        '--out',
+        join(dir, 's.jsonl'),
+        '--model',
+        join(dir, 'model'),
+      ),
+      probe('--engine', `vllm+${vl.url}`, ...small, '--out', join(dir, 'v.jsonl'), '--sync-dtype', 'float16'),
+    ]);
+    assert.equal(s.code, 0, s.stderr);
+    assert.match(
+      s.stdout,
+      /^engine sglang:\S+: version 0\.5\.9, dtype not reported, logprobs after temperature, seeds ignored, KV pool 123456 tokens \(blocks of 16\)$/m,
+    );
+    assert.match(
+      s.stdout,
+      /^ {2}sglang:\S+ ignores sampling_seed \(started without --enable-deterministic-inference\)/m,
+    );
+    const w = modelWeights(TEST_CONFIG, 'bfloat16');
+    const mib = (syncPlan(w, 2 ** 30).bytes / 2 ** 20).toFixed(1);
+    assert.match(
+      s.stdout,
+      new RegExp(
+        `^weight sync: broadcast to its 1 rank\\(s\\) in bfloat16: ${w.names.length} tensors, ${mib} MiB, 1 update call\\(s\\) of at most 512 MiB`,
+        'm',
+      ),
+    );
+    assert.equal(v.code, 0, v.stderr);
+    assert.match(
+      v.stdout,
+      /^engine vllm:\S+: version \S+, dtype bfloat16, logprobs raw_logprobs, seeds honoured, temperature ≤ 2/m,
+    );
+    assert.match(
+      v.stdout,
+      /^ {2}vllm:\S+: --logprobs-mode raw_logprobs: .*--logprobs-mode processed_logprobs/m,
+    );
+    assert.match(
+      v.stdout,
+      /^weight sync: disk \(vllm:\S+ serves bfloat16 and the trainer would send float16/m,
+    );
+  } finally {
+    await Promise.all([worker.close(), sg.close(), vl.close()]);
+    rmSync(dir, { recursive: true, force: true });
   }
 });
