@@ -1,5 +1,7 @@
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
+import { StringDecoder } from 'node:string_decoder';
+import { inflateRawSync, unzipSync } from 'node:zlib';
 import type { AsyncBuffer, FileMetaData } from 'hyparquet';
 import { globSync, isDynamicPattern } from 'tinyglobby';
 import { stripBom } from '../util/jsonl.js';
@@ -47,26 +49,54 @@ function jsonDocument(file: string, text: string): string {
   return `; the file is one JSON document, not JSONL (one object per line)${convert}`;
 }
 
-function jsonlRows(file: string, raw: string, start: number): SourceRow[] {
-  const out: SourceRow[] = [];
-  const text = stripBom(raw);
-  text.split('\n').forEach((line, i) => {
-    if (line.trim() === '') return;
-    const where = `${file}:${i + 1}`;
+// A first line that is no JSON object may be a whole JSON document; read it whole only to say so, and only if small.
+function documentNote(file: string): string {
+  return statSync(file).size <= 64 * 2 ** 20 ? jsonDocument(file, stripBom(readFileSync(file, 'utf8'))) : '';
+}
+
+/** The lines of a file, read a chunk at a time: a file of any size, never one string (V8 caps those at ~512 MB). */
+export function* fileLines(file: string, chunkBytes = 2 ** 20): Generator<string> {
+  const fd = openSync(file, 'r');
+  try {
+    const buf = Buffer.alloc(chunkBytes);
+    const utf8 = new StringDecoder('utf8');
+    let rest = '';
+    let first = true;
+    for (let n = readSync(fd, buf); n > 0; n = readSync(fd, buf)) {
+      let text = rest + utf8.write(buf.subarray(0, n));
+      if (first) text = stripBom(text);
+      first = false;
+      const lines = text.split('\n');
+      rest = lines.pop() as string;
+      yield* lines;
+    }
+    rest += utf8.end();
+    if (rest !== '') yield rest;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function* jsonlRows(file: string, start: number): Generator<SourceRow> {
+  let i = 0;
+  let n = 0;
+  for (const line of fileLines(file)) {
+    i++;
+    if (line.trim() === '') continue;
+    const where = `${file}:${i}`;
     let row: unknown;
     try {
       row = JSON.parse(line);
     } catch (e) {
-      const doc = out.length === 0 ? jsonDocument(file, text) : '';
+      const doc = n === 0 ? documentNote(file) : '';
       throw new Error(`${where}: malformed JSON line (${(e as Error).message})${doc}`);
     }
     if (typeof row !== 'object' || row === null || Array.isArray(row)) {
-      const doc = out.length === 0 ? jsonDocument(file, text) : '';
+      const doc = n === 0 ? documentNote(file) : '';
       throw new Error(`${where}: expected a JSON object, got ${kindOf(row)}${doc}`);
     }
-    out.push({ row: row as Record<string, unknown>, where, index: start + out.length });
-  });
-  return out;
+    yield { row: row as Record<string, unknown>, where, index: start + n++ };
+  }
 }
 
 // Parquet INT64 arrives as BigInt; JSON-shaped records want numbers (or strings where a number would round).
@@ -87,6 +117,15 @@ function plain(v: unknown): unknown {
   return v;
 }
 
+// GZIP pages through Node's zlib: native, any number of gzip members, and never more output than the page header
+// says (the pure-JS one took a page's word for its framing); zlib-framed and raw deflate pages as some writers make
+function gunzipPage(input: Uint8Array, length: number): Uint8Array {
+  const opts = { maxOutputLength: Math.max(1, length) };
+  const gzip = input[0] === 0x1f && input[1] === 0x8b;
+  const zlib = (input[0] & 0x0f) === 8 && ((input[0] << 8) | input[1]) % 31 === 0;
+  return gzip || zlib ? unzipSync(input, opts) : inflateRawSync(input, opts);
+}
+
 /**
  * Rows of every file in order. Parquet is read one row group at a time, so stopping early (a limit) reads
  * only the groups needed and a large file is never held twice in memory.
@@ -95,7 +134,7 @@ export async function* readRows(files: string[]): AsyncGenerator<SourceRow> {
   let index = 0;
   for (const file of files) {
     if (!isParquet(file)) {
-      for (const r of jsonlRows(file, readFileSync(file, 'utf8'), index)) {
+      for (const r of jsonlRows(file, index)) {
         index++;
         yield r;
       }
@@ -103,7 +142,7 @@ export async function* readRows(files: string[]): AsyncGenerator<SourceRow> {
     }
     // loaded on first use: every rstar2 command imports this module, few read Parquet
     const { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects } = await import('hyparquet');
-    const { compressors } = await import('hyparquet-compressors');
+    const compressors = { ...(await import('hyparquet-compressors')).compressors, GZIP: gunzipPage };
     let buffer: AsyncBuffer;
     let metadata: FileMetaData;
     try {
@@ -115,7 +154,12 @@ export async function* readRows(files: string[]): AsyncGenerator<SourceRow> {
     let rowStart = 0;
     for (const group of metadata.row_groups) {
       const rowEnd = rowStart + Number(group.num_rows);
-      const rows = await parquetReadObjects({ file: buffer, metadata, rowStart, rowEnd, compressors });
+      let rows: Record<string, unknown>[];
+      try {
+        rows = await parquetReadObjects({ file: buffer, metadata, rowStart, rowEnd, compressors });
+      } catch (e) {
+        throw new Error(`${file}: cannot read rows ${rowStart}-${rowEnd - 1} (${(e as Error).message})`);
+      }
       for (let i = 0; i < rows.length; i++) {
         yield { row: plain(rows[i]) as Record<string, unknown>, where: `${file} row ${rowStart + i}`, index };
         index++;
@@ -126,15 +170,17 @@ export async function* readRows(files: string[]): AsyncGenerator<SourceRow> {
 }
 
 /** JSONL only, for callers that cannot await; Parquet needs the async readRows. */
-export function readRowsSync(files: string[]): SourceRow[] {
-  const out: SourceRow[] = [];
+export function* readRowsSync(files: string[]): Generator<SourceRow> {
+  let index = 0;
   for (const file of files) {
     if (isParquet(file)) {
       throw new Error(`${file}: Parquet is read asynchronously; use the async loader (loadProblems)`);
     }
-    out.push(...jsonlRows(file, readFileSync(file, 'utf8'), out.length));
+    for (const r of jsonlRows(file, index)) {
+      index++;
+      yield r;
+    }
   }
-  return out;
 }
 
 export function kindOf(v: unknown): string {
