@@ -42,6 +42,20 @@ async function sftReport(examples: ChatExample[], show: number) {
 export function registerDataCommands(program: Command): void {
   const data = program.command('data').description('training and evaluation data files');
   data
+    .command('convert')
+    .description(
+      'convert between JSONL and Parquet, a row at a time (no pyarrow needed): every row of the input written ' +
+        'to the output, whose name (.parquet, .jsonl) says the format. Parquet is written with Snappy, one type ' +
+        'per column (read from every row first); nested fields become Parquet structs and lists, as verl writes',
+    )
+    .argument('<input>', 'a .jsonl/.parquet file, a directory of them, or a glob (quote it)')
+    .argument('<output>', 'the file to write: out.parquet or out.jsonl')
+    .action(async (input: string, output: string) => {
+      const { convertData } = await import('./convert.js');
+      const r = await convertData(input, output);
+      console.log(`wrote ${r.rows} rows from ${r.files.length} file(s) to ${output}`);
+    });
+  data
     .command('inspect')
     .description(
       'read a problem file (or SFT chat data with --sft) the way training and rollouts will, and show what ' +
