@@ -41,7 +41,8 @@ export interface VllmOptions extends HttpOptions {
 /** How vLLM must be started for broadcast sync (python/rstar2_worker/vllm_ext.py on its PYTHONPATH). */
 export const VLLM_EXTENSION = 'rstar2_worker.vllm_ext.WeightSyncExtension';
 
-/** vLLM's SamplingParams refuse a temperature above 2 with HTTP 400, as OpenAI's API does (PR 44965, 2026). */
+/** vLLM's SamplingParams refuse a temperature above 2 with HTTP 400, as OpenAI's API does (PR 44965, 2026);
+ *  held on every version, since a run that passes on an older server would fail on a current one. */
 export const VLLM_MAX_TEMPERATURE = 2;
 
 /** --logprobs-mode values whose numbers are the sampled distribution's logprobs at any temperature. */
