@@ -414,6 +414,24 @@ export function registerRecipeCommands(program: Command): void {
   );
 
   program
+    .command('export')
+    .description(
+      'a checkpoint as a model directory to serve or publish: weights, config and tokenizer, no optimizer or ' +
+        'trainer state, and the chat template the run trained with in tokenizer_config.json (and chat_template.jinja)',
+    )
+    .argument('<checkpoint>', 'a checkpoint directory, e.g. runs/a/checkpoints/rl-step-000040')
+    .requiredOption('--out <dir>', 'the model directory to write (new or empty)')
+    .option(
+      '--template <name>',
+      "the chat template to write (default: the run's tokenizer.template; 'model' keeps the checkpoint's own)",
+    )
+    .action(async (checkpoint: string, o: { out: string; template?: string }) => {
+      const { exportCheckpoint } = await import('./export.js');
+      const r = exportCheckpoint(checkpoint, o.out, o.template);
+      console.log(`wrote ${o.out}: ${r.files.join(', ')} (chat template: ${r.template})`);
+    });
+
+  program
     .command('export-metrics')
     .description(
       "Write a run's metrics.jsonl and evals.jsonl as a TensorBoard event file (the scalars --logger tensorboard logs)",
