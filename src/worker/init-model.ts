@@ -1,6 +1,7 @@
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { buildCharTokenizer, saveTokenizer, Tokenizer, tokenizerFromFiles } from '../tokenizer/index.js';
+import { namedTokenizerDir } from '../tokenizer/named.js';
 import { PolicyWorker } from './client.js';
 import { MODEL_PRESETS, type ModelPreset } from './presets.js';
 import type { ModelInfo, WorkerStartOptions } from './types.js';
@@ -40,6 +41,11 @@ export async function initModelDir(opts: InitModelOptions): Promise<ModelInfo> {
   if (existsSync(opts.out) && readdirSync(opts.out).length > 0 && !opts.force) {
     throw new Error(`${opts.out} exists and is not empty (pass --force to overwrite)`);
   }
+  // a name (qwen3) or a tokenizer.json file stands for its directory
+  if (opts.tokenizer !== undefined && !existsSync(opts.tokenizer) && /^\w+$/.test(opts.tokenizer))
+    opts = { ...opts, tokenizer: namedTokenizerDir(opts.tokenizer) };
+  if (opts.tokenizer?.endsWith('tokenizer.json') && existsSync(opts.tokenizer))
+    opts = { ...opts, tokenizer: dirname(opts.tokenizer) };
   if (
     opts.tokenizer !== undefined &&
     !(existsSync(opts.tokenizer) && statSync(opts.tokenizer).isDirectory())
