@@ -9,6 +9,11 @@ export function registerDashboardCommands(program: Command): void {
       'serve a local web dashboard over run and eval directories (curves, RoC, evals, trajectories; live)',
     )
     .option('--runs <dir>', 'directory holding run and/or eval directories (searched 3 levels deep)', '.')
+    .option(
+      '--evals <dir>',
+      'also list the eval directories here, where rstar2 eval writes them (default: ./evals when --runs does not hold it)',
+      'evals',
+    )
     .option('--port <port>', 'TCP port (0 = any free port)', port(), 8090)
     .option(
       '--host <addr>',
@@ -22,19 +27,31 @@ export function registerDashboardCommands(program: Command): void {
         "'Authorization: Bearer <token>' or ?token= on GET",
     )
     .option('--poll-ms <ms>', 'how often the page refreshes live data', int({ min: 200 }), 2000)
-    .action(async (o: { runs: string; port: number; host: string; pollMs: number; token?: string }) => {
-      const { startDashboard } = await import('./server.js');
-      const token = resolveToken(o.token);
-      const d = await startDashboard({
-        root: o.runs,
-        port: o.port,
-        host: o.host,
-        pollMs: o.pollMs,
-        ...(token ? { token } : {}),
-      });
-      console.log(`rstar2 dashboard: ${d.url}  (serving ${o.runs}; Ctrl-C to stop)`);
-      const stop = () => void d.close().then(() => process.exit(0));
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
-    });
+    .action(
+      async (o: {
+        runs: string;
+        evals: string;
+        port: number;
+        host: string;
+        pollMs: number;
+        token?: string;
+      }) => {
+        const { startDashboard } = await import('./server.js');
+        const token = resolveToken(o.token);
+        const d = await startDashboard({
+          root: o.runs,
+          more: [o.evals],
+          port: o.port,
+          host: o.host,
+          pollMs: o.pollMs,
+          ...(token ? { token } : {}),
+        });
+        const { existsSync } = await import('node:fs');
+        const also = existsSync(o.evals) ? ` and ${o.evals}` : '';
+        console.log(`rstar2 dashboard: ${d.url}  (serving ${o.runs}${also}; Ctrl-C to stop)`);
+        const stop = () => void d.close().then(() => process.exit(0));
+        process.once('SIGINT', stop);
+        process.once('SIGTERM', stop);
+      },
+    );
 }

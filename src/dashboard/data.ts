@@ -1,10 +1,10 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
-import { join, relative, resolve } from 'node:path';
+import { basename, join, relative, resolve, sep } from 'node:path';
+import { loadProblems } from '../data/index.js';
 import { problemsFromSamples } from '../eval/run.js';
 import { scoreEval } from '../eval/score.js';
 import { dedupe, type IndexEntry, TrajectoryIndex, type TrajSummary } from '../eval/trajfile.js';
 import type { Heartbeat } from '../recipe/trainer.js';
-import { readJsonlTolerant } from '../util/jsonl.js';
 import { processGone } from '../util/lock.js';
 import { type TrajectoryView, viewTrajectory } from './turns.js';
 
@@ -28,11 +28,24 @@ function classify(dir: string): 'run' | 'eval' | null {
   return null;
 }
 
-/** Run and eval directories at or below root (3 levels), newest first. */
-export function scanDirs(root: string): DirEntry[] {
+const inside = (dir: string, root: string) => dir === root || dir.startsWith(root + sep);
+
+/**
+ * Run and eval directories at or below root (3 levels), newest first; and below each of `more` (e.g. `evals/`
+ * beside `runs/`) that root does not already hold, named with that directory's name first (`evals/aime24-…`).
+ */
+export function scanDirs(root: string, more: string[] = []): DirEntry[] {
   const base = resolve(root);
   if (!existsSync(base) || !statSync(base).isDirectory()) throw new Error(`--runs: not a directory: ${root}`);
   const out: DirEntry[] = [];
+  for (const m of more.map((x) => resolve(x)))
+    if (existsSync(m) && statSync(m).isDirectory() && !inside(m, base) && !inside(base, m))
+      scanInto(m, out, (dir) => `${basename(m)}/${relative(m, dir) || '.'}`);
+  scanInto(base, out, (dir) => relative(base, dir) || '.');
+  return out.sort((a, b) => b.updated - a.updated || a.name.localeCompare(b.name));
+}
+
+function scanInto(base: string, out: DirEntry[], nameOf: (dir: string) => string): void {
   const walk = (dir: string, depth: number) => {
     const kind = classify(dir);
     if (kind) {
@@ -46,7 +59,7 @@ export function scanDirs(root: string): DirEntry[] {
       ];
       out.push({
         kind,
-        name: relative(base, dir) || '.',
+        name: nameOf(dir),
         dir,
         updated: Math.max(...files.map((f) => mtime(join(dir, f)))),
       });
@@ -70,20 +83,35 @@ export function scanDirs(root: string): DirEntry[] {
     }
   };
   walk(base, 0);
-  return out.sort((a, b) => b.updated - a.updated || a.name.localeCompare(b.name));
 }
 
-const cache = new Map<string, { key: string; rows: unknown[] }>();
+const cache = new Map<string, { key: string; rows: unknown[]; bad: number[] }>();
 
-function readCached<T>(path: string): T[] {
-  if (!existsSync(path)) return [];
+/**
+ * A JSONL file's records, re-read when it changes. A line that is not JSON (a torn write, a hand edit) is
+ * skipped and its number kept, so one bad line costs that record, not the run's page or the run list.
+ */
+function readCached<T>(path: string): { rows: T[]; bad: number[] } {
+  if (!existsSync(path)) return { rows: [], bad: [] };
   const s = statSync(path);
   const key = `${s.size}:${s.mtimeMs}`;
   const hit = cache.get(path);
-  if (hit && hit.key === key) return hit.rows as T[];
-  const rows = readJsonlTolerant<T>(path);
-  cache.set(path, { key, rows });
-  return rows;
+  if (hit && hit.key === key) return hit as { rows: T[]; bad: number[] };
+  const rows: T[] = [];
+  const bad: number[] = [];
+  readFileSync(path, 'utf8')
+    .split('\n')
+    .forEach((line, i) => {
+      if (line.trim() === '') return;
+      try {
+        rows.push(JSON.parse(line) as T);
+      } catch {
+        bad.push(i + 1);
+      }
+    });
+  const got = { key, rows, bad };
+  cache.set(path, got);
+  return got;
 }
 
 function readJson(path: string): unknown {
@@ -130,15 +158,55 @@ export function trajectoryFiles(e: DirEntry): string[] {
 }
 
 export function runData(e: DirEntry) {
+  const metrics = readCached<Record<string, unknown>>(join(e.dir, 'metrics.jsonl'));
+  const evals = readCached<Record<string, unknown>>(join(e.dir, 'evals.jsonl'));
+  const skipped = [
+    ...metrics.bad.map((n) => `metrics.jsonl:${n}`),
+    ...evals.bad.map((n) => `evals.jsonl:${n}`),
+  ];
   return {
     kind: e.kind,
     name: e.name,
     config: readJson(join(e.dir, 'config.json')),
     state: readJson(join(e.dir, 'state.json')),
-    metrics: readCached<Record<string, unknown>>(join(e.dir, 'metrics.jsonl')),
-    evals: readCached<Record<string, unknown>>(join(e.dir, 'evals.jsonl')),
+    metrics: metrics.rows,
+    evals: evals.rows,
+    /** lines that are not JSON, left out */
+    skipped,
     trajectoryFiles: trajectoryFiles(e),
   };
+}
+
+const questions = new Map<string, { key: string; byId: Promise<Map<string, string>> }>();
+
+/** id -> question of a problem file, re-read when it changes (a run's stage pool, an eval's data file). */
+function questionsOf(path: string, read: () => Promise<{ id: string; question: string }[]>) {
+  const key = `${mtime(path)}`;
+  const hit = questions.get(path);
+  if (hit && hit.key === key) return hit.byId;
+  const byId = read()
+    .then((ps) => new Map(ps.map((p) => [p.id, p.question])))
+    .catch(() => new Map<string, string>());
+  questions.set(path, { key, byId });
+  return byId;
+}
+
+/**
+ * The problem a trajectory answers, which its record does not carry: from the run's prompt pool of the file's
+ * stage (`pool-<stage>.json`) or the eval's data file; null where neither has it.
+ */
+export async function problemOf(e: DirEntry, file: string, promptId: string): Promise<string | null> {
+  if (e.kind === 'run') {
+    const stage = /^trajectories\/(.+)-step-\d+\.jsonl$/.exec(file)?.[1];
+    const pool = stage ? join(e.dir, `pool-${stage}.json`) : '';
+    if (!pool || !existsSync(pool)) return null;
+    const byId = await questionsOf(pool, async () => JSON.parse(readFileSync(pool, 'utf8')));
+    return byId.get(promptId) ?? null;
+  }
+  const data = (readJson(join(e.dir, 'config.json')) as { dataFile?: string } | null)?.dataFile;
+  if (!data || !existsSync(data)) return null;
+  const byId = await questionsOf(data, () => loadProblems(data));
+  return byId.get(promptId) ?? null;
 }
 
 export function evalData(e: DirEntry) {

@@ -17,6 +17,7 @@ import {
   getTrajectory,
   listTrajectories,
   NotFound,
+  problemOf,
   type RunStatus,
   runData,
   runStatus,
@@ -77,6 +78,8 @@ export interface DashboardOptions {
   /** Required on every route but the static files, as a bearer header or `?token=` (the page passes
    * its own `?token=` on to the API). */
   token?: string;
+  /** More directories to list, outside root: `rstar2 eval` writes to evals/ while runs go to runs/. */
+  more?: string[];
 }
 
 export interface Dashboard {
@@ -90,18 +93,23 @@ function send(res: ServerResponse, status: number, type: string, body: string | 
   res.end(body);
 }
 
-function entries(root: string) {
-  return scanDirs(root).map((e) => {
+function entries(root: string, more: string[]) {
+  return scanDirs(root, more).map((e) => {
     let sub = '';
     let status: RunStatus | undefined;
-    if (e.kind === 'run') {
-      const d = runData(e);
-      const s = runStatus(e.dir);
-      status = s?.status;
-      sub = `${d.metrics.length} steps${s && s.status !== 'done' ? ` · ${s.note}` : ''}`;
-    } else {
-      const r = evalData(e).report as { avgAtK?: number; k?: number } | null;
-      if (r?.avgAtK !== undefined) sub = `avg@${r.k} ${(100 * r.avgAtK).toFixed(1)}%`;
+    // one directory that cannot be read is listed as such, not a failed list
+    try {
+      if (e.kind === 'run') {
+        const d = runData(e);
+        const s = runStatus(e.dir);
+        status = s?.status;
+        sub = `${d.metrics.length} steps${s && s.status !== 'done' ? ` · ${s.note}` : ''}`;
+      } else {
+        const r = evalData(e).report as { avgAtK?: number; k?: number } | null;
+        if (r?.avgAtK !== undefined) sub = `avg@${r.k} ${(100 * r.avgAtK).toFixed(1)}%`;
+      }
+    } catch (err) {
+      sub = `unreadable: ${(err as Error).message}`;
     }
     return { kind: e.kind, name: e.name, sub, ...(status ? { status } : {}) };
   });
@@ -109,7 +117,14 @@ function entries(root: string) {
 
 type Guard = (req: IncomingMessage, url: URL) => Refusal | null;
 
-function handle(root: string, pollMs: number, guard: Guard, req: IncomingMessage, res: ServerResponse) {
+async function handle(
+  root: string,
+  more: string[],
+  pollMs: number,
+  guard: Guard,
+  req: IncomingMessage,
+  res: ServerResponse,
+) {
   const url = requestTarget(req.url ?? '/');
   if (!url) return send(res, 400, 'text/plain; charset=utf-8', 'bad request target');
   const refusal = guard(req, url);
@@ -118,7 +133,7 @@ function handle(root: string, pollMs: number, guard: Guard, req: IncomingMessage
   const find = (): DirEntry => {
     const name = q.get('name');
     const kind = q.get('kind') ?? url.pathname.slice('/api/'.length);
-    const e = scanDirs(root).find(
+    const e = scanDirs(root, more).find(
       (x) => x.name === name && (kind === x.kind || !['run', 'eval'].includes(kind)),
     );
     if (!e) throw new NotFound(`no ${kind} directory named '${name}' under ${root}`);
@@ -142,7 +157,7 @@ function handle(root: string, pollMs: number, guard: Guard, req: IncomingMessage
         res.writeHead(204).end();
         return;
       case '/api/list':
-        return json({ root, entries: entries(root) });
+        return json({ root, entries: entries(root, more) });
       case '/api/run':
         return json(runData(find()));
       case '/api/eval':
@@ -154,8 +169,12 @@ function handle(root: string, pollMs: number, guard: Guard, req: IncomingMessage
           listTrajectories(find(), q.get('file') ?? '', filter, int('offset', 0), int('limit', 200)),
         );
       }
-      case '/api/trajectory':
-        return json(getTrajectory(find(), q.get('file') ?? '', q.get('id') ?? ''));
+      case '/api/trajectory': {
+        const e = find();
+        const file = q.get('file') ?? '';
+        const t = getTrajectory(e, file, q.get('id') ?? '');
+        return json({ ...t, problem: await problemOf(e, file, t.promptId) });
+      }
       default:
         return send(res, 404, 'text/plain', `not found: ${url.pathname}`);
     }
@@ -171,12 +190,14 @@ export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
   const root = resolve(o.root);
   const host = o.host ?? '127.0.0.1';
   checkBind(host, o.token, 'dashboard');
-  scanDirs(root); // fail early on a bad --runs
+  const more = o.more ?? [];
+  scanDirs(root, more); // fail early on a bad --runs
   // The static files are the public app code, and the page's <script>/<link> cannot carry a token.
   const open = (p: string) => p.startsWith('/static/') || p === '/favicon.ico';
   const guard = httpGuard({ host, token: o.token, open, queryToken: true });
-  const server = createServer({ requestTimeout: 30_000, headersTimeout: 10_000 }, (req, res) =>
-    handle(root, o.pollMs ?? 2000, guard, req, res),
+  const server = createServer(
+    { requestTimeout: 30_000, headersTimeout: 10_000 },
+    (req, res) => void handle(root, more, o.pollMs ?? 2000, guard, req, res),
   );
   await new Promise<void>((ok, fail) => {
     server.once('error', fail);

@@ -112,9 +112,22 @@ function chartOptions(rec, spec) {
   const range = (_u, lo, hi) => {
     if (lo == null || hi == null) return [0, 1];
     if (opts.zero || opts.stacked) [lo, hi] = [Math.min(0, lo), Math.max(0, hi)];
-    // a flat series gets a band around it (uPlot's own range for all zeros is 0..100)
-    const pad = Math.abs(lo) * 0.1 || 1;
-    return lo === hi ? [lo - pad, hi + pad] : uPlot.rangeNum(lo, hi, 0.1, true);
+    // a flat series gets a band around it; one flat at 0 (a tool-error ratio that stays 0) gets 0..1, not a
+    // band below 0 (uPlot's own range for all zeros is 0..100)
+    if (lo === hi) return lo === 0 ? [0, 1] : [lo - Math.abs(lo) * 0.1, hi + Math.abs(lo) * 0.1];
+    let [a, b] = uPlot.rangeNum(lo, hi, 0.1, true);
+    // the padding does not take a quantity below 0, or a share above 100 %, that never goes there
+    if (lo >= 0) a = Math.max(a, 0);
+    if (opts.percent && hi <= 1) b = Math.min(b, 1);
+    return [a, b];
+  };
+  // the y axis as wide as its longest label, so "-0.050" or "-100%" keeps its sign (a fixed 50 px cut it off)
+  const ySize = (u, values, i, cycle) => {
+    const axis = u.axes[i];
+    if (cycle > 1) return axis._size;
+    const longest = (values ?? []).reduce((a, v) => (String(v).length > a.length ? String(v) : a), '');
+    u.ctx.font = axis.font[0];
+    return Math.ceil(axis.ticks.size + axis.gap + u.ctx.measureText(longest).width / uPlot.pxRatio) + 6;
   };
   return {
     width: rec.plot.clientWidth,
@@ -123,7 +136,10 @@ function chartOptions(rec, spec) {
     cursor: { sync: { key: 'steps', scales: ['x', null] } },
     axes: [
       { incrs: STEP_INCRS },
-      opts.percent ? { values: (_u, ys) => ys.map((y) => `${+(100 * y).toFixed(4)}%`) } : {},
+      {
+        size: ySize,
+        ...(opts.percent ? { values: (_u, ys) => ys.map((y) => `${+(100 * y).toFixed(4)}%`) } : {}),
+      },
     ],
     series: [
       { label: 'step', value: (_u, x) => fmt(x, 0) },
@@ -301,8 +317,11 @@ function renderRun(d) {
   const heldPts = d.evals
     .filter((e) => seg && (e.stage ?? seg.name) === seg.name && typeof e.accuracy === 'number')
     .map((e, i) => [typeof e.step === 'number' ? e.step : i, e.accuracy]);
+  const skipped = d.skipped?.length
+    ? ` · ${esc(d.skipped.length)} unreadable line(s) left out: ${esc(d.skipped.slice(0, 3).join(', '))}`
+    : '';
   $('#run-title').innerHTML =
-    `${esc(d.name)} <span class="sub">${esc(d.metrics.length)} steps${d.state?.step != null ? ` · last checkpoint ${esc(d.state.stage ?? '')} step ${esc(d.state.step)}` : ''}</span>`;
+    `${esc(d.name)} <span class="sub">${esc(d.metrics.length)} steps${d.state?.step != null ? ` · last checkpoint ${esc(d.state.stage ?? '')} step ${esc(d.state.step)}` : ''}${skipped}</span>`;
   // the trainer's health warnings (recipe/health.ts), newest last, across every stage
   const warnings = d.metrics.flatMap((r) =>
     Array.isArray(r.health) ? r.health.map((w) => ({ stage: r.stage, step: r.step, ...w })) : [],
@@ -583,8 +602,10 @@ async function loadTraj() {
   const total = t.trainedTokens + t.maskedTokens;
   const head = `<div class="traj-head"><b>${esc(t.id)}</b>${verdict(t)}<span class="badge muted">${esc(t.finish)}</span>${t.reward != null ? `<span>reward ${fmt(t.reward)}</span>` : ''}${t.advantage != null ? `<span>advantage ${fmt(t.advantage)}</span>` : ''}${t.kept != null ? `<span>${t.kept ? 'kept by RoC' : 'dropped by RoC'}</span>` : ''}<span>${esc(t.numToolCalls)} tool calls, ${esc(t.numToolErrors)} errors</span><span>${fmt(t.ms / 1000, 1)} s</span></div>`;
   const mask = `${maskBar(t.maskRuns, total)}<div class="masklegend"><i class="sw" style="background:var(--trained)"></i>trained (mask 1): ${esc(t.trainedTokens)} tokens<i class="sw" style="background:var(--masked)"></i>masked tool observation (mask 0): ${esc(t.maskedTokens)} tokens</div>`;
+  // the problem first: a trajectory record does not carry it, the server finds it in the run's pool or eval data
+  const problem = `<div class="block problem"><label>Problem · ${esc(t.promptId)}</label><pre>${esc(t.problem ?? '(not found in the run or eval data)')}</pre></div>`;
   const turns = t.turns
-    .map((u) => {
+    .map((u, i) => {
       const calls = u.toolCalls
         .map(
           (c) =>
@@ -600,13 +621,15 @@ async function loadTraj() {
       const reasoning = u.reasoning
         ? `<div class="block reasoning"><label>Reasoning · ${esc(u.genTokens)} trained tokens</label><pre>${esc(u.reasoning)}</pre></div>`
         : '';
-      return `<div class="turn" data-turn="${esc(u.turn)}"><div class="turn-h">Turn ${esc(u.turn + 1)}${u.finishReason ? ` · finish: ${esc(u.finishReason)}` : ''}</div>${reasoning}${calls}${results}</div>`;
+      // numbered from 1 in order: the agent loop counts its turns from 1, older records from 0
+      return `<div class="turn" data-turn="${esc(u.turn)}"><div class="turn-h">Turn ${esc(i + 1)}${u.finishReason ? ` · finish: ${esc(u.finishReason)}` : ''}</div>${reasoning}${calls}${results}</div>`;
     })
     .join('');
   const answer = `<div class="block answer ${t.correct ? '' : 'wrong'}"><label>Answer</label><pre>${esc(t.answer ?? '(no <answer> block)')}</pre><div>extracted: <b>${esc(t.extracted ?? '–')}</b> · gold: <b>${esc(t.gold ?? '–')}</b></div></div>`;
   $('#traj-detail').innerHTML =
     head +
     mask +
+    problem +
     turns +
     answer +
     (t.error ? `<div class="block result err"><label>Error</label><pre>${esc(t.error)}</pre></div>` : '');
