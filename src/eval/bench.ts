@@ -22,6 +22,11 @@ export function listBenchmarks(): string[] {
   return [...names].sort();
 }
 
+/** The other names a benchmark answers to (`hmmt25` for hmmt_feb25). */
+export function benchAliases(name: string): string[] {
+  return Object.keys(ALIASES).filter((a) => ALIASES[a] === name);
+}
+
 export function resolveBench(name: string): string {
   const file = `${ALIASES[name] ?? name}.jsonl`;
   for (const d of benchDirs()) if (existsSync(join(d, file))) return join(d, file);

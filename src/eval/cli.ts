@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { basename, dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { deprecatedAliases, float, positiveInt, seed } from '../cli/options.js';
@@ -107,9 +108,12 @@ export function registerEvalCommands(program: Command): void {
     .option('--list-benchmarks', 'print the named benchmarks found and exit');
   deprecatedAliases(evalCmd, { '--k <k>': '--samples', '--max-tokens <n>': '--max-response-tokens' });
   evalCmd.action(async (o) => {
-    const { listBenchmarks, resolveBench } = await import('./bench.js');
+    const { benchAliases, listBenchmarks, resolveBench } = await import('./bench.js');
     if (o.listBenchmarks) {
-      for (const b of listBenchmarks()) console.log(`${b}\t${resolveBench(b)}`);
+      for (const b of listBenchmarks()) {
+        const also = benchAliases(b);
+        console.log(`${b}\t${resolveBench(b)}${also.length ? `\t(also --bench ${also.join(', ')})` : ''}`);
+      }
       return;
     }
     if (Boolean(o.bench) === Boolean(o.data))
@@ -142,6 +146,9 @@ export function registerEvalCommands(program: Command): void {
     if (o.rewardModule) await loadRewardModule(resolve(o.rewardModule)); // a bad module fails here, not per sample
     const verifier = openVerifier(verifyProfile);
     const ac = new AbortController();
+    // one signal spans every sample in flight, and each listens on it (engine and worker): --concurrency of them
+    // are no leak, which Node's warning at 11 took them for
+    setMaxListeners(4 * o.concurrency + 10, ac.signal);
     const onSig = () => ac.abort();
     process.once('SIGINT', onSig);
     try {

@@ -750,6 +750,13 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
 
 /** What a recipe needs before it can train (or dry-run), beyond its schema; `--print-config` shows it anyway. */
 export function checkRunnable(recipe: Recipe): void {
+  const dir = recipe.model.path;
+  if (dir && !existsSync(join(dir, 'config.json')))
+    throw new Error(
+      `model.path ${dir}: ${existsSync(dir) ? 'no config.json there' : 'no such directory'}; model.path is a local ` +
+        'Hugging Face model directory (config.json, safetensors, tokenizer.json): a hub id such as Qwen/Qwen3-0.6B is ' +
+        'not downloaded, fetch it first (huggingface-cli download Qwen/Qwen3-0.6B --local-dir DIR) and give DIR',
+    );
   if (recipe.model.requirePath && !recipe.model.path)
     throw new Error(
       `recipe ${recipe.name} trains a real base model: give one with --set model.path=DIR (a Hugging Face ` +

@@ -201,3 +201,31 @@ test('--fork with --dry-run writes nothing, so the real command that follows is 
     ['sft:1', 'sft:2', 'sft:3', 'sft:4', 'rl:1'],
   );
 });
+
+test("paper.yaml's header example parses as written and fills every stage with data", () => {
+  const header = readFileSync(join(import.meta.dirname, '../../data/recipes/paper.yaml'), 'utf8');
+  const line = /^#\s+(rstar2 train --recipe paper .*)$/m.exec(header)?.[1];
+  assert.ok(line, 'the header gives a command');
+  const sets = [...line.matchAll(/--set '?([^' ]+)'?/g)].map((m) => m[1]);
+  assert.ok(sets.includes('model.path=DIR'));
+  const r = loadRecipe('paper', { set: sets });
+  assert.ok(r.stages.every((s) => s.data.files?.length));
+  assert.doesNotMatch(header, /\.\.\/shared|\.\.\/\.\.\//, 'it cites nothing outside the repository');
+});
+
+test('a hub id as model.path is refused saying it is not downloaded', () => {
+  const r = rstar2([
+    'train',
+    '--recipe',
+    'paper',
+    '--set',
+    'model.path=Qwen/Qwen3-0.6B',
+    ...data.flatMap((s) => ['--set', s]),
+    '--dry-run',
+  ]);
+  assert.notEqual(r.status, 0);
+  assert.match(
+    r.stderr,
+    /model\.path Qwen\/Qwen3-0\.6B: no such directory; .*a hub id such as Qwen\/Qwen3-0\.6B is not downloaded/,
+  );
+});
