@@ -5,6 +5,12 @@ import { type Layout, type Problem, problemFromRow, type RowOptions } from './pr
 
 export interface LoadOptions extends RowOptions {
   limit?: number; // read only the first `limit` rows (across files, in file order)
+  /**
+   * Rows whose key an earlier row had are not kept (counted in `onRepeat`): a filter that keeps the first of
+   * each key, applied while reading so a dataset of 100 copies of each problem (DAPO-Math-17k) is never held.
+   */
+  repeatKey?: (p: Problem) => string;
+  onRepeat?: () => void;
 }
 
 // Turns rows into problems, checking ids across all files: a repeated row (same id, same question) is a
@@ -13,6 +19,7 @@ class Collector {
   readonly problems: Problem[] = [];
   readonly layouts: Partial<Record<Layout, number>> = {};
   private readonly ids = new Map<string, { where: string; question: string }>();
+  private readonly keys = new Set<string>();
 
   constructor(private readonly opts: LoadOptions) {
     const n = opts.limit;
@@ -26,6 +33,11 @@ class Collector {
 
   add({ row, where, index }: SourceRow): void {
     const { problem, layout } = problemFromRow(row, where, index, this.opts);
+    if (this.opts.repeatKey) {
+      const k = this.opts.repeatKey(problem);
+      if (this.keys.has(k)) return this.opts.onRepeat?.();
+      this.keys.add(k);
+    }
     const first = this.ids.get(problem.id);
     if (first && first.question !== problem.question) {
       throw new Error(

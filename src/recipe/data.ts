@@ -3,9 +3,11 @@ import {
   dedupeQuestions,
   type FilterResult,
   integerAnswers,
+  isIntegerAnswer,
   loadChatExamples,
   loadProblems,
   maxPromptTokens,
+  normaliseQuestion,
   type Problem,
 } from '../data/index.js';
 import type { Rng } from '../util/rng.js';
@@ -20,13 +22,30 @@ type FileSection = Pick<Recipe['eval'], 'files' | 'layout' | 'map' | 'limit'> & 
 export type FromEntry = { entry?: number };
 const entryOf = (it: object) => (it as FromEntry).entry ?? 0;
 
-/** Problems from a section's files, in order, each with a gold answer, at most `limit` rows in all. */
-export async function sectionProblems(d: FileSection): Promise<(Problem & FromEntry)[]> {
+/**
+ * Problems from a section's files, in order, each with a gold answer, at most `limit` rows in all. With `repeats`,
+ * a stage's `dedupe` is applied while reading, so repeated rows are never held: the first of each question is kept
+ * (among integer answers alone with integerOnly, so the filters that follow keep what they kept before), and each
+ * one dropped is counted in `repeats.dropped`.
+ */
+export async function sectionProblems(
+  d: FileSection & { dedupe?: boolean; integerOnly?: boolean },
+  repeats?: { dropped: number },
+): Promise<(Problem & FromEntry)[]> {
   const out: (Problem & FromEntry)[] = [];
+  const early = repeats && d.dedupe;
+  const repeatKey = (p: Problem) =>
+    `${d.integerOnly ? (isIntegerAnswer(p.answer) ? 'i' : 'o') : ''}${normaliseQuestion(p.question)}`;
   for (const [i, f] of (d.files ?? []).entries()) {
     const left = d.limit === null ? undefined : d.limit - out.length;
     if (left === 0) break;
-    const ps = await loadProblems(f, { layout: d.layout, map: d.map, requireAnswer: true, limit: left });
+    const ps = await loadProblems(f, {
+      layout: d.layout,
+      map: d.map,
+      requireAnswer: true,
+      limit: left,
+      ...(early ? { repeatKey, onRepeat: () => repeats.dropped++ } : {}),
+    });
     out.push(...(d.weights ? ps.map((p) => ({ ...p, entry: i })) : ps));
   }
   return out;

@@ -732,8 +732,9 @@ export class Trainer {
     const path = join(this.runDir, `pool-${stage.name}.json`);
     if (existsSync(path)) return JSON.parse(readFileSync(path, 'utf8')) as Problem[];
     const d = stage.data;
+    const repeats = { dropped: 0 };
     let pool: Problem[] = d.files
-      ? await sectionProblems(d)
+      ? await sectionProblems(d, repeats)
       : await this.generatedProblems(stage.name, {
           seed: seedFor(d.seed, stage.name),
           n: d.filter === 'all' ? 2000 : d.filterPool,
@@ -741,6 +742,8 @@ export class Trainer {
           levels: d.levels,
           kinds: d.kinds,
         });
+    if (repeats.dropped > 0)
+      this.log(`[${stage.name}] dropped ${repeats.dropped} problems while reading: duplicate question`);
     const count = this.backend.promptTokens?.bind(this.backend) ?? ((q: string) => q.length);
     pool = rowFilters(pool, d, count, (r) => this.filtered(stage.name, r));
     if (pool.length === 0) throw new Error(`stage ${stage.name}: no problems left after the data filters`);

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -205,4 +205,29 @@ test('rollout top-p: the stage topP reaches its rollouts, eval.topP the held-out
   const plain = recipe({ files }).stages[0];
   assert.equal(plain.type === 'rl' ? plain.topP : null, 1);
   assert.throws(() => recipe({ files }, { topP: 0 }), /eval\.topP/);
+});
+
+test('repeated rows are dropped while reading, keeping what integerOnly then dedupe kept', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-repeats-'));
+  const file = join(dir, 'repeated.jsonl');
+  // 100 copies of each of 20 problems (as DAPO-Math-17k ships), then one question whose first row is no integer
+  const rows = Array.from({ length: 2000 }, (_, i) => ({
+    id: `r${i}`,
+    problem: `What is ${i % 20} + 1?`,
+    answer: String((i % 20) + 1),
+  }));
+  rows.push(
+    { id: 'odd-a', problem: 'Half of one?', answer: '1/2' },
+    { id: 'odd-b', problem: 'half of ONE?', answer: '0' },
+  );
+  writeFileSync(file, rows.map((r) => JSON.stringify(r)).join('\n'));
+  const lines: string[] = [];
+  const r = recipe({ files: [file], integerOnly: true });
+  await new Trainer(r, dir, new ParityPolicy(), { ...quiet, log: (l) => lines.push(l) }).run();
+  const pool = JSON.parse(readFileSync(join(dir, 'pool-rl.json'), 'utf8')) as Problem[];
+  assert.deepEqual(
+    pool.map((p) => p.id),
+    [...Array.from({ length: 20 }, (_, i) => `r${i}`), 'odd-b'],
+  );
+  assert.ok(lines.includes('[rl] dropped 1980 problems while reading: duplicate question'), lines.join('\n'));
 });
