@@ -35,7 +35,10 @@ class Collector {
     const { problem, layout } = problemFromRow(row, where, index, this.opts);
     if (this.opts.repeatKey) {
       const k = this.opts.repeatKey(problem);
-      if (this.keys.has(k)) return this.opts.onRepeat?.();
+      if (this.keys.has(k)) {
+        this.opts.onRepeat?.();
+        return;
+      }
       this.keys.add(k);
     }
     const first = this.ids.get(problem.id);
