@@ -1,7 +1,7 @@
 import { closeSync, openSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { isParquet, readRows, resolveFiles } from './files.js';
 
-// `rstrar2 data convert`: JSONL <-> Parquet, a row at a time, so a dataset moves between the two formats verl and
+// `rstar2 data convert`: JSONL <-> Parquet, a row at a time, so a dataset moves between the two formats verl and
 // rstar2 read without pyarrow (Debian 12 packages none). Parquet is written by hyparquet-writer (Snappy).
 
 type Kind = 'string' | 'integer' | 'number' | 'boolean' | 'list' | 'struct';

@@ -2,7 +2,7 @@ import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFi
 import { basename, dirname, join, resolve } from 'node:path';
 import { TEMPLATE_NAMES, TEMPLATES, type TemplateName } from '../tokenizer/templates.js';
 
-// `rstrar2 export`: a checkpoint as a model directory to serve or publish: the weights, their config and the
+// `rstar2 export`: a checkpoint as a model directory to serve or publish: the weights, their config and the
 // tokenizer, without the optimizer and trainer state, and with the chat template the run trained with in
 // tokenizer_config.json (a checkpoint keeps the base model's, so vLLM's chat endpoint prompted it differently).
 
