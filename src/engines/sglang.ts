@@ -49,6 +49,7 @@ export class SGLangEngine implements WeightSyncEngine {
   private page?: number; // tokens per KV page (page_size), read with the capacity
   private readonly cap: ContextCap;
   private info?: Promise<Record<string, unknown>>;
+  private noLoads = false; // /v1/loads answered 404 (before 0.5.8): /get_load from then on
   private readonly notes: string[] = [];
   private readonly log: (line: string) => void;
   private seedWarned = false;
@@ -64,9 +65,10 @@ export class SGLangEngine implements WeightSyncEngine {
   }
 
   /**
-   * The server's arguments and scheduler info, read once: /server_info (SGLang's 2026 main, where
-   * /get_server_info is deprecated), else /get_server_info (0.5.x). The version is checked here, so a server older
-   * than rstar2 supports fails its first use with why; a read that fails is tried again on the next use.
+   * The server's arguments and scheduler info, with `version` and `enable_deterministic_inference` at its top
+   * level, read once: /server_info (0.5.6 on; /get_server_info is deprecated from then), else /get_server_info.
+   * The version is checked here, so a server older than rstar2 supports fails its first use with why; a read that
+   * fails is tried again on the next use.
    */
   serverInfo(): Promise<Record<string, unknown>> {
     this.info ??= (async () => {
@@ -155,20 +157,24 @@ export class SGLangEngine implements WeightSyncEngine {
       }
     }
     const load: EngineLoad = { capacityTokens: this.capacity, blockTokens: this.page };
-    try {
-      const r = await this.http.json<{ loads?: Record<string, number>[] }>('GET', '/v1/loads?include=core');
-      if (Array.isArray(r.loads) && r.loads.length > 0) {
-        load.usedTokens = sum(r.loads, 'num_used_tokens');
-        load.running = sum(r.loads, 'num_running_reqs');
-        load.queued = sum(r.loads, 'num_waiting_reqs');
-        return load;
+    // 0.5.8 on: /v1/loads, one entry per DP rank (/get_load is deprecated there)
+    if (!this.noLoads)
+      try {
+        const r = await this.http.json<{ loads?: Record<string, number>[] }>('GET', '/v1/loads?include=core');
+        if (Array.isArray(r.loads) && r.loads.length > 0) {
+          load.usedTokens = sum(r.loads, 'num_used_tokens');
+          load.running = sum(r.loads, 'num_running_reqs');
+          load.queued = sum(r.loads, 'num_waiting_reqs');
+          return load;
+        }
+      } catch (e) {
+        // an engine that does not answer must fail the poll, so the scheduler can move its trajectories
+        if (!(e instanceof HttpError && e.status === 404)) throw e;
+        this.noLoads = true;
       }
-    } catch (e) {
-      // an engine that does not answer must fail the poll, so the scheduler can move its trajectories
-      if (!(e instanceof HttpError && e.status === 404)) throw e;
-    }
-    // 0.5.x: /get_load is {load} (rank 0's tokens in use plus its waiting requests' input tokens,
-    // tokenizer_manager.get_load); older builds a list per DP rank of {num_reqs, num_waiting_reqs, num_tokens}
+    // /get_load: from 0.5.3rc0 a list with a row per DP rank, {dp_rank, num_reqs (running and waiting),
+    // num_waiting_reqs, num_tokens (KV tokens in use plus the waiting requests' input tokens)}; before it {load},
+    // rank 0's tokens alone (tokenizer_manager.get_load)
     let r: unknown;
     try {
       r = await this.http.json<unknown>('GET', '/get_load');

@@ -26,8 +26,9 @@ import { checkVersion } from './version.js';
 // choices[0].token_ids (return_token_ids, newer builds) or from "token_id:N" logprob tokens
 // (return_tokens_as_token_ids, older builds). Capacity comes from /metrics.
 
+// CompletionResponseChoice as vLLM's model_dump() writes it: fields not asked for are null
 interface VllmChoice {
-  token_ids?: number[];
+  token_ids?: number[] | null;
   finish_reason?: string | null;
   logprobs?: { tokens?: string[]; token_logprobs?: (number | null)[] } | null;
 }
@@ -41,8 +42,8 @@ export interface VllmOptions extends HttpOptions {
 /** How vLLM must be started for broadcast sync (python/rstar2_worker/vllm_ext.py on its PYTHONPATH). */
 export const VLLM_EXTENSION = 'rstar2_worker.vllm_ext.WeightSyncExtension';
 
-/** vLLM's SamplingParams refuse a temperature above 2 with HTTP 400, as OpenAI's API does (PR 44965, 2026);
- *  held on every version, since a run that passes on an older server would fail on a current one. */
+/** vLLM's SamplingParams refuse a temperature above 2 with HTTP 400, as OpenAI's API does (PR 44965, first in
+ *  v0.24.0); held on every version, since a run that passes on an older server would fail on a current one. */
 export const VLLM_MAX_TEMPERATURE = 2;
 
 /** --logprobs-mode values whose numbers are the sampled distribution's logprobs at any temperature. */
@@ -50,8 +51,11 @@ const PROCESSED = 'processed_logprobs';
 
 interface VllmInfo {
   version?: string;
-  /** vllm_config as /server_info?config_format=json gives it (dev mode only); undefined without dev mode */
+  /** vllm_config as /server_info?config_format=json gives it (dev mode only, v0.11.0 on); undefined otherwise */
   config?: { model_config?: { dtype?: unknown; logprobs_mode?: unknown } };
+  /** str(VllmConfig), what /server_info gives before v0.11.0 (it takes no config_format): it names the dtype
+   *  ('dtype=torch.bfloat16') but not the logprobs mode */
+  text?: string;
 }
 
 export class VllmEngine implements WeightSyncEngine {
@@ -92,9 +96,12 @@ export class VllmEngine implements WeightSyncEngine {
         this.log(`warning: ${note}`);
       }
       const s = await getIfServed<{ vllm_config?: unknown }>(this.http, '/server_info?config_format=json');
-      const config =
-        s && typeof s.vllm_config === 'object' ? (s.vllm_config as VllmInfo['config']) : undefined;
-      return { ...(v?.version ? { version: v.version } : {}), ...(config ? { config } : {}) };
+      const c = s?.vllm_config;
+      return {
+        ...(v?.version ? { version: v.version } : {}),
+        ...(c && typeof c === 'object' ? { config: c as VllmInfo['config'] } : {}),
+        ...(typeof c === 'string' ? { text: c } : {}),
+      };
     })().catch((e) => {
       if (e instanceof HttpError) this.info = undefined;
       throw e;
@@ -271,7 +278,12 @@ export class VllmEngine implements WeightSyncEngine {
     const m = info.config?.model_config;
     const notes = [...this.notes];
     const mode = typeof m?.logprobs_mode === 'string' ? m.logprobs_mode : undefined;
-    if (!info.config)
+    if (info.text !== undefined)
+      notes.push(
+        `${this.name}: its /server_info gives no config_format=json (vLLM before 0.11.0): its --logprobs-mode ` +
+          'cannot be read',
+      );
+    else if (!info.config)
       notes.push(
         `${this.name}: no /server_info (VLLM_SERVER_DEV_MODE=1 serves it): its --logprobs-mode cannot be read`,
       );
@@ -280,8 +292,9 @@ export class VllmEngine implements WeightSyncEngine {
         `${this.name}: --logprobs-mode ${mode}: its logprobs are not the sampled distribution's unless temperature ` +
           `is 1 and top-p/top-k are off (start it with --logprobs-mode ${PROCESSED})`,
       );
-    // the JSON dump writes a torch.dtype as its str(): 'torch.bfloat16'
-    const dtype = typeof m?.dtype === 'string' ? m.dtype.replace(/^torch\./, '') : undefined;
+    // the JSON dump writes a torch.dtype as its str(): 'torch.bfloat16'; the text form has 'dtype=torch.bfloat16'
+    const raw = typeof m?.dtype === 'string' ? m.dtype : /(?:^|, )dtype=([\w.]+)/.exec(info.text ?? '')?.[1];
+    const dtype = raw?.replace(/^torch\./, '');
     return {
       ...(info.version ? { version: info.version } : {}),
       ...(dtype ? { dtype } : {}),

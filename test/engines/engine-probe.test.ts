@@ -210,7 +210,7 @@ test('the probe first says what the server is and what a weight sync to it would
     assert.equal(s.code, 0, s.stderr);
     assert.match(
       s.stdout,
-      /^engine sglang:\S+: version 0\.5\.9, dtype not reported, logprobs after temperature, seeds ignored, KV pool 123456 tokens \(blocks of 16\)$/m,
+      /^engine sglang:\S+: version 0\.5\.12\.dev20260509\+g096ad02b0, dtype not reported, logprobs after temperature, seeds ignored, KV pool 123456 tokens \(blocks of 16\)$/m,
     );
     assert.match(
       s.stdout,

@@ -156,28 +156,47 @@ function generateBody(
     };
   }
   if (api === 'vllm') {
-    // nothing that was not asked for: token_ids only with return_token_ids, logprobs only with logprobs (an int),
-    // their tokens as token_id:N only with return_tokens_as_token_ids (else the decoded text)
+    // CompletionResponse as model_dump() writes it (server-specs.ts): nothing that was not asked for, every unasked
+    // field null: token_ids and prompt_token_ids only with return_token_ids, logprobs only with logprobs (an int),
+    // their tokens as token_id:N only with return_tokens_as_token_ids (else the decoded text); top_logprobs holds
+    // the sampled token and the `logprobs` best ones (logprobs 0: the sampled token alone)
+    const tokens = ids.map((i) => (body.return_tokens_as_token_ids ? `token_id:${i}` : `<${i}>`));
     const logprobs =
       typeof body.logprobs === 'number'
         ? {
-            tokens: ids.map((i) => (body.return_tokens_as_token_ids ? `token_id:${i}` : `<${i}>`)),
+            text_offset: tokens.map((_, i) => tokens.slice(0, i).join('').length),
             token_logprobs: lps,
-            top_logprobs: null,
-            text_offset: ids.map((_, i) => i),
+            tokens,
+            top_logprobs: tokens.map((t, i) => ({ [t]: lps[i] })),
           }
         : null;
+    const prompt = body.prompt as number[];
     return {
+      id: 'cmpl-fake',
+      object: 'text_completion',
+      created: 0,
+      model: body.model,
       choices: [
         {
           index: 0,
           text: 'abc',
-          ...(body.return_token_ids ? { token_ids: ids, prompt_token_ids: body.prompt } : {}),
-          finish_reason: mode === 'abort' ? 'abort' : cut ? 'length' : 'stop',
           logprobs,
+          finish_reason: mode === 'abort' ? 'abort' : cut ? 'length' : 'stop',
+          stop_reason: null,
+          token_ids: body.return_token_ids ? ids : null,
+          prompt_logprobs: null,
+          prompt_token_ids: body.return_token_ids ? prompt : null,
         },
       ],
-      ...(cached === undefined ? {} : { usage: { prompt_tokens_details: { cached_tokens: cached } } }),
+      service_tier: null,
+      system_fingerprint: null,
+      usage: {
+        prompt_tokens: prompt.length,
+        total_tokens: prompt.length + ids.length,
+        completion_tokens: ids.length,
+        prompt_tokens_details: cached === undefined ? null : { cached_tokens: cached },
+      },
+      kv_transfer_params: null,
     };
   }
   return {
@@ -301,13 +320,19 @@ export async function fakeServer(api: Api, spec?: ServerSpec): Promise<Fake> {
       };
       const route = path.split('?')[0];
       const sp = f.spec;
-      // routes another version serves and this one does not, as FastAPI answers them
+      // routes another version serves and this one does not, as each answers them: SGLang's HTTPException handler
+      // writes its ErrorResponse, vLLM leaves FastAPI's own
       const absent =
         (api === 'sglang' &&
-          ((['/server_info', '/get_server_info'].includes(route) && route !== sp.infoRoute) ||
-            (['/v1/loads', '/get_load'].includes(route) && route !== sp.loadRoute))) ||
+          ((['/server_info', '/get_server_info'].includes(route) &&
+            !(sp.infoRoutes ?? []).includes(route as '/server_info')) ||
+            (['/v1/loads', '/get_load'].includes(route) &&
+              !(sp.loadRoutes ?? []).includes(route as '/get_load')))) ||
         (api === 'vllm' && !f.devMode && (sp.devRoutes ?? []).includes(route));
-      if (absent) return json(404, { detail: 'Not Found' });
+      if (absent)
+        return api === 'sglang'
+          ? json(404, { object: 'error', message: 'Not Found', type: '404', param: null, code: 404 })
+          : json(404, { detail: 'Not Found' });
       if (path === GEN_PATH[api] && api === 'sglang') {
         // SamplingParams(**sampling_params): an unknown keyword is a TypeError, which /generate does not catch
         const unknown = Object.keys((body.sampling_params as object) ?? {}).filter(
@@ -374,13 +399,16 @@ export async function fakeServer(api: Api, spec?: ServerSpec): Promise<Fake> {
         return rank === 0 ? first : k - first;
       };
       const ranks = Array.from({ length: f.dp }, (_, r) => r);
-      if (api === 'sglang' && route === sp.infoRoute) {
+      if (api === 'sglang' && (sp.infoRoutes ?? []).includes(route as '/server_info')) {
         // as the DP controller answers: rank 0's pool, not the sum
         const maxReqLen = Math.min(f.context - 1, SGLANG_POOL / f.dp - 1);
         return json(200, {
           version: sp.version,
           dtype: f.dtypeArg,
-          enable_deterministic_inference: f.deterministic,
+          // a ServerArgs field from v0.5.3rc2, with sampling_seed
+          ...((sp.samplingKeys ?? []).includes('sampling_seed')
+            ? { enable_deterministic_inference: f.deterministic }
+            : {}),
           mem_fraction_static: 0.88,
           model_path: 'x',
           context_length: null, // the --context-length server arg, unset
@@ -408,19 +436,58 @@ export async function fakeServer(api: Api, spec?: ServerSpec): Promise<Fake> {
         return json(200, { object: 'list', data: [card, ...lora] });
       }
       if (api === 'sglang' && route === '/get_load') {
-        // 0.5.x (tokenizer_manager.get_load): rank 0's tokens in use, waiting requests' input tokens included
-        return json(200, { load: share(f.load.used, 0) });
+        const { used, running, waiting } = f.load;
+        // before 0.5.3rc0 (tokenizer_manager.get_load): {load} of rank 0 alone
+        if (sp.getLoad === 'load') return json(200, { load: share(used, 0) });
+        // 0.5.3rc0 to 0.5.10: a GetLoadReqOutput per DP rank, num_reqs counting the waiting ones too; main's shim
+        // over /v1/loads has the same rows with num_pending_tokens and ts_tic
+        return json(
+          200,
+          ranks.map((r) => {
+            const w = r === 0 ? waiting : 0;
+            const row = {
+              dp_rank: r,
+              num_reqs: share(running, r) + w,
+              num_waiting_reqs: w,
+              num_tokens: share(used, r),
+            };
+            return sp.getLoad === 'shim'
+              ? { ...row, num_pending_tokens: 0, ts_tic: 1.5 }
+              : { rid: null, ...row };
+          }),
+        );
       }
       if (api === 'sglang' && route === '/v1/loads') {
         const { used, running, waiting } = f.load;
+        // main (v1_loads.py, load_snapshot.py): with include=core, each rank's flat fields only
         return json(200, {
-          loads: ranks.map((r) => ({
-            dp_rank: r,
-            num_running_reqs: share(running, r),
-            num_waiting_reqs: r === 0 ? waiting : 0,
-            num_used_tokens: share(used, r),
-            max_total_num_tokens: SGLANG_POOL / f.dp,
-          })),
+          timestamp: '2026-08-16T00:00:00+00:00',
+          version: sp.version,
+          accelerator: 'NVIDIA H100 80GB HBM3',
+          num_accelerators: 1,
+          loads: ranks.map((r) => {
+            const w = r === 0 ? waiting : 0;
+            const tokens = share(used, r);
+            return {
+              timestamp: 1.5,
+              dp_rank: r,
+              num_running_reqs: share(running, r),
+              num_waiting_reqs: w,
+              num_waiting_uncached_tokens: 0,
+              num_used_tokens: tokens,
+              num_total_tokens: tokens,
+              num_active_tokens: tokens,
+              max_total_num_tokens: SGLANG_POOL / f.dp,
+              max_running_requests: 1024,
+              token_usage: tokens / (SGLANG_POOL / f.dp),
+              gen_throughput: 0,
+              cache_hit_rate: 0,
+              utilization: 0,
+              total_prefill_uncached_tokens: 0,
+              total_prefill_busy_us: 0,
+              decode_moments: null,
+            };
+          }),
         });
       }
       if (api === 'sglang' && path === '/update_weights_from_disk')
@@ -460,16 +527,22 @@ export async function fakeServer(api: Api, spec?: ServerSpec): Promise<Fake> {
       }
       if (api === 'vllm' && route === '/version') return json(200, { version: sp.version });
       if (api === 'vllm' && route === '/server_info') {
+        // the pydantic JSON dump (fallback=str writes a torch.dtype as 'torch.bfloat16'), or str(VllmConfig),
+        // which names the dtype and context but not the logprobs mode; before 0.11.0 only the text
         const model_config = {
+          model: 'tiny-model',
           dtype: `torch.${f.dtype}`,
           logprobs_mode: f.logprobsMode,
           max_model_len: f.context,
         };
-        const config = new URL(path, 'http://x').searchParams.get('config_format') === 'json';
+        const asJson =
+          sp.serverInfo !== 'text' && new URL(path, 'http://x').searchParams.get('config_format') === 'json';
+        const text =
+          `model='tiny-model', speculative_config=None, tokenizer='tiny-model', skip_tokenizer_init=False, ` +
+          `dtype=torch.${f.dtype}, max_seq_len=${f.context}, tensor_parallel_size=1, seed=0`;
         return json(200, {
-          vllm_config: config ? { model_config } : `model_config=${JSON.stringify(model_config)}`,
-          vllm_env: {},
-          system_env: {},
+          vllm_config: asJson ? { model_config } : text,
+          ...(sp.serverInfo === 'json+env' ? { vllm_env: {}, system_env: {} } : {}),
         });
       }
       if (api === 'vllm' && path === '/collective_rpc') {

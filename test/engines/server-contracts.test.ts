@@ -2,9 +2,10 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { SGLangEngine } from '../../src/engines/sglang.js';
 import { DEFAULT_SAMPLING, type SamplingParams } from '../../src/engines/types.js';
-import { VllmEngine } from '../../src/engines/vllm.js';
+import { checkVersion } from '../../src/engines/version.js';
+import { parseVllm, VllmEngine } from '../../src/engines/vllm.js';
 import { fakeServer, GEN_PATH, OUT } from './fake-servers.js';
-import { SGLANG_05, SGLANG_MAIN, SGLANG_OLD, VLLM_MAIN, VLLM_RELEASE } from './server-specs.js';
+import { SGLANG_05, SGLANG_MAIN, SGLANG_OLD, VLLM_0102, VLLM_MAIN, VLLM_RELEASE } from './server-specs.js';
 
 // The clients against fakes held to each server version's published contract (server-specs.ts): routes one
 // version has and another lacks, what each refuses, and what each says about itself (issue 40).
@@ -32,18 +33,21 @@ for (const spec of [SGLANG_MAIN, SGLANG_05]) {
         logprobs: [-0.1, -0.2, -0.3],
         finishReason: 'stop',
       });
-      const load = await e.load();
-      assert.equal(load.capacityTokens, 123456);
-      assert.equal(load.blockTokens, 16);
-      assert.equal(load.usedTokens, 1500);
-      // /get_load ({load}) carries the tokens in use only; /v1/loads the requests too
-      assert.deepEqual([load.running, load.queued], spec === SGLANG_MAIN ? [3, 1] : [undefined, undefined]);
+      for (const dp of [1, 2] as const) {
+        f.dp = dp;
+        const load = await e.load();
+        assert.equal(load.capacityTokens, 123456);
+        assert.equal(load.blockTokens, 16);
+        // 0.5.3's /get_load rows and main's /v1/loads both carry tokens, running and waiting requests per DP rank
+        assert.deepEqual([load.usedTokens, load.running, load.queued], [1500, 3, 1]);
+      }
       const r = await e.describe();
       assert.equal(r.version, spec.version);
       assert.equal(r.kv.capacityTokens, 123456);
-      // the route the other version has was asked at most once, never again
-      const other = spec.infoRoute === '/server_info' ? '/get_server_info' : '/server_info';
-      assert.ok(f.requests.filter((q) => q.path === other).length <= 1);
+      // main: its deprecated routes are never asked; 0.5.3: the routes it lacks are asked once, never again
+      const asked = (p: string) => f.requests.filter((q) => q.path === p).length;
+      if (spec === SGLANG_MAIN) assert.deepEqual([asked('/get_server_info'), asked('/get_load')], [0, 0]);
+      else assert.deepEqual([asked('/server_info'), asked('/v1/loads?include=core')], [1, 1]);
       assert.deepEqual(lines, []);
     } finally {
       await f.close();
@@ -84,10 +88,12 @@ test('SGLang older than 0.5.3 is refused at its first use, naming its version', 
     const e = new SGLangEngine(f.url, FAST);
     const r = await e.generate([1, 2, 3], { ...S, seed: 3 });
     assert.equal(r.finishReason, 'error');
-    assert.match(r.error ?? '', /sglang 0\.4\.9 is older than 0\.5\.3, the oldest rstar2 supports/);
+    assert.match(r.error ?? '', /sglang 0\.4\.8 is older than 0\.5\.3, the oldest rstar2 supports/);
     assert.equal(f.requests.filter((q) => q.path === GEN_PATH.sglang).length, 0);
-    await assert.rejects(e.describe(), /0\.4\.9 is older than 0\.5\.3/);
-    await assert.rejects(e.weightGroupRanks(), /0\.4\.9 is older than 0\.5\.3/);
+    await assert.rejects(e.describe(), /0\.4\.8 is older than 0\.5\.3/);
+    await assert.rejects(e.weightGroupRanks(), /0\.4\.8 is older than 0\.5\.3/);
+    // its /get_load is {load}, rank 0's tokens alone
+    assert.deepEqual(await (await fetch(`${f.url}/get_load`)).json(), { load: 1500 });
     // what that build does with what newer clients send: sampling_seed is an HTTP 500, plural names a 400
     const seeded = await post(`${f.url}/generate`, {
       input_ids: [1],
@@ -163,7 +169,8 @@ test('vLLM: the fake returns only what a request asked for, and the client asks 
     const bare = JSON.parse(
       (await post(`${f.url}/v1/completions`, { model: 'tiny-model', prompt: [1], max_tokens: 3 })).text,
     );
-    assert.equal(bare.choices[0].token_ids, undefined);
+    // model_dump(): what was not asked for is null, not absent
+    assert.deepEqual([bare.choices[0].token_ids, bare.choices[0].prompt_token_ids], [null, null]);
     assert.equal(bare.choices[0].logprobs, null);
     const text = JSON.parse(
       (
@@ -176,8 +183,19 @@ test('vLLM: the fake returns only what a request asked for, and the client asks 
       ).text,
     );
     assert.ok(!String(text.choices[0].logprobs.tokens[0]).startsWith('token_id:'));
+    // logprobs 0: each position's top_logprobs holds the sampled token alone
+    assert.deepEqual(text.choices[0].logprobs.top_logprobs[0], {
+      [text.choices[0].logprobs.tokens[0]]: -0.1,
+    });
     const e = new VllmEngine(f.url, FAST);
     assert.deepEqual((await e.generate([1, 2], S)).outputIds, OUT);
+    // ids from token_id:N logprob tokens where token_ids is null (a server that ignores return_token_ids)
+    const sent = f.requests.at(-1)?.body ?? {};
+    const noIds = JSON.parse(
+      (await post(`${f.url}/v1/completions`, { ...sent, return_token_ids: false })).text,
+    );
+    assert.equal(noIds.choices[0].token_ids, null);
+    assert.deepEqual(parseVllm(noIds.choices[0]).outputIds, OUT);
   } finally {
     await f.close();
   }
@@ -208,6 +226,38 @@ test('vLLM: version, dtype and --logprobs-mode read in dev mode; without it a no
   } finally {
     await f.close();
   }
+});
+
+test('vLLM 0.10.2: /server_info is text only, so the dtype is read from it and the logprobs mode is not', async () => {
+  const f = await fakeServer('vllm', VLLM_0102);
+  try {
+    const r = await new VllmEngine(f.url, FAST).describe();
+    assert.equal(r.version, '0.10.2');
+    assert.equal(r.dtype, 'bfloat16');
+    assert.equal(r.logprobsMode, undefined);
+    assert.ok(
+      r.notes.some((n) =>
+        /no config_format=json \(vLLM before 0\.11\.0\): its --logprobs-mode cannot be read/.test(n),
+      ),
+      r.notes.join('\n'),
+    );
+    assert.ok(!r.notes.some((n) => /VLLM_SERVER_DEV_MODE/.test(n)));
+  } finally {
+    await f.close();
+  }
+});
+
+test('versions as the builds write them: pre-releases of the minimum are older, untagged builds only noted', () => {
+  // SGLang v0.5.3rc0 and rc1 report '0.5.3rc0' and lack sampling_seed; PEP 440 puts any rc below the release
+  assert.throws(() => checkVersion('s', 'sglang', '0.5.3rc0'), /sglang 0\.5\.3rc0 is older than 0\.5\.3/);
+  assert.throws(() => checkVersion('v', 'vllm', '0.10.2rc1'), /vllm 0\.10\.2rc1 is older than 0\.10\.2/);
+  for (const v of ['0.5.3', '0.5.3.post1', SGLANG_MAIN.version, '0.5.10+cu130'])
+    assert.equal(checkVersion('s', 'sglang', v), undefined, v);
+  for (const v of ['0.10.2', VLLM_MAIN.version, '0.11.0+precompiled'])
+    assert.equal(checkVersion('v', 'vllm', v), undefined, v);
+  // SGLang from 0.5.7 reports '0.0.0.dev0' without git metadata: not a 0.0.0 to refuse
+  assert.match(checkVersion('s', 'sglang', '0.0.0.dev0') ?? '', /cannot tell what sglang '0\.0\.0\.dev0' is/);
+  assert.match(checkVersion('v', 'vllm', 'dev') ?? '', /cannot tell what vllm 'dev' is/);
 });
 
 test('vLLM older than 0.10.2 is refused, naming its version; a build without tags is only noted', async () => {

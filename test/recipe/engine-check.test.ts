@@ -87,7 +87,7 @@ test('SGLang: seeds it cannot honour are a warning; a build older than supported
     ]);
     await assert.rejects(
       checkEngines([new SGLangEngine(old.url, quiet)], rl(), () => {}),
-      new RegExp(`engine sglang:${old.url}: sglang:${old.url}: sglang 0\\.4\\.9 is older than 0\\.5\\.3`),
+      new RegExp(`engine sglang:${old.url}: sglang:${old.url}: sglang 0\\.4\\.8 is older than 0\\.5\\.3`),
     );
   } finally {
     await Promise.all([sg.close(), old.close()]);
@@ -116,11 +116,11 @@ test('--dry-run --engines: version, dtype, logprobs mode, seeds, KV pool and the
     const text = out.join('\n');
     assert.match(
       text,
-      /engine sglang:\S+: version 0\.5\.9, dtype not reported, logprobs after temperature, seeds honoured, KV pool 123456 tokens \(blocks of 16\)/,
+      /engine sglang:\S+: version 0\.5\.12\.dev20260509\+g096ad02b0, dtype not reported, logprobs after temperature, seeds honoured, KV pool 123456 tokens \(blocks of 16\)/,
     );
     assert.match(
       text,
-      /engine vllm:\S+: version 0\.24\.1\.dev45\+g1a2b3c4, dtype bfloat16, logprobs processed_logprobs, seeds honoured, temperature ≤ 2, KV pool 16000 tokens \(blocks of 16\)/,
+      /engine vllm:\S+: version 0\.25\.1\.dev169\+g2bd895762, dtype bfloat16, logprobs processed_logprobs, seeds honoured, temperature ≤ 2, KV pool 16000 tokens \(blocks of 16\)/,
     );
     // the tiny preset, cast to bfloat16, in calls of at most 1 MiB
     const m =
