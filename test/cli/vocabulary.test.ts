@@ -264,5 +264,7 @@ test('rstar2 train --resume RUN --recipe NAME: refused, the run’s own config.j
   writeFileSync(join(run, 'config.json'), '{}');
   const r = rstar2('train', '--resume', run, '--recipe', 'quickstart');
   assert.equal(r.status, 1);
-  assert.match(r.stderr, /--recipe, --roc, --seed and --set cannot change a run being resumed/);
+  assert.match(r.stderr, /--recipe, --roc, --seed and --stages cannot change a run being resumed/);
+  // it says what a resume may change, and the way to change the rest
+  assert.match(r.stderr, /--set may change reward\.profile, .* To change anything else, .*rstar2 train --fork /);
 });
