@@ -266,5 +266,8 @@ test('rstar2 train --resume RUN --recipe NAME: refused, the run’s own config.j
   assert.equal(r.status, 1);
   assert.match(r.stderr, /--recipe, --roc, --seed and --stages cannot change a run being resumed/);
   // it says what a resume may change, and the way to change the rest
-  assert.match(r.stderr, /--set may change reward\.profile, .* To change anything else, .*rstar2 train --fork /);
+  assert.match(
+    r.stderr,
+    /--set may change reward\.profile, .* To change anything else, .*rstar2 train --fork /,
+  );
 });
