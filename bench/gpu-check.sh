@@ -5,7 +5,8 @@
 # bf16 gradients match full fp32 logits, (2) bf16 training
 # throughput and MFU of a random ~0.5B model at 4K and 8K tokens, with `rstar2 plan`'s memory estimate against
 # each case's measured peak (and the built-in engine's throughput against transformers' generate), (3) sharding: fsdp, world size 1, through the same launcher as DDP, (4) decode_timing's
-# samples (Qwen3-14B's TP4 rank) and their fit.
+# samples (Qwen3-14B's TP4 rank) and their fit, (5) where SGLang or vLLM imports, bench/live-engines.sh: each served,
+# probed and trained against with NCCL and disk weight sync (skipped, saying so, where neither imports).
 # Needs CUDA, torch >= 2 (>= 2.2 for step 3) and transformers in $RSTAR2_PYTHON (default python3).
 # Run from anywhere: bash bench/gpu-check.sh    Exit: 0 all passed, 1 a check failed, 2 missing prerequisites.
 set -euo pipefail
@@ -36,4 +37,9 @@ node --import tsx -e "
   const { steps, prefills } = parseSamples(readFileSync(process.argv[1], 'utf8'));
   console.log('gpu-check: decode_timing fit', JSON.stringify(fitEngineModel(steps, prefills)));
 " "$SAMPLES"
+# (5) live SGLang / vLLM servers; its exit 2 is "neither imports"
+live=0
+bash bench/live-engines.sh || live=$?
+if [ "$live" = 2 ]; then echo "gpu-check: live engines skipped: neither sglang nor vllm imports in $PY"
+elif [ "$live" != 0 ]; then echo "gpu-check: live engines failed (bench/live-engines.sh exit $live)" >&2; exit 1; fi
 echo "gpu-check: all passed"

@@ -256,7 +256,7 @@ export const GEN_PATH: Record<Api, string> = {
   llamacpp: '/completion',
 };
 
-export async function fakeServer(api: Api, spec?: ServerSpec): Promise<Fake> {
+export async function fakeServer(api: Api, spec?: ServerSpec, port = 0): Promise<Fake> {
   const f: Partial<Fake> &
     Pick<
       Fake,
@@ -559,6 +559,12 @@ export async function fakeServer(api: Api, spec?: ServerSpec): Promise<Fake> {
         res.writeHead(200);
         return res.end();
       }
+      // the liveness route both serve, an empty 200 once the engine is up (SGLang http_server.py, vLLM's serve
+      // routers); bench/live-engines.sh waits on it
+      if (api !== 'llamacpp' && route === '/health') {
+        res.writeHead(200);
+        return res.end();
+      }
       if (api === 'llamacpp' && path === '/slots') {
         return json(200, [
           { id: 0, n_ctx: 4096, is_processing: true },
@@ -568,7 +574,7 @@ export async function fakeServer(api: Api, spec?: ServerSpec): Promise<Fake> {
       json(404, { error: `no route ${path}` });
     });
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  await new Promise<void>((r) => server.listen(port, '127.0.0.1', r));
   f.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   f.close = () =>
     new Promise<void>((r) => {
