@@ -108,10 +108,14 @@ class Rank {
     this.child.on('exit', (code, signal) => {
       const how = signal ? `signal ${signal}` : `exit code ${code}`;
       const tail = this.stderrTail.trim();
-      this.fail(
+      const why =
         `policy worker ${env.RANK === '0' ? '' : `rank ${env.RANK} `}(pid ${this.child.pid}) died with ${how}` +
-          (tail ? `; stderr tail:\n${tail}` : ''),
-      );
+        (tail ? `; stderr tail:\n${tail}` : '');
+      // a rank that died because a peer's connection closed is the consequence, not the cause: the peer's own exit,
+      // which a busy event loop may deliver second, gets a moment to be the report
+      if (/connection (closed|reset) by peer|remote process exited/i.test(tail))
+        setTimeout(() => this.fail(why), 500);
+      else this.fail(why);
     });
     this.child.stdin?.on('error', () => {}); // EPIPE after death is reported through 'exit'
   }
