@@ -107,7 +107,7 @@ try {
   load = report.kv;
   limit = await engine.context();
   const config = modelDir ? JSON.parse(readFileSync(join(modelDir, 'config.json'), 'utf8')) : undefined;
-  const dtype = resolveSyncDtype(syncSetting, config);
+  const dtype = resolveSyncDtype(syncSetting, config, [report.dtype]);
   const plan = await broadcastPlan([engine], 'nccl', dtype);
   let sync = 'ranks' in plan ? `broadcast to its ${plan.ranks[0]} rank(s) in ${dtype}` : `disk (${plan.why})`;
   if (config && 'ranks' in plan) {

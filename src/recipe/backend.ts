@@ -199,12 +199,14 @@ export class EmbeddedBackend implements PolicyBackend {
     const tokenizer = tokenizerFromFiles(files);
     const m = recipe.model;
     // served engines are held to the recipe before anything starts; the worker sends them weights in their dtype
-    if (engines.length > 0) await checkEngines(engines, recipe, opts.log ?? ((l) => console.error(l)));
+    const reports =
+      engines.length > 0 ? await checkEngines(engines, recipe, opts.log ?? ((l) => console.error(l))) : null;
     const syncDtype = resolveSyncDtype(
       recipe.weightSync.dtype,
       dir && existsSync(join(dir, 'config.json'))
         ? JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'))
         : {},
+      engines.map((e) => reports?.get(e)?.dtype),
     );
     const worker = await PolicyWorker.start({
       ...workerStartOptions(m),

@@ -493,7 +493,7 @@ export const RecipeSchema = z
           .enum(['auto', 'bfloat16', 'float16', 'float32'])
           .default('auto')
           .describe(
-            "what a broadcast sends the engines (--engines): their dtype; 'auto' = the model's own as they read it, float32 checkpoints as bfloat16",
+            "what a broadcast sends the engines (--engines): their dtype; 'auto' = the model's own as they read it, float32 checkpoints as float16",
           ),
         bucketMiB: z
           .number()

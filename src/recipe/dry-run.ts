@@ -178,7 +178,11 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
     }
   }
   if (engines.length) {
-    const dtype = resolveSyncDtype(recipe.weightSync.dtype, config!);
+    const dtype = resolveSyncDtype(
+      recipe.weightSync.dtype,
+      config!,
+      engines.map((e) => reports.get(e)?.dtype),
+    );
     const plan = await broadcastPlan(engines, opts.weightSync ?? 'auto', dtype);
     const bucket = recipe.weightSync.bucketMiB * 2 ** 20;
     const p = syncPlan(modelWeights(config!, dtype, dir), bucket);

@@ -27,15 +27,22 @@ const DTYPE_BYTES: Record<string, number> = { float32: 4, bfloat16: 2, float16: 
  */
 export const DEFAULT_BUCKET_MIB = 512;
 
-/** The engines' dtype for `setting` 'auto': as SGLang and vLLM read `--dtype auto`, the model's own, with float32
- *  checkpoints served in bfloat16. */
+/** The engines' dtype for `setting` 'auto': the one the engines that report theirs agree on (vLLM reports it;
+ *  SGLang only a `--dtype` other than auto), else as both read `--dtype auto`: the model's own, except that a float32
+ *  checkpoint is served in float16 (vLLM's `_get_and_verify_dtype`, SGLang's `model_config.py`), so start them with
+ *  `--dtype bfloat16` to train in bf16. */
 export function resolveSyncDtype(
   setting: (typeof SYNC_DTYPES)[number],
   config?: Record<string, unknown>,
+  reported: (string | undefined)[] = [],
 ): SyncDtype {
   if (setting !== 'auto') return setting;
+  const served = new Set(reported.filter((d) => d !== undefined && d !== 'auto'));
+  const [one] = served;
+  if (served.size === 1 && (SYNC_DTYPES as readonly (string | undefined)[]).includes(one))
+    return one as SyncDtype;
   const own = config?.torch_dtype ?? config?.dtype;
-  return own === 'float16' || own === 'bfloat16' ? own : 'bfloat16';
+  return own === 'bfloat16' ? own : 'float16';
 }
 
 /** Splits one broadcast into engine calls of at most `maxBytes` each, in order (a larger tensor alone). */

@@ -309,7 +309,13 @@ test('a preset model’s weights, as the plan counts them, are the ones the work
       shapes: Object.values(header).map((h) => h.shape),
       dtypes: preset.dtypes,
     });
-    assert.equal(resolveSyncDtype('auto', { torch_dtype: 'float32' }), 'bfloat16');
+    // SGLang and vLLM serve a float32 checkpoint under --dtype auto in float16, not bfloat16
+    assert.equal(resolveSyncDtype('auto', { torch_dtype: 'float32' }), 'float16');
+    assert.equal(resolveSyncDtype('auto', { torch_dtype: 'bfloat16' }), 'bfloat16');
+    // what the engines that say report serving wins; engines that disagree leave the rule above
+    assert.equal(resolveSyncDtype('auto', { torch_dtype: 'float32' }, ['bfloat16', undefined]), 'bfloat16');
+    assert.equal(resolveSyncDtype('auto', { torch_dtype: 'float32' }, ['bfloat16', 'float16']), 'float16');
+    assert.equal(resolveSyncDtype('auto', { torch_dtype: 'float32' }, ['auto']), 'float16');
     assert.equal(resolveSyncDtype('auto', { torch_dtype: 'float16' }), 'float16');
     assert.equal(resolveSyncDtype('float32', { torch_dtype: 'bfloat16' }), 'float32');
   } finally {
