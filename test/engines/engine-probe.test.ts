@@ -27,7 +27,9 @@ const probe = (...args: string[]) =>
     );
   });
 
-const TIMING: StepTiming = { stepMs: 3, kvMs: 4e-4, seqMs: 0.2, prefillMs: 1, prefillPerTokenMs: 0.005 };
+// 20 µs a prefill token: 82 ms across the prefills' span, which a loaded host's timer jitter (a few ms, CI runs test
+// files side by side) does not move by 30 % as it could the 20 ms that 5 µs gave
+const TIMING: StepTiming = { stepMs: 3, kvMs: 4e-4, seqMs: 0.2, prefillMs: 1, prefillPerTokenMs: 0.02 };
 const near = (got: number, want: number, what: string) =>
   assert.ok(Math.abs(got - want) <= 0.3 * want, `${what}: ${got} against the fake's ${want}`);
 
