@@ -5,16 +5,7 @@ import unittest
 import torch
 
 from rstar2_worker import policy as P
-
-CFG = {
-    "vocab_size": 61,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "tie_word_embeddings": False,
-}
+from tests.test_memory import CFG  # the memory tests' tiny GQA model
 SEQS = [[3, 9, 2, 44, 7, 1, 3, 30], [8, 8, 1, 5, 6], [12, 3, 50, 4, 4, 9]]
 MASKS = [[0] + [1] * (len(s) - 1) for s in SEQS]
 
