@@ -103,6 +103,8 @@ class Generating:
             return False
         self.last = max(self.last, rid)
         try:
+            if FAIL == "generate:0":
+                raise RuntimeError(f"RSTAR2_WORKER_FAIL={FAIL}")
             self.engine.add(rid, ragged(a["ids"], a["lens"]), h.get("sampling") or {})
         except Exception as e:  # a bad request is answered at once; the others go on
             if not isinstance(e, ValueError):

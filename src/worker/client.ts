@@ -468,8 +468,12 @@ export class PolicyWorker {
    *  model) and its counters since the model was set. Answered between engine steps, not after the running
    *  requests. */
   async engineLoad(): Promise<EngineStats> {
-    if (this.dead || this.closed) throw new Error(this.dead ?? 'policy worker is closed');
-    const f = await this.ranks[0].call(this.nextId++, { op: 'engine_load' }, {});
+    if (this.closed) throw new Error('policy worker is closed');
+    // a dead worker restarts here as for any call: a scheduler that saw its load check fail would keep the
+    // engine down, with no generate left to bring it back
+    const f = this.dead
+      ? await this.enqueue(() => this.send('engine_load', {}, {}))
+      : await this.ranks[0].call(this.nextId++, { op: 'engine_load' }, {});
     return f.header.result as EngineStats;
   }
 

@@ -25,6 +25,14 @@ test('a killed worker rejects the pending call with the signal and stderr tail, 
     assert.notEqual(w.pids[0], pid);
     assert.equal(w.restarts, 1);
     assert.deepEqual(after, before);
+    // the engine's load question brings a dead worker back too (a scheduler polls it, and would otherwise keep
+    // the engine down with no generate left to restart it)
+    const second = w.pids[0];
+    process.kill(second, 'SIGKILL');
+    await new Promise((r) => setTimeout(r, 300)); // its exit reaches the client
+    assert.ok((await w.engineLoad()).capacityTokens > 0);
+    assert.notEqual(w.pids[0], second);
+    assert.equal(w.restarts, 2);
   } finally {
     await w.close();
   }
