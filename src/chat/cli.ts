@@ -50,8 +50,11 @@ export function registerChatCommands(program: Command): void {
     const { openBackend } = await import('../eval/backend.js');
     const { colorWanted, renderAnswer } = await import('./render.js');
     const { ask } = await import('./session.js');
+    const { visible } = await import('../util/terminal.js');
     const color = colorWanted(process.stdout, f.color);
-    const status = (s: string) => process.stderr.write(color ? `\x1b[2m${s}\x1b[0m\n` : `${s}\n`);
+    // status lines carry error messages that may quote model or tool text: shown, not obeyed
+    const status = (s: string) =>
+      process.stderr.write(color ? `\x1b[2m${visible(s)}\x1b[0m\n` : `${visible(s)}\n`);
     const backend = await openBackend({
       model: f.model,
       engine: f.engine,

@@ -1,10 +1,12 @@
 import type { Trajectory } from '../agent/trajectory.js';
 import { viewTrajectory } from '../dashboard/turns.js';
 import { lastBoxed } from '../eval/verify.js';
+import { visible } from '../util/terminal.js';
 
 // Terminal rendering of one agent answer: thinking, code, tool output and the final answer each get
 // a labelled rule and their own colour, so they never run together. Without colour (pipes, NO_COLOR)
-// the labels alone keep them apart.
+// the labels alone keep them apart. Everything the model or its tool wrote passes through visible() first:
+// an escape sequence in it is shown, never obeyed (util/terminal.ts).
 
 export interface RenderOptions {
   color: boolean;
@@ -34,7 +36,7 @@ export function renderAnswer(t: Trajectory, o: RenderOptions): string {
   const rule = (label: string, tone: Tone) =>
     paint(tone, `── ${label} ${'─'.repeat(Math.max(2, width - label.length - 4))}`);
   const body = (s: string, tone?: Tone) => {
-    const text = s.replace(/\s+$/, '');
+    const text = visible(s).replace(/\s+$/, '');
     return tone
       ? text
           .split('\n')
@@ -47,13 +49,13 @@ export function renderAnswer(t: Trajectory, o: RenderOptions): string {
   for (const turn of v.turns) {
     if (turn.reasoning) out.push(rule('thinking', 'dim'), body(turn.reasoning, 'dim'));
     for (const c of turn.toolCalls) {
-      const label = c.parseError ? `python (unparsed call: ${c.parseError})` : 'python';
+      const label = c.parseError ? `python (unparsed call: ${visible(c.parseError)})` : 'python';
       out.push(rule(label, 'cyan'), body(c.code));
     }
     for (const r of turn.toolResults) {
       const tone: Tone = r.error ? 'red' : 'yellow';
       out.push(
-        rule(`tool output · ${r.status ?? (r.error ? 'error' : 'ok')} · ${r.ms} ms`, tone),
+        rule(`tool output · ${visible(r.status ?? (r.error ? 'error' : 'ok'))} · ${r.ms} ms`, tone),
         body(r.text, tone),
       );
     }
@@ -61,9 +63,9 @@ export function renderAnswer(t: Trajectory, o: RenderOptions): string {
   const boxed = lastBoxed(t.text);
   out.push(rule('answer', 'green'));
   if (v.answer) out.push(body(v.answer));
-  out.push(paint('bold', boxed !== null ? `⇒ ${boxed}` : '⇒ (no \\boxed{} answer)'));
+  out.push(paint('bold', boxed !== null ? `⇒ ${visible(boxed)}` : '⇒ (no \\boxed{} answer)'));
   if (t.finish !== 'answered') {
-    out.push(paint('magenta', `[stopped: ${t.finish}${t.error ? ` — ${t.error}` : ''}]`));
+    out.push(paint('magenta', `[stopped: ${t.finish}${t.error ? ` — ${visible(t.error)}` : ''}]`));
   }
   out.push(
     paint(

@@ -1,11 +1,13 @@
 import type { Command } from 'commander';
 import { positiveInt } from '../cli/options.js';
+import { visible } from '../util/terminal.js';
 import type { ChatExample } from './chat.js';
 import { isLayout, LAYOUTS, type Layout } from './layouts.js';
 import type { DataReport } from './load.js';
 
 const clip = (s: string, n = 160) => {
-  const flat = s.replaceAll('\n', '\\n');
+  // dataset text (model answers in SFT rows among it) is shown, never obeyed by the terminal
+  const flat = visible(s.replaceAll('\n', '\\n'));
   return flat.length > n ? `${flat.slice(0, n)}…` : flat;
 };
 
@@ -20,7 +22,7 @@ function printReport(r: DataReport): void {
   for (const p of r.first) {
     console.log(`\nid: ${p.id}${p.source ? `  source: ${p.source}` : ''}`);
     console.log(`question: ${clip(p.question)}`);
-    console.log(`answer: ${p.answer ?? '(none)'}`);
+    console.log(`answer: ${visible(p.answer ?? '(none)')}`);
     if (p.meta) console.log(`meta: ${clip(JSON.stringify(p.meta))}`);
   }
 }

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { commaList, nonNegativeInt, port, positiveInt } from '../cli/options.js';
 import { checkBind, resolveToken, TOKEN_ENV } from '../util/http-guard.js';
+import { forTerminal } from '../util/terminal.js';
 import type { SandboxPool } from './pool.js';
 import { type CodeRunner, REDIS_PASSWORD_ENV } from './types.js';
 
@@ -242,17 +243,20 @@ export function registerSandboxCommands(program: Command): void {
             timeoutMs,
             budget: Infinity,
           });
-          process.stdout.write(o.json ? `${JSON.stringify(r, null, 2)}\n` : `${r.fullText}\n`);
+          process.stdout.write(
+            o.json ? `${JSON.stringify(r, null, 2)}\n` : forTerminal(`${r.fullText}\n`, process.stdout),
+          );
           process.exitCode = r.error ? 1 : 0;
           return;
         }
         const r = await pool.run({ code, timeoutMs, ...(stdin !== undefined ? { stdin } : {}) });
         if (o.json) process.stdout.write(`${JSON.stringify(r, null, 2)}\n`);
         else {
-          process.stdout.write(r.stdout);
-          process.stderr.write(r.stderr);
+          // what the snippet printed is shown, not obeyed, on a terminal; a pipe gets it as printed
+          process.stdout.write(forTerminal(r.stdout, process.stdout));
+          process.stderr.write(forTerminal(r.stderr, process.stderr));
           process.stderr.write(
-            `[${r.status}] exit=${r.exitCode ?? '-'}${r.signal ? ` signal=${r.signal}` : ''} wall=${r.wallMs.toFixed(1)}ms cpu=${r.cpuMs.toFixed(1)}ms peak=${r.peakMemoryKb}KB${r.truncated ? ' (output truncated)' : ''}${r.error ? ` ${r.error}` : ''}\n`,
+            `[${r.status}] exit=${r.exitCode ?? '-'}${r.signal ? ` signal=${r.signal}` : ''} wall=${r.wallMs.toFixed(1)}ms cpu=${r.cpuMs.toFixed(1)}ms peak=${r.peakMemoryKb}KB${r.truncated ? ' (output truncated)' : ''}${r.error ? ` ${forTerminal(r.error, process.stderr)}` : ''}\n`,
           );
         }
         process.exitCode = r.status === 'ok' ? 0 : (r.exitCode ?? 1) || 1;

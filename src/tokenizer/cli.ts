@@ -173,6 +173,8 @@ export function registerTokenizerCommands(program: Command): void {
         if (!Number.isInteger(n)) throw new Error(`not a token id: ${JSON.stringify(p)}`);
         return n;
       });
-      process.stdout.write(`${Tokenizer.load(o.tokenizer).decode(ids, { skipSpecial: o.skipSpecial })}\n`);
+      const { forTerminal } = await import('../util/terminal.js');
+      const text = Tokenizer.load(o.tokenizer).decode(ids, { skipSpecial: o.skipSpecial });
+      process.stdout.write(forTerminal(`${text}\n`, process.stdout)); // model text: shown, not obeyed
     });
 }
