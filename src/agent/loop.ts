@@ -20,6 +20,8 @@ export interface AgentTemplate {
   stopTokenIds: number[];
   /** Ids a full template render puts after an end-of-turn token before the next turn ('\n'). */
   turnSeparatorIds?: number[];
+  /** The tools the prompt shows, by name: the default executor runs calls to these (a recipe's tool.name). */
+  toolNames?: string[];
 }
 
 export interface ToolOutcome {
@@ -43,7 +45,7 @@ export interface AgentOptions {
   runner: CodeRunner;
   executeTool?: ToolExecutor; // default: the rStar2 python tool
   toolOptions?: PythonToolOptions; // for the default executor (truncation, timeout)
-  toolNames?: string[]; // names the default executor accepts; default [python_code_with_standard_io]
+  toolNames?: string[]; // names the default executor accepts; default the template's, else [python_code_with_standard_io]
   sampling?: Partial<SamplingParams>;
   maxTurns?: number; // assistant turns; default 5
   maxResponseTokens?: number; // response budget incl. tool tokens; default 8192
@@ -108,7 +110,8 @@ export async function runTrajectory(
   const maxCalls = opts.maxParallelCalls ?? 1;
   const maxAttempts = opts.maxAttempts ?? 3;
   const maxResumes = opts.maxResumes ?? 3;
-  const exec = opts.executeTool ?? defaultPythonExecutor(opts.toolOptions, opts.toolNames);
+  const exec =
+    opts.executeTool ?? defaultPythonExecutor(opts.toolOptions, opts.toolNames ?? template.toolNames);
   const base: SamplingParams = { ...DEFAULT_SAMPLING, ...opts.sampling };
   const stopTokenIds = [...new Set([...base.stopTokenIds, ...template.stopTokenIds])];
 

@@ -8,7 +8,13 @@ import type { Engine } from '../engines/types.js';
 import { SandboxClient } from '../sandbox/client.js';
 import { SandboxPool, type SandboxPoolOptions } from '../sandbox/pool.js';
 import type { CodeRunner, RunRequest, RunResult } from '../sandbox/types.js';
-import { buildCharTokenizer, ChatTemplate, Tokenizer, tokenizerFromFiles } from '../tokenizer/index.js';
+import {
+  buildCharTokenizer,
+  ChatTemplate,
+  Tokenizer,
+  type ToolSchema,
+  tokenizerFromFiles,
+} from '../tokenizer/index.js';
 import { type BatchingOptions, BatchingRunner } from './batching.js';
 import type { AgentTemplate } from './loop.js';
 import { agentTemplate } from './template.js';
@@ -32,6 +38,8 @@ export interface StackOptions {
   tokenizer?: Tokenizer | string;
   /** Instance, or a name (rstar2, qwen, compact), 'tokenizer' (the model's own) or a file. Default rstar2. */
   template?: ChatTemplate | string;
+  /** The tool prompts show and rollouts run (a recipe's `tool`); default the reference's python tool. */
+  tools?: ToolSchema[];
   /** Instance (the caller keeps ownership), 'embedded' (a local sandbox pool) or a sandbox service URL. */
   sandbox?: CodeRunner | string;
   sandboxOptions?: SandboxPoolOptions; // for 'embedded': slots, timeoutMs, isolation, log, …
@@ -176,7 +184,7 @@ export async function openRolloutStack(o: StackOptions): Promise<RolloutStack> {
     return {
       tokenizer,
       chat,
-      template: agentTemplate(tokenizer, { chat }),
+      template: agentTemplate(tokenizer, { chat, tools: o.tools }),
       engines,
       scheduler,
       runner,

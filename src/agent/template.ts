@@ -3,7 +3,7 @@ import type { AgentTemplate } from './loop.js';
 
 export interface TemplateAdapterOptions {
   chat?: ChatTemplate; // default: the rStar2 training template
-  tools?: ToolSchema[]; // default: the python tool
+  tools?: ToolSchema[]; // default: the python tool; the loop's python executor answers to their names
   vars?: Record<string, unknown>;
 }
 
@@ -20,6 +20,7 @@ export function agentTemplate(tokenizer: Tokenizer, opts: TemplateAdapterOptions
     toolTurnIds: (texts) => chat.toolTurnIds(tokenizer, texts, 'reference'),
     decode: (ids) => tokenizer.decode(ids),
     stopTokenIds: stop,
+    toolNames: tools.map((t) => t.function.name),
     turnSeparatorIds: tokenizer.encode('\n', { addSpecialTokens: false }),
   };
 }

@@ -1,8 +1,10 @@
 export {
   type ChatExample,
   type ChatSegment,
+  calledToolNames,
   chatExampleFromRow,
   chatSegments,
+  checkConversation,
   detectSftLayout,
   loadChatExamples,
   type Message,
@@ -42,3 +44,13 @@ export {
   problemFromRow,
   type RowOptions,
 } from './problem.js';
+export {
+  SFT_TEMPLATES,
+  type SftRenderer,
+  type SftTemplate,
+  sftRenderer,
+  sftTexts,
+  type ToolUse,
+  toolUse,
+  unservedToolsWarning,
+} from './sft.js';

@@ -6,10 +6,12 @@ import { openRolloutStack, type RolloutStack } from '../agent/stack.js';
 import type { Trajectory } from '../agent/trajectory.js';
 import {
   type ChatExample,
-  chatSegments,
   loadChatExamples,
   loadProblems,
-  type ToolCallStyle,
+  type SftRenderer,
+  type SftTemplate,
+  sftRenderer,
+  sftTexts,
 } from '../data/index.js';
 import { EmbeddedEngine } from '../engines/embedded.js';
 import type { RolloutStats } from '../engines/scheduler.js';
@@ -18,7 +20,6 @@ import type { CodeRunner } from '../sandbox/types.js';
 import {
   buildCharTokenizer,
   ChatTemplate,
-  PYTHON_TOOL_SCHEMA,
   saveTokenizer,
   type TemplateName,
   type TokenizerFiles,
@@ -35,7 +36,7 @@ import type {
   TrainStats,
   WorkerStartOptions,
 } from '../worker/types.js';
-import type { Recipe } from './config.js';
+import { type Recipe, recipeTool } from './config.js';
 import { checkEngines } from './engine-check.js';
 import type { HeldoutScore, PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
 import { BroadcastSync, resolveSyncDtype, type WeightSyncOptions } from './weight-sync.js';
@@ -89,7 +90,7 @@ async function recipeCorpus(recipe: Recipe): Promise<string[]> {
   const t = recipe.tokenizer.template;
   const out: string[] = [
     ChatTemplate.named(t === 'model' ? 'rstar2' : t).render([{ role: 'user', content: '' }], {
-      tools: [PYTHON_TOOL_SCHEMA],
+      tools: [recipeTool(recipe)],
       addGenerationPrompt: true,
     }),
   ];
@@ -104,13 +105,7 @@ async function recipeCorpus(recipe: Recipe): Promise<string[]> {
     if (st.type === 'rl') await problems(st.data.files);
     else
       for (const f of st.data.files)
-        for (const ex of await loadChatExamples(f)) {
-          const r = chatSegments(ex, { toolCallStyle: recipe.tokenizer.toolCallStyle });
-          out.push(
-            ...r.prompt.map((m) => m.content),
-            ...r.segments.flatMap((g) => (g.role === 'tool' ? g.texts : [g.text])),
-          );
-        }
+        for (const ex of await loadChatExamples(f)) out.push(...sftTexts(ex, recipe.tokenizer.toolCallStyle));
   }
   if (recipe.eval.files) await problems(recipe.eval.files);
   return out;
@@ -175,7 +170,7 @@ export class EmbeddedBackend implements PolicyBackend {
     private readonly worker: PolicyWorker,
     private readonly files: TokenizerFiles,
     private readonly stack: RolloutStack,
-    private readonly toolCallStyle: ToolCallStyle,
+    private readonly sft: SftRenderer,
     private readonly remote: RemoteSync | null,
     private readonly memory: Pick<TrainOptions, 'gradientCheckpointing' | 'maxTokensPerMicroBatch'>,
     /** The config a preset model was initialised from (null when loaded from a directory). */
@@ -237,6 +232,7 @@ export class EmbeddedBackend implements PolicyBackend {
         engines: engines.length > 0 ? engines : [new EmbeddedEngine(worker)],
         tokenizer,
         template: template === 'model' ? 'tokenizer' : template,
+        tools: [recipeTool(recipe)],
         sandbox: opts.runner ?? 'embedded',
         sandboxOptions: {
           slots: recipe.sandbox.workers,
@@ -263,7 +259,12 @@ export class EmbeddedBackend implements PolicyBackend {
         worker,
         files,
         stack,
-        recipe.tokenizer.toolCallStyle,
+        sftRenderer({
+          rl: stack.chat,
+          tokenizer,
+          rolloutTools: [recipeTool(recipe)],
+          toolCallStyle: recipe.tokenizer.toolCallStyle,
+        }),
         remote,
         { gradientCheckpointing, maxTokensPerMicroBatch: maxTokensPerMicroBatch ?? undefined },
         preset,
@@ -329,39 +330,26 @@ export class EmbeddedBackend implements PolicyBackend {
   }
 
   /**
-   * Chat examples as the rollouts of this template produce them, token for token: the prompt through the chat
-   * template, each assistant turn as generated text plus its stop token (trained on), each tool turn as the
-   * agent loop appends it (masked).
+   * Chat examples as token ids and loss masks (data/sft.ts): with 'rl', as the rollouts of this template produce
+   * them, token for token; with 'model' or 'qwen', each conversation rendered whole, every assistant turn trained.
    */
-  private sftSequences(examples: ChatExample[]): TrainSequence[] {
-    const { tokenizer, chat } = this.stack;
-    const stop = this.stack.template.stopTokenIds[0];
+  private sftSequences(examples: ChatExample[], template: SftTemplate = 'rl'): TrainSequence[] {
     return examples.map((ex, i) => {
-      let rendered: ReturnType<typeof chatSegments>;
       try {
-        rendered = chatSegments(ex, { toolCallStyle: this.toolCallStyle });
+        return this.sft.sequence(ex, template);
       } catch (e) {
         throw new Error(`SFT example ${i}: ${(e as Error).message}`);
       }
-      const ids = chat.promptIds(tokenizer, rendered.prompt, [PYTHON_TOOL_SCHEMA]);
-      const mask = ids.map(() => 0);
-      for (const s of rendered.segments) {
-        const seg =
-          s.role === 'assistant' ? [...this.encode(s.text), stop] : this.stack.template.toolTurnIds(s.texts);
-        ids.push(...seg);
-        mask.push(...seg.map(() => (s.role === 'assistant' ? 1 : 0)));
-      }
-      return { ids, mask };
     });
   }
 
-  async sftStep(examples: ChatExample[], opts: TrainOptions): Promise<TrainStats> {
-    const sequences = this.sftSequences(examples);
+  async sftStep(examples: ChatExample[], opts: TrainOptions, template?: SftTemplate): Promise<TrainStats> {
+    const sequences = this.sftSequences(examples, template);
     return this.trained(this.worker.trainStep({ loss: 'sft', sequences }, { ...opts, ...this.memory }));
   }
 
-  async sftHeldout(examples: ChatExample[]): Promise<HeldoutScore> {
-    const seqs = this.sftSequences(examples);
+  async sftHeldout(examples: ChatExample[], template?: SftTemplate): Promise<HeldoutScore> {
+    const seqs = this.sftSequences(examples, template);
     const scored = await this.worker.logprobs(seqs.map((s) => s.ids));
     let sum = 0;
     let count = 0;

@@ -2,7 +2,9 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import YAML from 'yaml';
 import { z } from 'zod';
+import { SFT_TEMPLATES } from '../data/layouts.js';
 import { MODULE_NAME } from '../sandbox/types.js';
+import { PYTHON_TOOL_NAME, rolloutToolSchema, type ToolSchema } from '../tokenizer/tools.js';
 import { MODEL_BACKENDS, PRECISIONS } from '../worker/types.js';
 import { TASK_KINDS } from './tasks.js';
 
@@ -100,6 +102,12 @@ const SftStage = z
     lr: z.number().positive().default(1e-3),
     ...lrSchedule,
     warmupSteps: z.number().int().min(0).default(20),
+    template: z
+      .enum(SFT_TEMPLATES)
+      .default('rl')
+      .describe(
+        "how examples are rendered: 'rl' as rollouts of tokenizer.template (its prompt, the example's tools or else the rollout tool, one user turn); 'model' (the model directory's own chat template) or 'qwen' render each conversation whole with its own tools or none, any number of turns; loss on every assistant turn",
+      ),
     demos: z.number().int().min(1).default(4000),
     demoMix: z
       .object({ direct: z.number().min(0), tool: z.number().min(0), recover: z.number().min(0) })
@@ -380,6 +388,24 @@ export const RecipeSchema = z
       })
       .strict()
       .default({ template: 'compact', kind: 'char', vocabSize: 1024, toolCallStyle: 'compact' }),
+    tool: z
+      .object({
+        name: z
+          .string()
+          .default(PYTHON_TOOL_NAME)
+          .describe(
+            'the tool prompts show and rollouts run (the sandboxed python tool, under this name); a call to any other name is a tool error',
+          ),
+        schema: z
+          .union([z.string(), z.record(z.string(), z.unknown())])
+          .nullable()
+          .default(null)
+          .describe(
+            "how prompts describe it: null = the reference's schema under tool.name; else a JSON file or an object {type: function, function: {name, description, parameters}} whose parameters take code (and input)",
+          ),
+      })
+      .strict()
+      .default({ name: PYTHON_TOOL_NAME, schema: null }),
     eval: z
       .object({
         ...FileFields,
@@ -738,6 +764,23 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
       );
     }
   }
+  // read and checked here, so a run's config.json holds the schema it ran with
+  const t = r.data.tool;
+  try {
+    let schema: unknown = t.schema;
+    if (typeof schema === 'string') {
+      if (!existsSync(schema)) throw new Error(`tool.schema: no such file ${schema}`);
+      try {
+        schema = JSON.parse(readFileSync(schema, 'utf8'));
+      } catch (e) {
+        throw new Error(`tool.schema ${t.schema}: not valid JSON (${(e as Error).message})`);
+      }
+    }
+    if (schema !== null) t.schema = rolloutToolSchema(t.name, schema) as unknown as Record<string, unknown>;
+    else rolloutToolSchema(t.name);
+  } catch (e) {
+    throw new Error(`invalid recipe ${source}: ${(e as Error).message}`);
+  }
   // absolute, so the run's config.json finds it from any directory a resume starts in
   if (r.data.reward.module) r.data.reward.module = resolve(r.data.reward.module);
   if (r.data.eval.samples > 1 && r.data.eval.temperature === 0)
@@ -746,6 +789,11 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
     for (const s of r.data.stages) if (s.type === 'rl') s.roc.doDownSampling = overrides.roc === 'on';
   }
   return r.data;
+}
+
+/** The tool a recipe's rollouts serve, as its prompts show it (recipe `tool`). */
+export function recipeTool(recipe: Recipe): ToolSchema {
+  return rolloutToolSchema(recipe.tool.name, recipe.tool.schema);
 }
 
 /** What a recipe needs before it can train (or dry-run), beyond its schema; `--print-config` shows it anyway. */
@@ -792,6 +840,7 @@ function resolvePaths(raw: unknown, base: string): unknown {
   const r = structuredClone(raw) as {
     model?: { path?: unknown };
     reward?: { module?: unknown };
+    tool?: { schema?: unknown };
     data?: { sft?: unknown; train?: unknown };
     eval?: { files?: unknown };
     stages?: { data?: { files?: unknown } }[];
@@ -801,6 +850,7 @@ function resolvePaths(raw: unknown, base: string): unknown {
   const absAll = (fs: unknown) => (Array.isArray(fs) ? fs.map(abs) : fs);
   if (r.model && typeof r.model === 'object') r.model.path = abs(r.model.path);
   if (r.reward && typeof r.reward === 'object') r.reward.module = abs(r.reward.module);
+  if (r.tool && typeof r.tool === 'object') r.tool.schema = abs(r.tool.schema);
   if (r.eval && typeof r.eval === 'object') r.eval.files = absAll(r.eval.files);
   if (r.data && typeof r.data === 'object') {
     r.data.sft = typeof r.data.sft === 'string' ? abs(r.data.sft) : absAll(r.data.sft);

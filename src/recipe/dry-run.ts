@@ -1,16 +1,16 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { agentTemplate } from '../agent/template.js';
-import { chatSegments } from '../data/index.js';
+import { sftRenderer, toolUse, unservedToolsWarning } from '../data/index.js';
 import type { WeightSyncEngine } from '../engines/types.js';
 import { SandboxPool } from '../sandbox/pool.js';
-import { ChatTemplate, PYTHON_TOOL_SCHEMA, tokenizerFromFiles } from '../tokenizer/index.js';
+import { ChatTemplate, tokenizerFromFiles } from '../tokenizer/index.js';
 import { readJson } from '../util/jsonl.js';
 import { parameterCount, plan } from '../worker/plan.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
 import type { ModelConfig } from '../worker/types.js';
 import { recipeTokenizerFiles } from './backend.js';
-import type { Recipe } from './config.js';
+import { type Recipe, recipeTool } from './config.js';
 import { rowFilters, sectionExamples, sectionProblems } from './data.js';
 import { checkEngines, reportLine } from './engine-check.js';
 import {
@@ -92,7 +92,14 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
   const tokenizer = tokenizerFromFiles(await recipeTokenizerFiles(recipe));
   const t = recipe.tokenizer.template;
   const chat = t === 'model' ? ChatTemplate.fromTokenizer(tokenizer) : ChatTemplate.named(t);
-  const template = agentTemplate(tokenizer, { chat });
+  const tool = recipeTool(recipe);
+  const template = agentTemplate(tokenizer, { chat, tools: [tool] });
+  const sft = sftRenderer({
+    rl: chat,
+    tokenizer,
+    rolloutTools: [tool],
+    toolCallStyle: recipe.tokenizer.toolCallStyle,
+  });
   log(
     `tokenizer: vocab ${tokenizer.vocabSize}${dir ? ' (from the model directory)' : ` (${recipe.tokenizer.kind}, preset)`}; template ${t}`,
   );
@@ -124,16 +131,21 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
         continue;
       }
       const exs = await sectionExamples(files, st.data.limit);
+      // every example rendered as the stage trains it, so a row no template can take fails here, not hours in
       for (const [i, ex] of exs.entries()) {
         try {
-          chatSegments(ex, { toolCallStyle: recipe.tokenizer.toolCallStyle });
+          sft.pieces(ex, st.template);
         } catch (e) {
           throw new Error(`[${st.name}] SFT example ${i} of ${files.join(', ')}: ${(e as Error).message}`);
         }
       }
-      const first = exs[0].messages.find((m) => m.role === 'user')?.content ?? '';
-      const ids = chat.promptIds(tokenizer, [{ role: 'user', content: first }], [PYTHON_TOOL_SCHEMA]);
-      log(`[${st.name}] sft: ${exs.length} chat examples; first prompt ${ids.length} tokens`);
+      const first = sft.sequence(exs[0], st.template);
+      const trained = first.mask.filter((m) => m === 1).length;
+      log(
+        `[${st.name}] sft: ${exs.length} chat examples, template ${st.template}; the first ${first.ids.length} tokens, ${trained} trained`,
+      );
+      const warning = unservedToolsWarning(toolUse(exs), tool.function.name);
+      if (warning) log(`[${st.name}] warning: ${warning}`);
       continue;
     }
     if (!files) {

@@ -11,7 +11,13 @@ import {
 import { availableParallelism, hostname } from 'node:os';
 import { join } from 'node:path';
 import { failureOf, type Trajectory } from '../agent/trajectory.js';
-import { type ChatExample, type FilterResult, loadProblems, type Problem } from '../data/index.js';
+import {
+  type ChatExample,
+  type FilterResult,
+  loadProblems,
+  type Problem,
+  type SftTemplate,
+} from '../data/index.js';
 import type { RolloutStats } from '../engines/scheduler.js';
 import { type Scored, VerifierPool } from '../reward/index.js';
 import { type PenaltyOptions, selectAndScore } from '../rl/index.js';
@@ -82,9 +88,9 @@ export interface PolicyBackend {
   /** n trajectories per problem, in problem order then sample order; `promptId` is the problem id. */
   rollout(req: RolloutRequest, onDone?: (done: number, total: number) => void): Promise<Trajectory[]>;
   /** One optimizer step on chat examples, loss on the assistant tokens (tool turns masked, as in RL). */
-  sftStep(examples: ChatExample[], opts: TrainOptions): Promise<TrainStats>;
+  sftStep(examples: ChatExample[], opts: TrainOptions, template?: SftTemplate): Promise<TrainStats>;
   /** Scores held-out examples without training (the SFT gate's check). */
-  sftHeldout(examples: ChatExample[]): Promise<HeldoutScore>;
+  sftHeldout(examples: ChatExample[], template?: SftTemplate): Promise<HeldoutScore>;
   /** One optimizer step on these trajectories; the new weights reach the rollout engines before the next rollout. */
   grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats>;
   /** What the last rollout cost on the engines (makespan, tail, re-prefilled tokens, idle share). */
@@ -564,10 +570,11 @@ export class Trainer {
       const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'batch'));
       const batch = Array.from({ length: stage.batchSize }, () => pick(rng));
       this.beat('sft', stage.name, step);
-      const st = await this.backend.sftStep(batch, {
-        lr: stageLr(stage, step),
-        warmupSteps: stage.warmupSteps,
-      });
+      const st = await this.backend.sftStep(
+        batch,
+        { lr: stageLr(stage, step), warmupSteps: stage.warmupSteps },
+        stage.template,
+      );
       const record: Record<string, unknown> = {
         stage: stage.name,
         step,
@@ -583,7 +590,7 @@ export class Trainer {
       let extraCheckpoint = false;
       if (gate && (step % gate.every === 0 || step === stage.steps)) {
         this.beat('heldout');
-        const score = await this.backend.sftHeldout(heldout);
+        const score = await this.backend.sftHeldout(heldout, stage.template);
         record.heldout_loss = round(score.loss);
         record.heldout_exact = round(score.exact);
         const improved = better(score, best);

@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { Template } from '@huggingface/jinja';
 import { TEMPLATE_NAMES, TEMPLATES, type TemplateName } from './templates.js';
 import type { Tokenizer } from './tokenizer.js';
-import type { ToolSchema } from './tools.js';
+import type { ToolSpec } from './tools.js';
 
 export interface ToolCall {
   type?: 'function';
@@ -16,7 +16,7 @@ export interface ChatMessage {
 }
 
 export interface RenderOptions {
-  tools?: ToolSchema[];
+  tools?: readonly ToolSpec[];
   addGenerationPrompt?: boolean;
   /** Extra template variables (HF `chat_template_kwargs`), e.g. `{ rstar2_prefix_quirk: false }`. */
   vars?: Record<string, unknown>;
@@ -29,6 +29,12 @@ export interface RenderOptions {
  * - 'rerender': prepend the '\n' separator a full re-render of the conversation would have.
  */
 export type ToolTurnBoundary = 'reference' | 'rerender';
+
+/** Part of a rendered conversation: text the model reads (`train` false) or writes and is trained on. */
+export interface TextPiece {
+  text: string;
+  train: boolean;
+}
 
 const ROLES = new Set(['system', 'user', 'assistant', 'tool']);
 
@@ -138,13 +144,77 @@ export class ChatTemplate {
   promptIds(
     tokenizer: Tokenizer,
     messages: readonly ChatMessage[],
-    tools?: ToolSchema[],
+    tools?: readonly ToolSpec[],
     vars?: Record<string, unknown>,
   ): number[] {
     const ctx = { ...tokenizer.templateVars(), ...vars };
     return tokenizer.encode(this.render(messages, { tools, addGenerationPrompt: true, vars: ctx }), {
       addSpecialTokens: false,
     });
+  }
+
+  // The tool messages (one user turn) with the generation prompt, rendered whole; starts with `system`.
+  private toolTurnRender(
+    toolTexts: readonly string[],
+    vars: Record<string, unknown>,
+    system: string,
+  ): string {
+    if (toolTexts.length === 0) throw new Error('toolTurnIds needs at least one tool response');
+    const msgs = toolTexts.map((content) => ({ role: 'tool' as const, content }));
+    const full = this.render(msgs, { addGenerationPrompt: true, vars });
+    if (!full.startsWith(system)) {
+      throw new Error(
+        `chat template ${this.name}: rendering tool messages does not start with the system block`,
+      );
+    }
+    return full;
+  }
+
+  /** The text of toolTurnIds: the tool turn and the next generation prompt, without the system block. */
+  toolTurnText(toolTexts: readonly string[], vars: Record<string, unknown> = {}): string {
+    const system = this.renderRaw([{}], { vars });
+    return this.toolTurnRender(toolTexts, vars, system).slice(system.length);
+  }
+
+  /**
+   * A conversation rendered whole, cut into what the model reads and what it writes: each assistant message
+   * is trained from where the generation prompt leaves off (the render of the messages before it with
+   * add_generation_prompt) to its end-of-turn marker (the first of `ends` after it), included. A template may
+   * render a turn differently when a later one follows (Qwen3 puts an empty think block only in the last), as
+   * long as the messages before each assistant turn, with the generation prompt, render as the start of the
+   * whole; one that does not is refused, naming the message.
+   */
+  turnPieces(
+    messages: readonly ChatMessage[],
+    opts: { tools?: readonly ToolSpec[]; vars?: Record<string, unknown>; ends: readonly string[] },
+  ): TextPiece[] {
+    const { tools, vars } = opts;
+    const full = this.render(messages, { tools, vars });
+    const pieces: TextPiece[] = [];
+    let at = 0;
+    messages.forEach((m, i) => {
+      if (m.role !== 'assistant') return;
+      const before = this.render(messages.slice(0, i), { tools, vars, addGenerationPrompt: true });
+      const start = before.length;
+      if (start < at || !full.startsWith(before))
+        throw new Error(
+          `chat template ${this.name}: messages[${i}] (assistant): the messages before it with the generation prompt do not render as the start of the whole conversation, so its turn cannot be found`,
+        );
+      let end = -1;
+      for (const e of opts.ends) {
+        const k = full.indexOf(e, start);
+        if (k >= 0 && (end < 0 || k + e.length < end)) end = k + e.length;
+      }
+      if (end < 0)
+        throw new Error(
+          `chat template ${this.name}: messages[${i}] (assistant): no end-of-turn token (${opts.ends.join(', ')}) after it`,
+        );
+      if (start > at) pieces.push({ text: full.slice(at, start), train: false });
+      pieces.push({ text: full.slice(start, end), train: true });
+      at = end;
+    });
+    if (at < full.length) pieces.push({ text: full.slice(at), train: false });
+    return pieces;
   }
 
   /**
@@ -157,19 +227,12 @@ export class ChatTemplate {
     toolTexts: readonly string[],
     boundary: ToolTurnBoundary = 'reference',
   ): number[] {
-    if (toolTexts.length === 0) throw new Error('toolTurnIds needs at least one tool response');
     let system = this.systemText.get(tokenizer);
     if (system === undefined) {
       system = this.renderRaw([{}], { vars: tokenizer.templateVars() });
       this.systemText.set(tokenizer, system);
     }
-    const msgs = toolTexts.map((content) => ({ role: 'tool' as const, content }));
-    const full = this.render(msgs, { addGenerationPrompt: true, vars: tokenizer.templateVars() });
-    if (!full.startsWith(system)) {
-      throw new Error(
-        `chat template ${this.name}: rendering tool messages does not start with the system block`,
-      );
-    }
+    const full = this.toolTurnRender(toolTexts, tokenizer.templateVars(), system);
     const suffixIds = tokenizer.encode(full.slice(system.length), { addSpecialTokens: false });
     // The reference slices the ids of the full render. Encoding only the suffix gives the same ids when the
     // boundary falls between added tokens (it does for these templates); check that once per tokenizer.
@@ -203,7 +266,7 @@ function rstar2(): ChatTemplate {
 export function promptIds(
   tokenizer: Tokenizer,
   messages: readonly ChatMessage[],
-  tools?: ToolSchema[],
+  tools?: readonly ToolSpec[],
   opts: { template?: ChatTemplate; vars?: Record<string, unknown> } = {},
 ): number[] {
   return (opts.template ?? rstar2()).promptIds(tokenizer, messages, tools, opts.vars);

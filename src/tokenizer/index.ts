@@ -16,6 +16,7 @@ export {
   ChatTemplate,
   promptIds,
   type RenderOptions,
+  type TextPiece,
   type ToolCall,
   type ToolTurnBoundary,
   toolTurnIds,
@@ -30,4 +31,11 @@ export {
   type TemplateName,
 } from './templates.js';
 export { type DecodeOptions, StreamDecoder, Tokenizer, type TokenizerConfig } from './tokenizer.js';
-export { PYTHON_TOOL_NAME, PYTHON_TOOL_SCHEMA, type ToolParameter, type ToolSchema } from './tools.js';
+export {
+  PYTHON_TOOL_NAME,
+  PYTHON_TOOL_SCHEMA,
+  rolloutToolSchema,
+  type ToolParameter,
+  type ToolSchema,
+  type ToolSpec,
+} from './tools.js';

@@ -270,25 +270,27 @@ test('bad SFT rows: errors name the line and the message field', async () => {
     },
     /bad\.jsonl:2: messages\[2\]: tool message without a tool call before it/,
   );
-  await bad(
-    {
-      messages: [
-        { role: 'user', content: 'q' },
-        { role: 'assistant', content: 'a' },
-        { role: 'user', content: 'more' },
-        { role: 'assistant', content: 'b' },
-      ],
-    },
-    /bad\.jsonl:2: messages\[2\]: user message after the first assistant message/,
+  // a conversation that goes on after an answer, or ends on a call, loads (whole-conversation templates take
+  // it); only the RL template, which renders an example as one rollout, refuses it
+  const rlOnly = async (messages: unknown[], re: RegExp) => {
+    const [ex] = await loadChatExamples(file('ok.jsonl', `${JSON.stringify({ messages })}\n`));
+    assert.throws(() => chatSegments(ex), re);
+  };
+  await rlOnly(
+    [
+      { role: 'user', content: 'q' },
+      { role: 'assistant', content: 'a' },
+      { role: 'user', content: 'more' },
+      { role: 'assistant', content: 'b' },
+    ],
+    /messages\[2\]: user message after the first assistant message: a rollout has one prompt, so the RL template cannot render it \(render the stage with template: model or qwen/,
   );
-  await bad(
-    {
-      messages: [
-        { role: 'user', content: 'q' },
-        { role: 'assistant', content: '', tool_calls: [call('print(1)')] },
-      ],
-    },
-    /bad\.jsonl:2: the last assistant message calls a tool that never answers/,
+  await rlOnly(
+    [
+      { role: 'user', content: 'q' },
+      { role: 'assistant', content: '', tool_calls: [call('print(1)')] },
+    ],
+    /the last assistant message calls a tool that never answers: a rollout runs every call/,
   );
   await bad({ instruction: 'x', output: '' }, /bad\.jsonl:2: field 'output' must be a non-empty string/);
   await bad(

@@ -55,7 +55,7 @@ test('rstar2 data inspect: --map, --layout and clear failures', () => {
   const layout = cli('data', 'inspect', f, '--layout', 'sharegpt');
   assert.match(layout.stderr, /--layout must be auto or one of verl, dapo, plain/);
   const help = cli('data', 'inspect', '--help');
-  assert.match(help.stdout, /verl: prompt chat list \+ reward_model\.ground_truth/);
+  assert.match(help.stdout, /verl: prompt chat list \+\s+reward_model\.ground_truth/);
   assert.match(help.stdout, /--map <fields>/);
 });
 
