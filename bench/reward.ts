@@ -1,6 +1,6 @@
 // Reward verifier benchmark: integer checks/s (target ≥ 20,000/s), median/p99 ms on LaTeX expression
 // pairs (target median ≤ 1 ms), pool throughput, FP/FN rates on the labelled set, and agreement with
-// Math-Verify's own test cases; strict and reference profiles side by side.
+// Math-Verify's own test cases and MATH's, MARIO_EVAL's, NeMo-Skills' test files; strict and reference side by side.
 // Run: flock /tmp/bench.lock node --import tsx bench/reward.ts
 import { readdirSync, readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
@@ -140,5 +140,29 @@ for (const profile of ['strict', 'lenient', 'reference'] as const) {
   const a = agreement(profile);
   console.log(
     `Math-Verify's cases (${mvCases.length}) ${profile}: agree ${a.agree} (${pct(a.agree / mvCases.length)}), false positives ${a.fp}, false negatives ${a.fn}`,
+  );
+}
+
+// 6. Agreement with MATH's, MARIO_EVAL's and NeMo-Skills' test files (default-semantics rows; the reference
+// profile reads each answer as a whole response, as test/reward/suites.test.ts does).
+const suiteCases = readFileSync(new URL('test/reward/suite-cases.jsonl', root), 'utf8')
+  .split('\n')
+  .filter((l) => l.trim())
+  .map(
+    (l) =>
+      JSON.parse(l) as { suite: string; gold: string; pred: string; expected: boolean; exclude?: string },
+  );
+for (const suite of [...new Set(suiteCases.map((c) => c.suite))]) {
+  const rows = suiteCases.filter((c) => c.suite === suite && !c.exclude);
+  let agree = 0;
+  let fp = 0;
+  for (const c of rows) {
+    const ok = verify(c.pred, c.gold, { profile: 'reference' }).correct;
+    if (ok === c.expected) agree++;
+    else if (ok) fp++;
+  }
+  const excluded = suiteCases.filter((c) => c.suite === suite).length - rows.length;
+  console.log(
+    `${suite} test file (${rows.length} rows, ${excluded} excluded) reference: agree ${agree} (${pct(agree / rows.length)}), false positives ${fp}`,
   );
 }

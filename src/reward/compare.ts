@@ -19,6 +19,11 @@ export interface CompareOptions {
   relTol: number;
   /** Also accept pred = gold·100 or gold/100 for plain numbers (PRIME's percentage leniency). */
   percentTimes100: boolean;
+  /**
+   * `relTol` (and `percentTimes100`) also between two integers, as PRIME's math_equal compares any two
+   * numbers in floats: 100000 ≈ 100001 at 1e-4. Off, two integers are equal only when they are equal.
+   */
+  nearMissIntegers: boolean;
   /** Also evaluate π as 3.14 (PRIME evaluates `\pi` both ways). */
   piAs314: boolean;
   /** `10\%` also equals a bare `10` (the percent sign read as a unit), besides its value 0.1. */
@@ -225,6 +230,65 @@ export function evalNum(n: Node, env: Env, pi = Math.PI): number {
   }
 }
 
+type C = [number, number];
+
+// Complex value of the arithmetic subset (no functions but sqrt of a non-negative real); null = outside it.
+function evalComplex(n: Node, env: Map<string, C>): C | null {
+  const all = (xs: Node[]) => {
+    const out: C[] = [];
+    for (const x of xs) {
+      const v = evalComplex(x, env);
+      if (!v) return null;
+      out.push(v);
+    }
+    return out;
+  };
+  const mul = (a: C, b: C): C => [a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]];
+  const div = (a: C, b: C): C => {
+    const d = b[0] * b[0] + b[1] * b[1];
+    return [(a[0] * b[0] + a[1] * b[1]) / d, (a[1] * b[0] - a[0] * b[1]) / d];
+  };
+  switch (n.t) {
+    case 'num':
+    case 'const':
+      return [evalNum(n, new Map()), 0];
+    case 'sym':
+      return env.get(n.name) ?? null;
+    case 'neg': {
+      const a = evalComplex(n.a, env);
+      return a && [-a[0], -a[1]];
+    }
+    case 'add':
+    case 'mul': {
+      const xs = all(n.a);
+      if (!xs) return null;
+      return n.t === 'add' ? xs.reduce((s, x) => [s[0] + x[0], s[1] + x[1]], [0, 0]) : xs.reduce(mul, [1, 0]);
+    }
+    case 'div': {
+      const xs = all([n.a, n.b]);
+      return xs && div(xs[0], xs[1]);
+    }
+    case 'pow': {
+      const xs = all([n.a, n.b]);
+      if (!xs) return null;
+      const [a, b] = xs;
+      if (b[1] === 0 && Number.isInteger(b[0]) && Math.abs(b[0]) <= 64) {
+        let r: C = [1, 0];
+        for (let k = 0; k < Math.abs(b[0]); k++) r = mul(r, a);
+        return b[0] < 0 ? div([1, 0], r) : r;
+      }
+      return a[1] === 0 && b[1] === 0 && a[0] >= 0 ? [a[0] ** b[0], 0] : null;
+    }
+    case 'fn': {
+      if (n.name !== 'sqrt') return null;
+      const a = evalComplex(n.args[0], env);
+      return a && a[1] === 0 && a[0] >= 0 ? [Math.sqrt(a[0]), 0] : null;
+    }
+    default:
+      return null;
+  }
+}
+
 export function freeVars(n: Node, out = new Set<string>()): Set<string> {
   if (n.t === 'sym') out.add(n.name);
   for (const c of children(n)) freeVars(c, out);
@@ -425,8 +489,8 @@ export class Comparer {
     const rows = (n: Node): Node[][] | null =>
       n.t === 'matrix'
         ? n.rows
-        : n.t === 'tuple' && n.open === '('
-          ? n.items.map((x) => [x])
+        : n.t === 'tuple' && n.open === n.close.replace(')', '(').replace(']', '[')
+          ? n.items.map((x) => [x]) // a vector written `(a, b)` or `[a, b]`
           : this.o.mathVerify
             ? matrixValue(n)
             : null;
@@ -560,10 +624,11 @@ export class Comparer {
       if (floats && this.floatsAgree(R.toNumber(eg), R.toNumber(ep), eg, ep)) {
         return eqv('float-rounding');
       }
-      // PRIME's tolerances would accept 1112122 for 1112112 (the base of `1112112_3` dropped); the
-      // reference profile keeps two integers exact, as Math-Verify does.
-      const ints = this.o.mathVerify && R.isInt(eg) && R.isInt(ep);
-      if (!this.lenient() || ints) return neq('exact-rational');
+      if (R.isInt(eg) && R.isInt(ep)) {
+        const by = integerLeniency(eg.n, ep.n, this.o);
+        return by ? eqv(by) : neq('integer');
+      }
+      if (!this.lenient()) return neq('exact-rational');
     }
     const vg = evalNum(g, new Map());
     const vp = evalNum(p, new Map());
@@ -610,11 +675,53 @@ export class Comparer {
       const x = evalNum(g, env);
       const y = evalNum(p, env);
       if (!Number.isFinite(x) || !Number.isFinite(y)) continue;
-      if (Math.abs(x - y) > 1e-8 * Math.max(1, Math.abs(x), Math.abs(y))) return neq('random-points');
+      if (Math.abs(x - y) > 1e-8 * Math.max(1, Math.abs(x), Math.abs(y))) {
+        return vars.includes('i') ? this.complexPoints(g, p, vars) : neq('random-points');
+      }
       valid++;
     }
     return valid >= Math.min(4, this.o.points) ? eqv('random-points') : unk('random-points-too-few-valid');
   }
+
+  // `i` as the imaginary unit (`i(2-i)` = `1+2i`), as Math-Verify reads it when an answer mentions i; only
+  // after `i` as a plain variable failed, so `i` as an index loses nothing.
+  private complexPoints(g: Node, p: Node, vars: string[]): Outcome {
+    let valid = 0;
+    for (const env of this.points(vars)) {
+      const cenv = new Map<string, C>([...env].map(([k, v]): [string, C] => [k, [v, 0]]));
+      cenv.set('i', [0, 1]);
+      const x = evalComplex(g, cenv);
+      const y = evalComplex(p, cenv);
+      if (!x || !y) return neq('random-points');
+      const scale = Math.max(1, Math.hypot(...x), Math.hypot(...y));
+      if (!x.concat(y).every(Number.isFinite)) continue;
+      if (Math.hypot(x[0] - y[0], x[1] - y[1]) > 1e-8 * scale) return neq('complex-points');
+      valid++;
+    }
+    return valid >= Math.min(4, this.o.points) ? eqv('complex-points') : unk('complex-points-too-few-valid');
+  }
+}
+
+const abs = (x: bigint) => (x < 0n ? -x : x);
+const bigMax = (a: bigint, b: bigint) => (a > b ? a : b);
+
+/**
+ * PRIME's leniencies between two different integers, computed exactly (PRIME's floats lose digits past
+ * 2^53): `math_equal` accepts the prediction when `isclose(x, pred, rel_tol=1e-4)` for x in gold/100,
+ * gold, gold·100 (PRIME-RL/PRIME@18ad596f …/math_util/grader.py, lines 194-202). The path name, or null.
+ */
+export function integerLeniency(
+  gold: bigint,
+  pred: bigint,
+  o: Pick<CompareOptions, 'relTol' | 'percentTimes100' | 'nearMissIntegers'>,
+): string | null {
+  // |a - b| <= relTol · max(|a|, |b|), as |a - b| · (1/relTol) <= max(|a|, |b|).
+  const inv = o.nearMissIntegers && o.relTol > 0 ? BigInt(Math.round(1 / o.relTol)) : 0n;
+  const close = (a: bigint, b: bigint) => a === b || (inv > 0n && abs(a - b) * inv <= bigMax(abs(a), abs(b)));
+  if (close(gold, pred)) return gold === pred ? 'integer' : 'lenient-near-integer';
+  // pred ≈ gold/100 is gold ≈ 100·pred with the same relative tolerance.
+  if (o.percentTimes100 && (close(gold * 100n, pred) || close(gold, pred * 100n))) return 'lenient-percent';
+  return null;
 }
 
 /** Equal at `d` decimals and at `d` significant digits (exactly, when both rationals are given). */

@@ -8,7 +8,8 @@ export type AnswerSource =
   | 'answer-colon'
   | 'math-env'
   | 'last-number'
-  | 'whole';
+  | 'whole'
+  | 'prime';
 
 export interface Extracted {
   answer: string;
@@ -363,4 +364,53 @@ export function extractReferenceGold(gold: string, targets: Target[] = ['latex',
   const response = /\\boxed|\\fbox|\$|\\\(|\\\[|final answer/i.test(gold);
   if (response || !targets.includes('latex')) return extractReference(gold, targets)?.answer ?? gold.trim();
   return gold.trim();
+}
+
+// ---- the reference profile: PRIME's extraction ------------------------------------------------------
+
+/**
+ * PRIME's `match_answer` (PRIME-RL/PRIME@18ad596f training/verl/utils/reward_score/evaluation_utils/
+ * math_util/__init__.py:333; microsoft/rStar@ecbfb943 fused_compute_score/prime_math has the same): the
+ * text after the last "answer:"/"answer is"/"answers are", before a later "is the answer", the last
+ * `\boxed{}` in what is left, cut before its last ". ", then after the last "be ", "is ", "=", ": ", "get "
+ * (each in turn). Whatever is left is graded, found or not, so a bare answer is read whole.
+ */
+export function extractPrime(text: string): string {
+  let r = text;
+  // PRIME finds a marker in the lower-cased text and cuts the original at that index; lower-cased again
+  // only after a cut.
+  let lower = r.toLowerCase();
+  const cut = (markers: string[], after: boolean) => {
+    for (const m of markers) {
+      const at = lower.lastIndexOf(m);
+      if (at < 0) continue;
+      r = (after ? r.slice(at + m.length) : r.slice(0, at)).trim();
+      lower = r.toLowerCase();
+    }
+  };
+  cut(['answer:', 'answer is', 'answers are'], true);
+  cut(['is answer', 'is the answer', 'are answers', 'are the answers'], false);
+  const box = lastBoxPrime(r);
+  if (box) r = box;
+  const dot = r.lastIndexOf('. ');
+  if (dot >= 0) r = r.slice(0, dot).trim();
+  if (box || dot >= 0) lower = r.toLowerCase();
+  cut(['be ', 'is ', 'are ', '=', ': ', 'get ', 'be\n', 'is\n', 'are\n', ':\n', 'get\n'], true);
+  return r.trim();
+}
+
+// PRIME's `_last_boxed_only_string`: from the last `\boxed` (else `\fbox`), the first brace group,
+// counted without escapes; unbalanced is nothing.
+function lastBoxPrime(s: string): string | null {
+  let at = s.lastIndexOf('\\boxed');
+  if (at < 0) at = s.lastIndexOf('\\fbox');
+  if (at < 0) return null;
+  const open = s.indexOf('{', at);
+  if (open < 0) return null;
+  let depth = 0;
+  for (let i = open; i < s.length; i++) {
+    if (s[i] === '{') depth++;
+    else if (s[i] === '}' && --depth === 0) return s.slice(open + 1, i).trim() || null;
+  }
+  return null;
 }

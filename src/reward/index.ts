@@ -1,4 +1,4 @@
-export { type Extracted, extractAnswer, extractGold, extractReference } from './extract.js';
+export { type Extracted, extractAnswer, extractGold, extractPrime, extractReference } from './extract.js';
 export { normalise, RULES } from './normalise.js';
 export { type PoolOptions, VerifierPool, type VerifyItem } from './pool.js';
 export type { VerifyOptions, VerifyProfile, VerifyResult } from './types.js';

@@ -108,6 +108,17 @@ export const RULES: Rule[] = [
     apply: (s) => s.replace(/\\\$|[€£¥₹]/g, '').replace(/\\(?:text|mbox)\{\s*\\?\$\s*\}/g, ''),
   },
   {
+    name: 'trig-degrees',
+    // `\sin(90^{\circ}-x)`: degrees inside a trigonometric function are radians to us, so π/180 each.
+    apply: (s) =>
+      /\\(?:sin|cos|tan|sec|csc|cot)(?![a-zA-Z])/.test(s)
+        ? s.replace(
+            /(\d+(?:\.\d+)?)\s*\^\s*(?:\{\s*\\circ\s*\}|\\circ)|(\d+(?:\.\d+)?)\s*°/g,
+            (_, a, b) => `(${a ?? b}\\pi/180)`,
+          )
+        : s,
+  },
+  {
     name: 'degrees',
     apply: (s) =>
       s
@@ -169,6 +180,12 @@ export const RULES: Rule[] = [
   },
   { name: 'dots', apply: (s) => s.replace(/\\(?:ldots|cdots|dots)(?![a-zA-Z])/g, ' ') },
   {
+    name: 'trailing-punctuation',
+    // Before the rules anchored at the end (`1\frac12.`). A lone trailing backslash too (`185\`): NeMo-Skills
+    // strips `.` and `\` alike.
+    apply: (s) => s.replace(/(?:[\s.,;:?]|\\)+$/, '').replace(/^[\s:]+/, ''),
+  },
+  {
     name: 'thousands-separators',
     // Only a whole number with well-formed groups: `(1,234)` stays a tuple.
     apply: (s) => (/^\s*-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?\s*%?\s*$/.test(s) ? s.replace(/,/g, '') : s),
@@ -187,7 +204,6 @@ export const RULES: Rule[] = [
       }),
   },
   { name: 'mixed-number-plain', apply: (s) => s.replace(/^(-?)(\d+)\s+(\d+)\/(\d+)$/, '$1($2+$3/$4)') },
-  { name: 'trailing-punctuation', apply: (s) => s.replace(/[\s.,;:?]+$/, '').replace(/^[\s:]+/, '') },
   { name: 'whitespace', apply: (s) => s.replace(/\s+/g, ' ').trim() },
 ];
 
@@ -200,8 +216,14 @@ export interface Normalised {
 export const REFERENCE_RULES: Rule[] = [
   {
     name: 'doubled-backslash',
-    // `\\frac` from over-escaped JSON; a matrix keeps its `\\` row breaks.
-    apply: (s) => (/matrix|array/.test(s) ? s : s.replace(/\\\\(?=[a-zA-Z])/g, '\\')),
+    // `\\frac` from over-escaped JSON; a matrix keeps its `\\` row breaks unless its `\\begin` is
+    // doubled too, where every backslash is (`\\\\` is then an over-escaped row break).
+    apply: (s) =>
+      /\\\\begin\{/.test(s)
+        ? s.replace(/\\\\/g, '\\')
+        : /matrix|array/.test(s)
+          ? s
+          : s.replace(/\\\\(?=[a-zA-Z])/g, '\\'),
   },
   { name: 'text-variants', apply: (s) => s.replace(/\\text(?:normal|bf|it|rm)(?![a-zA-Z])/g, '\\text') },
   // `\quadx_{2}` (no space) is still a quad followed by x.

@@ -39,6 +39,12 @@ export interface VerifyOptions {
   maxInputChars?: number;
   /** An extracted answer longer than this is rejected (default 1,000, as the PRIME grader). */
   maxAnswerChars?: number;
+  /**
+   * PRIME's leniencies, each on in `lenient` and `reference` (the reference reward has them) and off in
+   * `strict`: `percentTimes100` (pred = gold·100 or gold/100), `nearMissIntegers` (the 1e-4 relative
+   * tolerance between two integers too: 100000 ≈ 100001), `piAs314` (π also as 3.14).
+   */
+  leniencies?: Partial<Record<'percentTimes100' | 'nearMissIntegers' | 'piAs314', boolean>>;
   /** Seed for random-point evaluation (default 1234). */
   seed?: number;
   /** An ES module whose default export scores instead of the profile (reward/custom.ts); absolute path. */

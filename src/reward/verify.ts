@@ -1,12 +1,20 @@
 import { casLoadError, casValue } from './cas.js';
-import { type CompareOptions, Comparer, evalNum, floatsAgree, freeVars, Timeout } from './compare.js';
+import {
+  type CompareOptions,
+  Comparer,
+  evalNum,
+  floatsAgree,
+  freeVars,
+  integerLeniency,
+  Timeout,
+} from './compare.js';
 import {
   type Extracted,
   extractAnswer,
   extractGold,
+  extractPrime,
   extractReference,
   extractReferenceGold,
-  findBoxes,
 } from './extract.js';
 import { normalise, REFERENCE_RULES, RULES } from './normalise.js';
 import { type Node, ParseError, parseAnswer } from './parse.js';
@@ -37,6 +45,7 @@ const LENIENT = {
   floatRounding: 6,
   relTol: 1e-4,
   percentTimes100: true,
+  nearMissIntegers: true,
   piAs314: true,
   percentAsUnit: true,
   points: 12,
@@ -57,6 +66,7 @@ export const PROFILES: Record<
     floatRounding: 6,
     relTol: 0,
     percentTimes100: false,
+    nearMissIntegers: false,
     piAs314: false,
     percentAsUnit: true,
     points: 12,
@@ -109,22 +119,26 @@ export function verify(pred: string, gold: string, opts: VerifyOptions = {}): Ve
       : reference
         ? extractReference(text, opts.targets)
         : extractAnswer(text);
-  if (!ex || ex.answer === '') {
-    return {
-      ...NOTHING,
-      correct: false,
-      status: 'no-answer',
-      reason: join('no answer found in prediction', notes),
-    };
-  }
-  const r = check(ex, gold, profile, opts, notes);
-  // The reference reward is PRIME or Math-Verify, and PRIME reads the last \boxed{} alone, where
-  // Math-Verify may join it with earlier boxes.
-  if (reference && !r.correct && opts.extract !== false) {
-    const last = findBoxes(text).at(-1)?.content.trim();
-    if (last && last !== ex.answer) {
-      const prime = check({ answer: last, source: 'boxed' }, gold, profile, opts, notes);
-      if (prime.correct) return { ...prime, reason: `${prime.reason} (PRIME's last \\boxed{})` };
+  const deadline = Date.now() + (opts.timeoutMs ?? DEFAULTS.timeoutMs);
+  const r: VerifyResult =
+    ex && ex.answer !== ''
+      ? check(ex, gold, profile, opts, notes, deadline)
+      : {
+          ...NOTHING,
+          correct: false,
+          status: 'no-answer',
+          reason: join('no answer found in prediction', notes),
+        };
+  // The reference reward is PRIME or Math-Verify, and PRIME reads the response its own way: the last
+  // \boxed{} alone (Math-Verify may join earlier boxes), the text after "is" or "=", or the whole text
+  // where Math-Verify finds no math environment or number (`(x-2)(x+2)`, `\frac34i`).
+  if (reference && !r.correct && opts.extract !== false && r.status !== 'timeout') {
+    const answer = extractPrime(text);
+    // An integer gold cannot equal a reading without a digit (`what we get`), which is not worth a check.
+    const hopeless = !/\d/.test(answer) && INT.test(gold);
+    if (answer !== '' && answer !== ex?.answer && !hopeless) {
+      const prime = check({ answer, source: 'prime' }, gold, profile, opts, notes, deadline);
+      if (prime.correct) return { ...prime, reason: `${prime.reason} (PRIME's reading)` };
     }
   }
   return r;
@@ -137,6 +151,7 @@ function check(
   profile: Exclude<VerifyProfile, 'integer'>,
   opts: VerifyOptions,
   notes: string[],
+  deadline: number,
 ): VerifyResult {
   const reference = profile === 'reference';
   const maxAns = opts.maxAnswerChars ?? DEFAULTS.maxAnswerChars;
@@ -152,19 +167,23 @@ function check(
   const goldAns = reference ? extractReferenceGold(gold, opts.targets) : extractGold(gold);
   if (goldAns.length > maxAns * 10) throw new Error(`gold answer longer than ${maxAns * 10} chars`);
 
+  let settings = { ...PROFILES[profile], ...leniencies(opts) };
   // Fast path: two integers need no normalisation or parsing.
   if (INT.test(ex.answer) && INT.test(goldAns)) {
     const a = BigInt(ex.answer.trim());
     const b = BigInt(goldAns.trim());
-    const ok = a === b;
+    const by = integerLeniency(b, a, settings);
     return {
       ...withEx,
       normalised: a.toString(),
       goldNormalised: b.toString(),
-      correct: ok,
-      status: ok ? 'equal' : 'not-equal',
-      matchedBy: ok ? 'integer' : null,
-      reason: join(ok ? 'equal integers' : `integer ${a} != ${b}`, notes),
+      correct: by !== null,
+      status: by ? 'equal' : 'not-equal',
+      matchedBy: by,
+      reason: join(
+        by === 'integer' ? 'equal integers' : by ? `equal by ${by}` : `integer ${a} != ${b}`,
+        notes,
+      ),
     };
   }
 
@@ -178,11 +197,14 @@ function check(
       reason: join(`number base ${bp} != ${bg}`, notes),
     };
   }
+  // PRIME drops a base (`1112112_3` → 1112112) before its tolerance, which then accepts `1112122_3`; digits
+  // in another base are no decimal magnitude, so with a base stated the integers stay exact.
+  if (bp !== null || bg !== null) settings = { ...settings, nearMissIntegers: false, percentTimes100: false };
   const rules = reference ? REFERENCE_PIPELINE : RULES;
   const np = normalise(ex.answer, rules);
   const ng = normalise(goldAns, rules);
   const res = { ...withEx, normalised: np.text, goldNormalised: ng.text };
-  const floatRounding = opts.floatRounding ?? PROFILES[profile].floatRounding;
+  const floatRounding = opts.floatRounding ?? settings.floatRounding;
   if (np.text === '')
     return {
       ...res,
@@ -203,7 +225,7 @@ function check(
   const p = parse(np.text, reference);
   if (typeof g === 'string' || typeof p === 'string') {
     const which = typeof g === 'string' ? `gold does not parse (${g})` : `answer does not parse (${p})`;
-    const byCas = casCompare(ng.text, g, np.text, p, PROFILES[profile].relTol, floatRounding);
+    const byCas = casCompare(ng.text, g, np.text, p, settings.relTol, floatRounding);
     if (byCas === true) {
       return {
         ...res,
@@ -221,10 +243,10 @@ function check(
     return { ...res, correct: false, status: 'unknown', reason: join(why, notes) };
   }
   const cmp = new Comparer({
-    ...PROFILES[profile],
+    ...settings,
     floatRounding,
     seed: opts.seed ?? DEFAULTS.seed,
-    deadline: Date.now() + (opts.timeoutMs ?? DEFAULTS.timeoutMs),
+    deadline,
   });
   try {
     const out = cmp.compare(g, p);
@@ -276,6 +298,21 @@ function casCompare(
 function numberBase(s: string): string | null {
   const m = /\d_\{?(\d+)\}?/.exec(s);
   return m ? m[1] : null;
+}
+
+const LENIENCY_NAMES = ['percentTimes100', 'nearMissIntegers', 'piAs314'] as const;
+
+// The caller's switches for PRIME's leniencies, checked: an unknown name or a non-boolean is an error.
+function leniencies(opts: VerifyOptions): Partial<CompareOptions> {
+  const l = opts.leniencies;
+  if (l === undefined) return {};
+  if (typeof l !== 'object' || l === null) throw new Error('verify: leniencies must be an object');
+  for (const [k, v] of Object.entries(l)) {
+    if (!(LENIENCY_NAMES as readonly string[]).includes(k))
+      throw new Error(`verify: unknown leniency ${JSON.stringify(k)} (valid: ${LENIENCY_NAMES.join(', ')})`);
+    if (typeof v !== 'boolean') throw new Error(`verify: leniency ${k} must be true or false`);
+  }
+  return l;
 }
 
 function join(reason: string, notes: string[]): string {

@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { extractAnswer, extractGold, extractReference, findBoxes } from '../../src/reward/extract.js';
+import {
+  extractAnswer,
+  extractGold,
+  extractPrime,
+  extractReference,
+  findBoxes,
+} from '../../src/reward/extract.js';
 
 const CASES: [string, string | null, string | null][] = [
   // [response, expected answer, expected source]
@@ -98,4 +104,21 @@ test('extractReference with the LaTeX target alone finds no bare numbers', () =>
   assert.equal(extractReference('it is 1 000', ['latex']), null);
   // With numbers alone a `$` reads as a currency sign.
   assert.equal(extractReference('it is $5$', ['expr'])?.answer, '5');
+});
+
+// PRIME's match_answer (PRIME-RL/PRIME@18ad596f training/verl/utils/reward_score/evaluation_utils/math_util/
+// __init__.py:333-373), step by step: the answer marker, the last box, the last ". ", then "is"/"="/...
+test('extractPrime reads a response as PRIME does', () => {
+  const cases: [string, string][] = [
+    ['so the answer is \\boxed{7}. Done', '7'],
+    ['\\boxed{x = 5}', '5'], // the cuts apply inside the box too
+    ['(x-2)(x+2)', '(x-2)(x+2)'], // nothing found: the whole text
+    ['It is 3. Then 4 is wrong', '3'],
+    ['Answer: 12 apples', '12 apples'],
+    ['\\boxed{1} and later \\boxed{2}', '2'],
+    ['14 is the answer. I checked', '14'],
+    ['\\boxed{}', '\\boxed{}'], // an empty box is no box
+    ['\\boxed{3', '\\boxed{3'], // nor is an unclosed one
+  ];
+  for (const [text, want] of cases) assert.equal(extractPrime(text), want, text);
 });

@@ -58,16 +58,77 @@ test('integer profile: a trajectory that finished with an error scores 0', () =>
   assert.equal(int('\\boxed{42}', '42', 'stop').reward, 1);
 });
 
-test('reference profile: PRIME leniencies on top of Math-Verify, integers stay exact', () => {
+test('reference profile: PRIME leniencies on top of Math-Verify', () => {
   const ref = (pred: string, gold: string) => verify(pred, gold, { profile: 'reference' }).correct;
   const strict = (pred: string, gold: string) => verify(pred, gold).correct;
   assert.equal(ref('\\boxed{37.7}', '12\\pi'), true); // PRIME's 1e-4 relative tolerance
   assert.equal(ref('\\boxed{25}', '0.25'), true); // PRIME's ×100 percentage
   assert.equal(ref('\\boxed{3.14}', '\\pi'), true); // PRIME's π ≈ 3.14
   assert.equal(strict('\\boxed{37.7}', '12\\pi'), false);
-  // PRIME drops bases and would accept these at 1e-4; two integers must be equal.
+  // PRIME drops a base, then its tolerance accepts other digits; with a base stated they stay exact.
   assert.equal(ref('\\boxed{1112122_3}', '1112112_3'), false);
-  assert.equal(ref('\\boxed{100001}', '100000'), false);
+});
+
+// PRIME's math_equal (PRIME-RL/PRIME@18ad596f training/verl/utils/reward_score/evaluation_utils/math_util/
+// grader.py:194-202) accepts a prediction within isclose(rel_tol=1e-4) of gold/100, gold or gold·100, for
+// integers as for any number; evaluate_math (__init__.py:376) calls it with those defaults.
+test("reference profile: PRIME's leniencies between integers, on by default, each with a switch", () => {
+  const ref = (pred: string, gold: string, leniencies?: object) =>
+    verify(`\\boxed{${pred}}`, gold, { profile: 'reference', leniencies }).correct;
+  // ×100 / ÷100
+  assert.equal(ref('5000', '50'), true);
+  assert.equal(ref('5', '500'), true);
+  assert.equal(ref('0.5', '50'), true);
+  assert.equal(ref('5000', '50', { percentTimes100: false }), false);
+  assert.equal(ref('0.5', '50', { percentTimes100: false }), false);
+  assert.equal(ref('500', '50'), false);
+  // near-miss integers: |a - b| <= 1e-4 · max(|a|, |b|), so AIME-sized answers stay exact
+  assert.equal(ref('100001', '100000'), true);
+  assert.equal(ref('100010', '100000'), true); // 10 <= 10.001
+  assert.equal(ref('100011', '100000'), false); // 11 > 10.0011
+  assert.equal(ref('-100001', '-100000'), true);
+  assert.equal(ref('-100001', '100000'), false);
+  assert.equal(ref('1000', '999'), false);
+  assert.equal(ref('10000001', '100000'), true); // ×100 and the tolerance together, as PRIME
+  assert.equal(ref('100001', '100000', { nearMissIntegers: false }), false);
+  assert.equal(ref('10000000', '100000', { nearMissIntegers: false }), true);
+  // the integer fast path and the parsed path agree
+  assert.equal(verify('100001', '100000', { profile: 'reference', extract: false }).correct, true);
+  assert.equal(ref('100000 + 1', '100000'), true);
+  // strict has none of them; lenient has them all
+  assert.equal(verify('\\boxed{100001}', '100000').correct, false);
+  assert.equal(verify('\\boxed{5000}', '50').correct, false);
+  assert.equal(verify('\\boxed{100001}', '100000', { profile: 'lenient' }).correct, true);
+  assert.equal(ref('3.14', '\\pi', { piAs314: false }), false);
+  assert.throws(() => ref('1', '1', { nearMiss: true }), /unknown leniency "nearMiss".*nearMissIntegers/);
+  assert.throws(() => ref('1', '1', { piAs314: 1 }), /leniency piAs314 must be true or false/);
+});
+
+// MATH's is_equiv test file (hendrycks/math modeling/math_equivalence_test.py) pairs these as equal; the
+// answers alone are the response, as a model that answers without a box writes them.
+test('reference profile: the LaTeX normal forms, bare and boxed', () => {
+  const pairs: [string, string][] = [
+    ['10\\sqrt3 + \\sqrt{4}', '10\\sqrt{3} + \\sqrt4'],
+    ['\\frac34i', '\\frac{3}{4}i'],
+    ['(x-2)(x+2)', '\\left(x-2\\right)\\left(x+2\\right)'],
+    ['\\left(x-2\\right)\\left(x+2\\right)', '(x-2)(x+2)'],
+    ['\\$10', '10'],
+    ['10', '\\$10'],
+    ['\\tfrac83', '\\frac{8}{3}'],
+    ['1\\frac12', '1.5'],
+    ['185\\', '185'],
+    ['\\sin(90^{\\circ}-x)', '\\cos(x)'],
+    ['i(2-i)', '1+2i'],
+  ];
+  for (const [pred, gold] of pairs) {
+    for (const text of [pred, `\\boxed{${pred}}`, `So the answer is ${pred}.`]) {
+      const r = verify(text, gold, { profile: 'reference' });
+      assert.equal(r.correct, true, `${text} vs ${gold}: ${r.reason}`);
+    }
+  }
+  assert.equal(verify('(x-2)(x+3)', '(x-2)(x+2)', { profile: 'reference' }).correct, false);
+  assert.equal(verify('\\frac34', '\\frac{3}{4}i', { profile: 'reference' }).correct, false);
+  assert.equal(verify('i(2+i)', '1+2i', { profile: 'reference' }).correct, false);
 });
 
 test('reference profile: Math-Verify readings that strict does not have', () => {

@@ -27,6 +27,11 @@ const CASES: Record<string, [string, string][]> = {
     ['\\$18.90', '18.90'],
     ['€5', '5'],
   ],
+  'trig-degrees': [
+    ['\\sin(90^{\\circ}-x)', '\\sin((90\\pi/180)-x)'],
+    ['\\cos 30°', '\\cos (30\\pi/180)'],
+    ['30^\\circ', '30^\\circ'],
+  ],
   degrees: [
     ['30^\\circ', '30'],
     ['30^{\\circ}', '30'],
@@ -86,6 +91,7 @@ const CASES: Record<string, [string, string][]> = {
   'mixed-number-plain': [['7 3/4', '(7+3/4)']],
   'trailing-punctuation': [
     ['42.', '42'],
+    ['185\\', '185'],
     ['5!', '5!'],
   ],
   whitespace: [['  1   + 2 ', '1 + 2']],
@@ -118,6 +124,10 @@ const REFERENCE_CASES: Record<string, [string, string][]> = {
   'doubled-backslash': [
     ['\\\\frac{1}{2}', '\\frac{1}{2}'],
     ['\\begin{pmatrix}1 \\\\ x\\end{pmatrix}', '\\begin{pmatrix}1 \\\\ x\\end{pmatrix}'],
+    [
+      '\\\\begin{matrix} x \\\\\\\\ \\\\frac12 \\\\end{matrix}',
+      '\\begin{matrix} x \\\\ \\frac12 \\end{matrix}',
+    ],
   ],
   'text-variants': [['125\\textnormal{ miles}', '125\\text{ miles}']],
   quad: [['x_1=1,\\quadx_2=2', 'x_1=1, x_2=2']],
