@@ -61,6 +61,10 @@ interface ServeFlags extends PoolFlags {
   requestTimeoutMs: number;
   maxBodyMb: number;
   maxBodyInFlightMb: number;
+  bodyIdleTimeoutMs: number;
+  maxBatchItems: number;
+  maxBatchOutputMb: number;
+  maxSessionsPerClient: number;
   redis?: string;
   maxQueue: number;
   maxInFlight: number;
@@ -112,9 +116,28 @@ export function registerSandboxCommands(program: Command): void {
       .option('--max-body-mb <mb>', 'largest request body', positiveInt(), 64)
       .option(
         '--max-body-in-flight-mb <mb>',
-        'request bodies being received at once, all together',
+        'request body bytes received and not yet parsed, all requests together; past it the body holding the most is refused',
         positiveInt(),
         128,
+      )
+      .option(
+        '--body-idle-timeout-ms <ms>',
+        'a request body that sends nothing for this long is cut (408)',
+        positiveInt(),
+        10000,
+      )
+      .option('--max-batch-items <n>', 'items in one request at most (413 past it)', positiveInt(), 4096)
+      .option(
+        '--max-batch-output-mb <mb>',
+        'output one answer carries; items finishing after it is full are answered without theirs, saying why',
+        positiveInt(),
+        64,
+      )
+      .option(
+        '--max-sessions-per-client <n>',
+        'live stateful sessions one session key may hold (0 = only the pool limit)',
+        nonNegativeInt(),
+        4,
       )
       .option(
         '--redis <url>',
@@ -174,6 +197,10 @@ export function registerSandboxCommands(program: Command): void {
       requestTimeoutMs: o.requestTimeoutMs,
       maxBodyBytes: o.maxBodyMb * 2 ** 20,
       maxBodyBytesInFlight: o.maxBodyInFlightMb * 2 ** 20,
+      bodyIdleTimeoutMs: o.bodyIdleTimeoutMs,
+      maxBatchItems: o.maxBatchItems,
+      maxBatchOutputBytes: o.maxBatchOutputMb * 2 ** 20,
+      maxSessionsPerClient: o.maxSessionsPerClient,
       concurrency,
       maxQueue: o.maxQueue,
       timeoutMs: o.timeoutMs,

@@ -57,10 +57,25 @@ export interface SandboxServerOptions {
   podName?: string | null;
   /** One request body at most (413 past it). */
   maxBodyBytes?: number;
-  /** Request bodies being received at once, all requests together (503 past it). */
+  /** Bytes of request bodies received and not yet parsed, all requests together. Charged as bytes arrive; when a
+   * chunk does not fit, the body holding the most is refused with 503 (its connection's share is spent). */
   maxBodyBytesInFlight?: number;
   /** Time allowed to receive a whole request, headers and body (Node's requestTimeout). */
   requestTimeoutMs?: number;
+  /** A body that sends nothing for this long is cut with 408 (default 10 s, at most requestTimeoutMs). */
+  bodyIdleTimeoutMs?: number;
+  /** Items in one request at most (413 past it). */
+  maxBatchItems?: number;
+  /** Output (stdout, stderr, fetched files; as the answer's JSON) one answer carries: the items that finish after
+   * it is full are answered without their output, flagged `truncated` and saying why. */
+  maxBatchOutputBytes?: number;
+  /** Output held by all answers still being assembled or sent; past it the answer holding the most gives up its
+   * items' output first (default 4 x maxBatchOutputBytes). */
+  maxOutputBytesHeld?: number;
+  /** Live stateful sessions one session key (x-rstar2-session-key) may hold; 0 = no limit of its own. */
+  maxSessionsPerClient?: number;
+  /** How long an idle session counts against its key (the runner's session TTL). */
+  sessionTtlMs?: number;
   maxCodeBytes?: number;
   /** Wall limit applied to code-judge submissions (its MAX_EXECUTION_TIME; rStar2 uses 4 s). */
   timeoutMs?: number;
@@ -242,6 +257,129 @@ class HttpError extends Error {
   }
 }
 
+/** Something holding bytes of a shared budget: a body being received, an answer being assembled. */
+interface Holder {
+  bytes: number;
+}
+interface BodyHold extends Holder {
+  refuse: (e: Error) => void;
+}
+
+/** Makes room for `n` more bytes of `self` under `cap`, evicting the other holder that holds the most while it
+ * holds more than `self` would; false when `self` would hold the most (its own bytes are the ones to refuse). */
+function makeRoom<H extends Holder>(
+  holders: Iterable<H>,
+  self: H,
+  n: number,
+  used: () => number,
+  cap: number,
+  evict: (h: H) => void,
+): boolean {
+  while (used() + n > cap) {
+    let largest: H | undefined;
+    for (const h of holders) if (h !== self && (!largest || h.bytes > largest.bytes)) largest = h;
+    if (!largest || largest.bytes <= self.bytes + n) return false;
+    evict(largest);
+  }
+  return true;
+}
+
+/** The output held by every answer being assembled or sent. */
+class OutputHeld {
+  total = 0;
+  readonly answers = new Set<Answer<unknown>>();
+  constructor(readonly cap: number) {}
+}
+
+/** Items' outputs under this size are not worth taking back from an answer that must give up its output. */
+const SHED_MIN = 4096;
+
+/** A result without its output, saying why: what an item is answered with when its answer has no room left. */
+function withoutOutput(r: RunResult, why: string): RunResult {
+  const { files: _files, ...rest } = r;
+  const note = `output dropped: ${why}`;
+  return {
+    ...rest,
+    stdout: '',
+    stderr: note,
+    truncated: true,
+    error: r.error ? `${r.error}; ${note}` : note,
+  };
+}
+
+/** One request's answer, assembled as its items finish: each result is shaped for the route at once (code-judge
+ * cuts it to 1000 characters), so a batch never holds its items' full outputs, and what it keeps is counted
+ * against the answer's own limit and against the output all answers together may hold. */
+class Answer<T> {
+  bytes = 0;
+  readonly results: T[];
+  /** items holding output that could be given back: index -> the result without it, and the size it holds */
+  private readonly shedable = new Map<number, { bare: RunResult; size: number }>();
+
+  constructor(
+    private readonly shape: (r: RunResult, i: number) => T,
+    n: number,
+    private readonly limit: number,
+    private readonly held: OutputHeld,
+  ) {
+    this.results = new Array<T>(n);
+    held.answers.add(this as Answer<unknown>);
+  }
+
+  put(i: number, r: RunResult): void {
+    let v = this.shape(r, i);
+    let size = JSON.stringify(v).length;
+    let why = '';
+    if (this.bytes + size > this.limit)
+      why = `this request's answer already holds ${this.bytes} bytes of output, its limit (maxBatchOutputBytes ${this.limit}); send fewer items per request`;
+    else if (!this.roomFor(size))
+      why = `the service holds ${this.held.total} bytes of output for answers being assembled or sent, its limit (maxOutputBytesHeld ${this.held.cap}), and this answer holds the most`;
+    if (why) {
+      v = this.shape(withoutOutput(r, why), i);
+      size = JSON.stringify(v).length;
+    } else if (size > SHED_MIN) {
+      const { files: _files, ...bare } = r; // kept without its output, which the answer already holds
+      this.shedable.set(i, { bare: { ...bare, stdout: '', stderr: '' }, size });
+    }
+    this.results[i] = v;
+    this.bytes += size;
+    this.held.total += size;
+  }
+
+  private roomFor(n: number): boolean {
+    const held = this.held;
+    return makeRoom(
+      held.answers,
+      this as Answer<unknown>,
+      n,
+      () => held.total,
+      held.cap,
+      (a) => a.shed(),
+    );
+  }
+
+  /** Gives back the output of every item that holds some, for another answer's sake. */
+  shed(): void {
+    const why = `the service needed room for other answers (maxOutputBytesHeld ${this.held.cap}) and this answer held the most output`;
+    for (const [i, { bare, size }] of this.shedable) {
+      const v = this.shape(withoutOutput(bare, why), i);
+      const now = JSON.stringify(v).length;
+      this.results[i] = v;
+      this.bytes += now - size;
+      this.held.total += now - size;
+    }
+    this.shedable.clear();
+  }
+
+  /** Once the answer is sent (or its client gone). */
+  release(): void {
+    this.held.total -= this.bytes;
+    this.bytes = 0;
+    this.shedable.clear();
+    this.held.answers.delete(this as Answer<unknown>);
+  }
+}
+
 // /v1/ping: SandboxFusion's health probe (its server answers the JSON string "pong" there)
 const GET_ROUTES = ['/ping', '/v1/ping', '/status', '/metrics'];
 
@@ -263,13 +401,28 @@ export class SandboxServer {
   private readonly o: Required<
     Omit<
       SandboxServerOptions,
-      'numWorkers' | 'backlog' | 'log' | 'memoryMb' | 'codeJudge' | 'token' | 'podName'
+      | 'numWorkers'
+      | 'backlog'
+      | 'log'
+      | 'memoryMb'
+      | 'codeJudge'
+      | 'token'
+      | 'podName'
+      | 'bodyIdleTimeoutMs'
+      | 'maxOutputBytesHeld'
     >
   > &
     SandboxServerOptions;
   private readonly log: (rec: Record<string, unknown>) => void;
   private responding = 0;
   private bodyBytesInFlight = 0;
+  /** bodies being received, each with the bytes it holds and how to refuse it */
+  private readonly bodies = new Set<BodyHold>();
+  private readonly bodyIdleMs: number;
+  private readonly held: OutputHeld;
+  /** live sessions per session key: runner-side name -> last used (ms) */
+  private readonly sessionsByKey = new Map<string, Map<string, number>>();
+  private readonly sessionSweep: NodeJS.Timeout;
   private readonly guard: (req: IncomingMessage, url: URL) => Refusal | null;
 
   constructor(opts: SandboxServerOptions) {
@@ -283,6 +436,10 @@ export class SandboxServer {
       maxBodyBytes: 64 << 20,
       maxBodyBytesInFlight: 128 << 20,
       requestTimeoutMs: 30_000,
+      maxBatchItems: 4096,
+      maxBatchOutputBytes: 64 << 20,
+      maxSessionsPerClient: 4,
+      sessionTtlMs: 300_000,
       maxCodeBytes: 1 << 20,
       timeoutMs: 4000,
       logRequests: true,
@@ -291,6 +448,13 @@ export class SandboxServer {
     checkBind(this.o.host, this.o.token, 'sandbox service');
     if (this.o.maxBodyBytesInFlight < this.o.maxBodyBytes)
       throw new Error('maxBodyBytesInFlight must be at least maxBodyBytes, or the largest bodies never fit');
+    for (const k of ['maxBatchItems', 'maxBatchOutputBytes'] as const)
+      if (!Number.isInteger(this.o[k]) || this.o[k] <= 0) throw new Error(`${k} must be a positive integer`);
+    this.bodyIdleMs = Math.min(opts.bodyIdleTimeoutMs ?? 10_000, this.o.requestTimeoutMs);
+    const heldCap = opts.maxOutputBytesHeld ?? 4 * this.o.maxBatchOutputBytes;
+    if (heldCap < this.o.maxBatchOutputBytes)
+      throw new Error('maxOutputBytesHeld must be at least maxBatchOutputBytes');
+    this.held = new OutputHeld(heldCap);
     // A liveness probe needs no secret, and "pong" tells nothing.
     this.guard = httpGuard({
       host: this.o.host,
@@ -325,6 +489,14 @@ export class SandboxServer {
       });
     });
     this.http.keepAliveTimeout = 65_000;
+    // keys that never come back would keep their expired sessions' names
+    this.sessionSweep = setInterval(() => {
+      for (const [key, live] of this.sessionsByKey) {
+        this.expireSessions(live);
+        if (live.size === 0) this.sessionsByKey.delete(key);
+      }
+    }, 60_000);
+    this.sessionSweep.unref();
   }
 
   async listen(): Promise<{ port: number; url: string }> {
@@ -340,6 +512,7 @@ export class SandboxServer {
   /** Stops accepting, answers queued items, lets running ones finish (up to graceMs), then closes. */
   async close(graceMs = 10_000): Promise<void> {
     const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
+    clearInterval(this.sessionSweep);
     this.scheduler.close();
     this.http.closeIdleConnections?.();
     const t0 = Date.now();
@@ -360,47 +533,53 @@ export class SandboxServer {
     res.end(text);
   }
 
-  /** Reads a JSON body within the per-request and all-requests byte limits. Bytes are reserved from
-   * the in-flight budget before they arrive (content-length) or as they arrive (chunked) and given
-   * back once parsed; a refused body is drained unread, so the client still gets the answer. */
-  private readBody(req: IncomingMessage): Promise<unknown> {
+  /** Reads a JSON body within the per-request and all-requests byte limits. A body is charged for the bytes it
+   * has sent, not those it declares, so a client that declares much and sends nothing holds nothing. When a
+   * chunk does not fit, the body holding the most is refused (503): each connection keeps its share, and one
+   * that takes more than the others loses it first. A body that stalls for bodyIdleTimeoutMs is cut (408).
+   * A refused body is drained unread, so the client still gets the answer. */
+  private readBody(req: IncomingMessage, res: ServerResponse): Promise<unknown> {
     const max = this.o.maxBodyBytes;
-    const cap = this.o.maxBodyBytesInFlight;
     const tooBig = (n: number) =>
       new HttpError(413, `request body is ${n} bytes, over the ${max}-byte limit per request`);
-    const busy = () =>
-      new HttpError(
-        503,
-        `busy: ${this.bodyBytesInFlight} bytes of request bodies are being received, limit ${cap}; retry later`,
-      );
     const declared = Number(req.headers['content-length']);
     if (declared > max) return Promise.reject(tooBig(declared));
-    let held = Number.isInteger(declared) ? declared : 0;
-    if (this.bodyBytesInFlight + held > cap) return Promise.reject(busy());
-    this.bodyBytesInFlight += held;
-    const release = () => {
-      this.bodyBytesInFlight -= held;
-      held = 0;
-    };
     return new Promise((resolve, reject) => {
       const chunks: Buffer[] = [];
       let size = 0;
+      let idle: NodeJS.Timeout | undefined;
+      const hold: BodyHold = { bytes: 0, refuse: (e) => fail(e) };
+      this.bodies.add(hold);
+      const release = () => {
+        this.bodyBytesInFlight -= hold.bytes;
+        hold.bytes = 0;
+        this.bodies.delete(hold);
+        clearTimeout(idle);
+      };
       let failed = false;
       const fail = (e: Error) => {
+        if (failed) return;
         failed = true;
         chunks.length = 0;
         release();
         reject(e);
       };
+      const stalled = () => {
+        // the rest of this body will not be read: the connection closes once the answer is out
+        res.setHeader('connection', 'close');
+        fail(new HttpError(408, `request body stalled: nothing received for ${this.bodyIdleMs} ms`));
+      };
+      const watch = () => {
+        clearTimeout(idle);
+        idle = setTimeout(stalled, this.bodyIdleMs);
+      };
+      watch();
       req.on('data', (c: Buffer) => {
         if (failed) return;
+        watch();
         size += c.length;
         if (size > max) return fail(tooBig(size));
-        if (size > held) {
-          if (this.bodyBytesInFlight + size - held > cap) return fail(busy());
-          this.bodyBytesInFlight += size - held;
-          held = size;
-        }
+        if (!this.charge(hold, c.length)) return fail(this.bodiesBusy());
         chunks.push(c);
       });
       req.on('error', (e) => fail(e));
@@ -409,15 +588,32 @@ export class SandboxServer {
         if (failed) return;
         const text = Buffer.concat(chunks).toString('utf8');
         chunks.length = 0;
+        release();
         try {
           resolve(JSON.parse(text));
         } catch (e) {
           reject(new HttpError(400, `malformed JSON body: ${(e as Error).message}`));
-        } finally {
-          release();
         }
       });
     });
+  }
+
+  private bodiesBusy(): HttpError {
+    return new HttpError(
+      503,
+      `busy: ${this.bodyBytesInFlight} bytes of request bodies are being received, limit ${this.o.maxBodyBytesInFlight}, and this one holds the most; retry later`,
+    );
+  }
+
+  /** Charges `n` more bytes to `hold`, refusing larger holders while they stand in the way; false when `hold`
+   * would itself hold the most (it is the one to refuse). */
+  private charge(hold: BodyHold, n: number): boolean {
+    const cap = this.o.maxBodyBytesInFlight;
+    const used = () => this.bodyBytesInFlight;
+    if (!makeRoom(this.bodies, hold, n, used, cap, (b) => b.refuse(this.bodiesBusy()))) return false;
+    hold.bytes += n;
+    this.bodyBytesInFlight += n;
+    return true;
   }
 
   parse<T>(schema: z.ZodType<T>, body: unknown): T {
@@ -462,11 +658,15 @@ export class SandboxServer {
       if (req.method !== 'POST') throw new HttpError(405, `method ${req.method} not allowed`);
       const route = ROUTES[url];
       if (!route) throw new HttpError(404, `no route POST ${url}`);
-      const body = await this.readBody(req);
+      const body = await this.readBody(req, res);
       const sessionKey = req.headers['x-rstar2-session-key'];
+      const answers: Answer<unknown>[] = [];
+      res.on('close', () => {
+        for (const a of answers) a.release();
+      });
       const out = await route(
         this,
-        { client, sessionKey: typeof sessionKey === 'string' ? sessionKey : undefined },
+        { client, sessionKey: typeof sessionKey === 'string' ? sessionKey : undefined, answers },
         body,
       );
       items = out.items;
@@ -501,17 +701,67 @@ export class SandboxServer {
     }
   }
 
-  /** Runs items through the fair queue; null when admission refuses the whole request. */
-  async runItems(
-    client: string,
+  /** Runs items through the fair queue, each result shaped for the route as it arrives and held within the
+   * answer's output limits (see Answer); null when admission refuses the whole request. */
+  async runItems<T>(
+    ctx: Ctx,
     reqs: (RunRequest | RunResult)[],
     queueWaitMs: number,
-  ): Promise<RunResult[] | null> {
+    shape: (r: RunResult, i: number) => T,
+  ): Promise<T[] | null> {
+    if (reqs.length > this.o.maxBatchItems)
+      throw new HttpError(
+        413,
+        `request has ${reqs.length} items, over the limit of ${this.o.maxBatchItems} per request (maxBatchItems, --max-batch-items); split it`,
+      );
     const runnable = reqs.filter((r) => 'code' in r).length;
     if (!this.scheduler.canAdmit(runnable)) return null;
-    return Promise.all(
-      reqs.map((r) => ('code' in r ? this.scheduler.submit(client, r, queueWaitMs) : Promise.resolve(r))),
+    const answer = new Answer(shape, reqs.length, this.o.maxBatchOutputBytes, this.held);
+    ctx.answers.push(answer as Answer<unknown>);
+    await Promise.all(
+      reqs.map((r, i) =>
+        ('code' in r ? this.scheduler.submit(ctx.client, r, queueWaitMs) : Promise.resolve(r)).then((res) =>
+          answer.put(i, res),
+        ),
+      ),
     );
+    return answer.results;
+  }
+
+  /** Counts a session against its key; the result to answer instead when the key holds its limit already. */
+  openSession(key: string, name: string): RunResult | null {
+    const limit = this.o.maxSessionsPerClient;
+    if (limit === 0) return null;
+    const live = this.sessionsByKey.get(key) ?? new Map<string, number>();
+    this.sessionsByKey.set(key, live);
+    this.expireSessions(live);
+    if (!live.has(name) && live.size >= limit)
+      return failedResult(
+        'busy',
+        `session limit per client reached: this x-rstar2-session-key holds ${live.size} live sessions (limit ${limit}, --max-sessions-per-client); close one or let it expire`,
+      );
+    live.set(name, Date.now());
+    return null;
+  }
+
+  /** After a session call: a session the runner lost or never opened no longer counts against its key. */
+  sessionAnswered(key: string, name: string, r: RunResult): void {
+    const live = this.sessionsByKey.get(key);
+    if (!live?.has(name)) return;
+    if (r.status === 'busy' || /^session \S+ (lost|was closed)/.test(r.error ?? ''))
+      this.closedSession(key, name);
+    else live.set(name, Date.now());
+  }
+
+  closedSession(key: string, name: string): void {
+    const live = this.sessionsByKey.get(key);
+    live?.delete(name);
+    if (live?.size === 0) this.sessionsByKey.delete(key);
+  }
+
+  private expireSessions(live: Map<string, number>): void {
+    const before = Date.now() - this.o.sessionTtlMs;
+    for (const [name, at] of live) if (at < before) live.delete(name);
   }
 
   /** A native request, or the result that replaces it when it cannot run. */
@@ -554,8 +804,9 @@ export class SandboxServer {
 
 /** busy: refused at admission (503); status: another HTTP status than 200 for the answer. */
 type RouteResult = { body: unknown; items: number; busy?: boolean; status?: number };
-/** client: the fair-queue key; sessionKey: the x-rstar2-session-key header. */
-type Ctx = { client: string; sessionKey?: string };
+/** client: the fair-queue key; sessionKey: the x-rstar2-session-key header; answers: those the request
+ * assembles, released once its response is sent. */
+type Ctx = { client: string; sessionKey?: string; answers: Answer<unknown>[] };
 type Route = (s: SandboxServer, ctx: Ctx, body: unknown) => Promise<RouteResult>;
 
 const SESSION_ID = /^[\x21-\x7e]{1,200}$/;
@@ -571,56 +822,54 @@ function sessionName(key: string | undefined, id: string): string {
   return createHash('sha256').update(key).update('\0').update(id).digest('base64url');
 }
 
-/** Runs native requests, each session id mapped to its private name and back in the results. */
+/** Runs native requests, each session id mapped to its private name and back in the results, and counted
+ * against its client's session key. */
 async function runNative(s: SandboxServer, ctx: Ctx, reqs: RunRequest[]): Promise<RunResult[] | null> {
   const items = reqs.map((r) => {
     if (r.session === undefined) return s.checkItem(r);
     if (!SESSION_ID.test(r.session))
       return failedResult('invalid_input', 'session must be 1-200 printable ASCII characters without spaces');
-    return s.checkItem({ ...r, session: sessionName(ctx.sessionKey, r.session) });
+    const name = sessionName(ctx.sessionKey, r.session);
+    return s.openSession(ctx.sessionKey as string, name) ?? s.checkItem({ ...r, session: name });
   });
-  const results = await s.runItems(ctx.client, items, s.options.longQueueWaitMs);
-  return (
-    results?.map((r, i) => {
-      const it = items[i];
-      const id = reqs[i].session;
-      if (!('code' in it) || it.session === undefined || id === undefined || r.error === undefined) return r;
-      return { ...r, error: r.error.replaceAll(it.session, id) };
-    }) ?? null
-  );
+  return s.runItems(ctx, items, s.options.longQueueWaitMs, (r, i) => {
+    const it = items[i];
+    const id = reqs[i].session;
+    if (!('code' in it) || it.session === undefined || id === undefined) return r;
+    s.sessionAnswered(ctx.sessionKey as string, it.session, r);
+    return r.error === undefined ? r : { ...r, error: r.error.replaceAll(it.session, id) };
+  });
 }
 
 function codeJudgeSingle(judge: boolean): Route {
-  return async (s, { client }, body) => {
+  return async (s, ctx, body) => {
     const sub = s.parse(SubmissionSchema, body);
-    const results = await s.runItems(client, [s.submissionItem(sub)], s.options.shortQueueWaitMs);
+    const results = await s.runItems(ctx, [s.submissionItem(sub)], s.options.shortQueueWaitMs, (r) => {
+      const out = toSubmissionResult(sub, r, s.options.codeJudge);
+      return judge ? toJudgeResult(out) : out;
+    });
     if (!results) return { body: s.busyBody(1), items: 1, busy: true };
-    const r = toSubmissionResult(sub, results[0], s.options.codeJudge);
-    return { body: judge ? toJudgeResult(r) : r, items: 1 };
+    return { body: results[0], items: 1 };
   };
 }
 
 function codeJudgeBatch(judge: boolean, long: boolean): Route {
-  return async (s, { client }, body) => {
+  return async (s, ctx, body) => {
     const batch = s.parse(BatchSubmissionSchema, body);
     const subs = batch.submissions;
     const wait = long ? s.options.longQueueWaitMs : s.options.shortQueueWaitMs;
+    // each result is cut to code-judge's 1000 characters as it arrives, not once the whole batch is in
     const results = await s.runItems(
-      client,
+      ctx,
       subs.map((x) => s.submissionItem(x)),
       wait,
+      (r, i) => {
+        const out = toSubmissionResult(subs[i], r, s.options.codeJudge);
+        return judge ? toJudgeResult(out) : out;
+      },
     );
     if (!results) return { body: s.busyBody(subs.length), items: subs.length, busy: true };
-    return {
-      body: {
-        sub_id: batch.sub_id ?? crypto.randomUUID(),
-        results: subs.map((x, i) => {
-          const r = toSubmissionResult(x, results[i], s.options.codeJudge);
-          return judge ? toJudgeResult(r) : r;
-        }),
-      },
-      items: subs.length,
-    };
+    return { body: { sub_id: batch.sub_id ?? crypto.randomUUID(), results }, items: subs.length };
   };
 }
 
@@ -631,7 +880,7 @@ const CloseSessionSchema = z.object({ session: z.string().min(1) });
 const RUN_CODE_QUEUE_SLACK_S = 5;
 
 /** SandboxFusion's POST /run_code (Python only); see sandboxfusion.ts and docs/DECISIONS.md. */
-const runCode: Route = async (s, { client }, body) => {
+const runCode: Route = async (s, ctx, body) => {
   const req = s.parse(RunCodeRequestSchema, body);
   const pod = s.podName;
   if (!RUN_CODE_LANGUAGES.has(req.language))
@@ -647,7 +896,7 @@ const runCode: Route = async (s, { client }, body) => {
   const item = s.checkItem(toRunRequestFromRunCode(req, defaults));
   // Started in time for the answer to reach verl's client before its own request timeout.
   const wait = Math.min(s.options.longQueueWaitMs, (req.compile_timeout + RUN_CODE_QUEUE_SLACK_S) * 1000);
-  const results = await s.runItems(client, [item], wait);
+  const results = await s.runItems(ctx, [item], wait, (r) => r);
   if (!results) {
     const busy = s.busyBody(1) as { message: string };
     return { body: sandboxError(`busy: ${busy.message}`, pod), items: 1, busy: true };
@@ -675,7 +924,9 @@ const ROUTES: Record<string, Route> = {
   '/v1/session/close': async (s, ctx, body) => {
     const { session } = s.parse(CloseSessionSchema, body);
     if (!s.options.runner.closeSession) throw new HttpError(501, 'this backend has no stateful sessions');
-    const closed = await s.options.runner.closeSession(sessionName(ctx.sessionKey, session));
+    const name = sessionName(ctx.sessionKey, session);
+    const closed = await s.options.runner.closeSession(name);
+    s.closedSession(ctx.sessionKey as string, name);
     return { body: { session, closed }, items: 0 };
   },
   '/v1/batch': async (s, ctx, body) => {
