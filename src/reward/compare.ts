@@ -715,6 +715,7 @@ export function integerLeniency(
   pred: bigint,
   o: Pick<CompareOptions, 'relTol' | 'percentTimes100' | 'nearMissIntegers'>,
 ): string | null {
+  if (gold === pred) return 'integer';
   // |a - b| <= relTol · max(|a|, |b|), as |a - b| · (1/relTol) <= max(|a|, |b|).
   const inv = o.nearMissIntegers && o.relTol > 0 ? BigInt(Math.round(1 / o.relTol)) : 0n;
   const close = (a: bigint, b: bigint) => a === b || (inv > 0n && abs(a - b) * inv <= bigMax(abs(a), abs(b)));

@@ -167,7 +167,8 @@ function check(
   const goldAns = reference ? extractReferenceGold(gold, opts.targets) : extractGold(gold);
   if (goldAns.length > maxAns * 10) throw new Error(`gold answer longer than ${maxAns * 10} chars`);
 
-  let settings = { ...PROFILES[profile], ...leniencies(opts) };
+  let settings =
+    opts.leniencies === undefined ? PROFILES[profile] : { ...PROFILES[profile], ...leniencies(opts) };
   // Fast path: two integers need no normalisation or parsing.
   if (INT.test(ex.answer) && INT.test(goldAns)) {
     const a = BigInt(ex.answer.trim());
