@@ -66,6 +66,20 @@ test('stage template and rollout tool: defaults as before, choices checked, a sc
     () => recipe({ template: 'chatml' }),
     /stages\.sft\.template: Invalid option: expected one of "rl"\|"model"\|"qwen"/,
   );
+  // the paper's mix from the command line: data.sft fills the stage's files, the stage's weights go beside them
+  const paper = parseRecipe(
+    { stages: [{ type: 'sft', template: 'model', data: { generate: false } }] },
+    'p',
+    {
+      set: ['data.sft=[fc.jsonl, if.jsonl, chat.jsonl]', 'stages.sft.data.weights=[165, 30, 27]'],
+    },
+  );
+  assert.deepEqual(paper.stages[0].data.files, ['fc.jsonl', 'if.jsonl', 'chat.jsonl']);
+  assert.deepEqual(paper.stages[0].data.weights, [165, 30, 27]);
+  assert.throws(
+    () => parseRecipe(paper, 'p', { set: ['stages.sft.data.weights=[165, 30]'] }),
+    /stage sft: data\.weights needs one weight per entry of data\.files \(3\)/,
+  );
   const renamed = recipe({}, { tool: { name: 'python' } });
   assert.equal(recipeTool(renamed).function.name, 'python');
   assert.throws(
