@@ -12,6 +12,7 @@ from . import dist as ranks
 from . import hf_model
 from .checkpoint import read_config, read_state_dict, write_json, write_state_dict
 from .engine import Engine
+from . import model as M
 from .model import CausalLM, Config, count_params, to_device
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
@@ -53,7 +54,7 @@ class Policy:
 
     def _info(self, restored=False):
         out = {"config": self.cfg.raw, "params": self.n_params, "restoredOptimizer": restored}
-        out.update(device=str(self.device), precision=self.precision)
+        out.update(device=str(self.device), precision=self.precision, compiled=self.compiled)
         if self.src_dir:
             out["dir"] = self.src_dir
         return out
@@ -304,7 +305,9 @@ class Policy:
             if s and (min(s) < 0 or max(s) >= V):
                 raise ValueError(f"sequences[{i}] has a token id outside the vocabulary [0, {V})")
         t0 = time.time()
-        if self.engine.release_for_training:
+        if self.engine.release_for_training and self.engine.kv is not None:
+            # only when there is a pool: emptying the allocator's cache made every step of a train-only loop
+            # allocate its activations afresh, ~80 ms of a 235 ms 8K step of a 0.5B model on an H200
             self.engine.release()
         self.engine.invalidate()  # the prefixes it cached were computed with the weights this step changes
         model = self.model

@@ -1,5 +1,5 @@
 """The optional RL loss terms of Policy.train_step (issue 44): KL against a reference policy (k1, k3) and the
-entropy bonus. Run by test/worker/loss-options.test.ts (python -m unittest tests.test_policy_loss from python/)."""
+entropy bonus; and how a step's token losses are aggregated, verl's scaling among them (issue 43). Run by test/worker/loss-options.test.ts (python -m unittest tests.test_policy_loss from python/)."""
 import unittest
 
 import torch
@@ -83,6 +83,90 @@ class EntropyTest(unittest.TestCase):
         bonus = b.train_step("grpo", SEQS, MASKS, [None] * 3, adv, {"lr": 0.0, "entropyCoef": 0.1})
         self.assertAlmostEqual(bonus["entropy"], plain["entropy"], places=5)
         self.assertNotAlmostEqual(bonus["gradNorm"], plain["gradNorm"], places=4)
+
+
+# verl's loss scaling, written out here from its source (J-shang/verl at d0dc976, the verl the rStar2 release pins):
+# verl/workers/actor/dp_actor.py update_policy, use_dynamic_bsz: each micro-batch's policy loss is
+#   pg_loss = agg_loss(pg_losses, response_mask, "token-mean") = masked_mean = sum(x * m) / (sum(m) + 1e-8)
+#   loss = pg_loss * (response_mask.shape[0] / ppo_mini_batch_size); loss.backward()   (gradients accumulate)
+# with ppo_mini_batch_size normalised in fsdp_workers.py to train_batch_size * rollout.n / world; the ranks'
+# gradients are averaged, so over all ranks: sum over micro-batches of token-mean * sequences / (prompts * n).
+def verl_weights(micro_batches, trained, nominal):
+    """Each sequence's weight on its own token-sum gradient: a sequence in micro-batch mb counts its tokens
+    1 / (mb's trained tokens) times len(mb) / nominal."""
+    w = {}
+    for mb in micro_batches:
+        tokens = sum(trained[i] for i in mb)
+        for i in mb:
+            w[i] = len(mb) / nominal / (tokens + 1e-8)
+    return w
+
+
+class VerlScalingTest(unittest.TestCase):
+    # four sequences of unequal lengths, packed into micro-batches of at most 13 tokens
+    SEQS = [[3, 9, 2, 44, 7, 1, 3, 30], [8, 8, 1, 5, 6], [12, 3, 50, 4, 4, 9], [5, 6, 7, 8]]
+    MASKS = [[0, 0] + [1] * (len(s) - 2) for s in SEQS]
+    ADV = [1.0, -0.5, 0.3, -1.2]
+    BUDGET = 13
+
+    def grads(self, p, seqs, masks, advs, opts):
+        """The gradient train_step hands the optimizer (no clipping), flattened."""
+        got = []
+        real = torch.optim.AdamW.step
+
+        def capture(opt, *a, **k):
+            got.append(torch.cat([q.grad.flatten() for g in opt.param_groups for q in g["params"] if q.grad is not None]))
+
+        torch.optim.AdamW.step = capture
+        try:
+            st = p.train_step("grpo", seqs, masks, [None] * len(seqs), advs, {"lr": 0.0, "gradClip": 0, **opts})
+        finally:
+            torch.optim.AdamW.step = real
+        return got[0], st
+
+    def test_micro_mean_nominal_is_verls_gradient_and_loss(self):
+        p = policy(5)
+        trained = [sum(m[1:]) for m in self.MASKS]
+        # each sequence's token-sum gradient, from a step on it alone (token-mean of one sequence = sum / its tokens)
+        per_seq = []
+        for i in range(len(self.SEQS)):
+            g, _ = self.grads(p, [self.SEQS[i]], [self.MASKS[i]], [self.ADV[i]], {})
+            per_seq.append(g * trained[i])
+        mbs = P.pack(self.SEQS, self.BUDGET)
+        self.assertGreater(len(mbs), 1)  # several micro-batches, or the weighting would not show
+        nominal = 8  # e.g. 2 prompts × 4 rollouts, of which RoC kept these 4
+        w = verl_weights(mbs, trained, nominal)
+        want = sum(w[i] * per_seq[i] for i in range(len(self.SEQS)))
+        opts = {"lossAgg": "micro-mean-nominal", "nominalSeqs": nominal, "maxTokensPerMicroBatch": self.BUDGET}
+        got, st = self.grads(p, self.SEQS, self.MASKS, self.ADV, opts)
+        self.assertLess(float((got - want).abs().max()), 1e-6 * float(want.abs().max()) + 1e-9)
+        # the loss verl reports: sum over micro-batches of pg_loss * loss_scale_factor; at ratio 1 a token's pg
+        # loss is -advantage
+        loss = sum(sum(-self.ADV[i] * trained[i] for i in mb) / sum(trained[i] for i in mb) * len(mb) / nominal for mb in mbs)
+        self.assertAlmostEqual(st["loss"], loss, places=5)
+        # a nominal batch twice as large halves the step: the scale is not renormalised by what was kept
+        half, st2 = self.grads(p, self.SEQS, self.MASKS, self.ADV, {**opts, "nominalSeqs": 2 * nominal})
+        self.assertTrue(torch.allclose(half * 2, got, rtol=1e-5, atol=1e-9))
+        self.assertAlmostEqual(st2["loss"] * 2, st["loss"], places=5)
+
+    def test_micro_mean_batch_divides_by_the_sequences_given_and_verl_is_refused(self):
+        p = policy(6)
+        opts = {"maxTokensPerMicroBatch": self.BUDGET}
+        nominal, st_n = self.grads(p, self.SEQS, self.MASKS, self.ADV, {**opts, "lossAgg": "micro-mean-nominal", "nominalSeqs": 8})
+        batch, st_b = self.grads(p, self.SEQS, self.MASKS, self.ADV, {**opts, "lossAgg": "micro-mean-batch"})
+        # the same weighting over the 4 sequences given instead of the nominal 8
+        self.assertTrue(torch.allclose(batch, nominal * 2, rtol=1e-5, atol=1e-9))
+        self.assertAlmostEqual(st_b["loss"], st_n["loss"] * 2, places=5)
+        mean, _ = self.grads(p, self.SEQS, self.MASKS, self.ADV, {**opts, "lossAgg": "token-mean"})
+        self.assertGreater(float((mean - batch).abs().max()), 1e-4 * float(mean.abs().max()))  # a different weighting
+        for bad, msg in (
+            ({"lossAgg": "verl"}, "'verl' was renamed: 'micro-mean-batch' is what it computed"),
+            ({"lossAgg": "micro-mean-nominal"}, "needs nominalSeqs, a positive integer"),
+            ({"lossAgg": "micro-mean-nominal", "nominalSeqs": 0}, "needs nominalSeqs"),
+            ({"lossAgg": "seq-mean"}, "lossAgg must be one of token-mean, micro-mean-batch, micro-mean-nominal"),
+        ):
+            with self.assertRaisesRegex(ValueError, msg):
+                p.train_step("grpo", self.SEQS, self.MASKS, [None] * 4, self.ADV, {"lr": 0.0, **bad})
 
 
 if __name__ == "__main__":

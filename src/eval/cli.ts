@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import { deprecatedAliases, float, positiveInt, seed } from '../cli/options.js';
 import type { VerifyProfile } from '../reward/types.js';
 import { lockDir } from '../util/lock.js';
-import { EVAL_MAX_TOKENS } from './defaults.js';
+import { EVAL_MAX_TOKENS, EVAL_SAMPLED } from './defaults.js';
 import type { BenchProblem, EvalReport } from './score.js';
 
 // Through src/data's async loader, so --data may be Parquet, a directory or a glob in any layout it reads.
@@ -71,14 +71,24 @@ export function registerEvalCommands(program: Command): void {
       'problems with gold answers: a .jsonl or .parquet file, a directory of them, or a glob; verl, DAPO-Math ' +
         'or plain {id, problem, answer} rows',
     )
-    .option('-n, --samples <n>', 'samples per problem (the k of avg@k, pass@k, maj@k)', positiveInt(), 16)
+    .option(
+      '-n, --samples <n>',
+      'samples per problem (the k of avg@k, pass@k, maj@k)',
+      positiveInt(),
+      EVAL_SAMPLED.samples,
+    )
     .option(
       '--temperature <t>',
-      'sampling temperature (0 = greedy: k identical samples)',
+      'sampling temperature (0 = greedy: k identical samples, as the release validates)',
       float({ min: 0 }),
-      0.6,
+      EVAL_SAMPLED.temperature,
     )
-    .option('--top-p <p>', 'nucleus sampling top-p', float({ min: 0, minExclusive: true, max: 1 }), 0.95)
+    .option(
+      '--top-p <p>',
+      'nucleus sampling top-p',
+      float({ min: 0, minExclusive: true, max: 1 }),
+      EVAL_SAMPLED.topP,
+    )
     .option(
       '--max-response-tokens <n>',
       'response budget per trajectory, all turns and tool tokens',

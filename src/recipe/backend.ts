@@ -237,6 +237,7 @@ export class EmbeddedBackend implements PolicyBackend {
         sandboxOptions: {
           slots: recipe.sandbox.workers,
           timeoutMs: recipe.sandbox.timeoutMs,
+          memoryMb: recipe.sandbox.memoryMb,
           preload: recipe.sandbox.preload,
           demoteAfterMs: recipe.sandbox.demoteAfterMs,
           isolation: opts.insecureSandbox ? 'none' : undefined,

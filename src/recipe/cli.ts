@@ -111,7 +111,9 @@ function resumeCommand(runDir: string, flags: TrainFlags): string {
 }
 
 async function train(flags: TrainFlags): Promise<void> {
-  const { checkRunnable, LOGGERS, loadRecipe, parseRecipe } = await import('./config.js');
+  const { checkRunnable, LOGGERS, loadRecipe, parseRecipe, runConfig, withPlaceholders } = await import(
+    './config.js'
+  );
   const { checkLoggers } = await import('./loggers.js');
   const { forkRun, readState, Stopped, Trainer } = await import('./trainer.js');
   const { RESUMABLE, recordChanges, resumeChanges } = await import('./changes.js');
@@ -165,7 +167,7 @@ async function train(flags: TrainFlags): Promise<void> {
     const cfg = flags.resume ? join(flags.resume, 'config.json') : undefined;
     if (!cfg && !flags.recipe) throw new Error('--node-rank needs the same --recipe or --resume as node 0');
     return joinJob(
-      cfg ? parseRecipe(readJson(cfg), cfg, { set }) : loadRecipe(flags.recipe!, overrides),
+      cfg ? parseRecipe(runConfig(readJson(cfg)), cfg, { set }) : loadRecipe(flags.recipe!, overrides),
       launch,
     );
   }
@@ -181,8 +183,8 @@ async function train(flags: TrainFlags): Promise<void> {
           `--set may change ${RESUMABLE}. To change anything else, start a new run from one of its checkpoints: ` +
           `rstar2 train --fork ${join(runDir, 'checkpoints', 'STAGE-step-N')} --out NEW [--set …]`,
       );
-    const before = parseRecipe(readJson(cfg), cfg);
-    recipe = parseRecipe(readJson(cfg), cfg, { set });
+    const before = parseRecipe(runConfig(readJson(cfg)), cfg);
+    recipe = parseRecipe(runConfig(readJson(cfg)), cfg, { set });
     const state = readState(runDir);
     const changes = resumeChanges(before, recipe, state);
     for (const c of changes)
@@ -197,11 +199,12 @@ async function train(flags: TrainFlags): Promise<void> {
         throw new Error(`--fork ${flags.fork}: no config.json in ${forkSrc}`);
       recipe = flags.recipe
         ? loadRecipe(flags.recipe, overrides)
-        : parseRecipe(readJson(cfg), cfg, overrides);
+        : parseRecipe(runConfig(readJson(cfg)), cfg, overrides);
     } else {
       if (!flags.recipe)
         throw new Error('give --recipe NAME|FILE (e.g. --recipe quickstart) or --resume RUN');
-      recipe = loadRecipe(flags.recipe, overrides);
+      // --print-config shows a recipe whose data are still to be given, with placeholders
+      recipe = loadRecipe(flags.recipe, { ...overrides, incomplete: flags.printConfig });
     }
     const stamp = new Date().toISOString().replace(/[-:]/g, '').slice(0, 15);
     runDir = flags.out ?? join('runs', `${recipe.name}-${flags.roc === 'off' ? 'grpo' : 'roc'}-${stamp}`);
@@ -216,7 +219,10 @@ async function train(flags: TrainFlags): Promise<void> {
     }
   }
   if (flags.printConfig) {
-    process.stdout.write(JSON.stringify(recipe, null, 2) + '\n');
+    const { shown, missing } = withPlaceholders(recipe);
+    process.stdout.write(JSON.stringify(shown, null, 2) + '\n');
+    if (missing.length > 0)
+      console.error(`to fill in before it runs:\n${missing.map((m) => `  ${m}`).join('\n')}`);
     return;
   }
   checkLoggers(recipe.logger);

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { SFT_TEMPLATES } from '../data/layouts.js';
 import { MODULE_NAME } from '../sandbox/types.js';
 import { PYTHON_TOOL_NAME, rolloutToolSchema, type ToolSchema } from '../tokenizer/tools.js';
-import { MODEL_BACKENDS, PRECISIONS } from '../worker/types.js';
+import { LOSS_AGGS, MODEL_BACKENDS, PRECISIONS } from '../worker/types.js';
 import { TASK_KINDS } from './tasks.js';
 
 // A recipe: model + data + an SFT stage followed by RL stages. Validated at the boundary; every default is
@@ -249,10 +249,22 @@ const RlStage = z
         "the ratio's denominator: the engine's sampling logprobs, or recomputed by the trainer before the update (reference)",
       ),
     lossAgg: z
-      .enum(['token-mean', 'verl'])
+      .enum(LOSS_AGGS, {
+        // the old name claimed verl's scaling, which divides by the nominal batch, not by what RoC kept
+        error: (i) =>
+          i.input === 'verl'
+            ? "'verl' was renamed: 'micro-mean-batch' is what it computed (micro-batches weighted by their share of the kept sequences); verl's own scaling is 'micro-mean-nominal'"
+            : undefined,
+      })
       .default('token-mean')
       .describe(
-        "'token-mean' over every trained token of the batch; 'verl' weights micro-batches by sequences",
+        "'token-mean' over every trained token of the step; 'micro-mean-nominal' as verl: each micro-batch's token-mean times its sequences / (prompts × rollouts per prompt), so a step that RoC and the equal-reward filter cut weighs less; 'micro-mean-batch': the same over the kept sequences",
+      ),
+    sampler: z
+      .enum(['epoch', 'independent'])
+      .default('epoch')
+      .describe(
+        "how a step's prompts are drawn: 'epoch' walks a seeded shuffle of the pool without replacement, reshuffled each epoch, a short last batch dropped (verl's shuffled dataloader); 'independent' draws each step's prompts afresh",
       ),
     emptyStep: z
       .enum(['skip', 'redraw'])
@@ -498,6 +510,14 @@ export const RecipeSchema = z
       .object({
         workers: z.number().int().min(1).default(2),
         timeoutMs: z.number().int().min(100).default(4000),
+        memoryMb: z
+          .number()
+          .int()
+          .min(1)
+          .default(1024)
+          .describe(
+            "address-space limit per process of a tool call (RLIMIT_AS), and as root the resident memory of all of a call's processes",
+          ),
         preload: z
           .array(z.string().regex(MODULE_NAME, 'a module name'))
           .default([])
@@ -512,7 +532,7 @@ export const RecipeSchema = z
           ),
       })
       .strict()
-      .default({ workers: 2, timeoutMs: 4000, preload: [], demoteAfterMs: 50 }),
+      .default({ workers: 2, timeoutMs: 4000, memoryMb: 1024, preload: [], demoteAfterMs: 50 }),
     weightSync: z
       .object({
         dtype: z
@@ -547,6 +567,8 @@ export interface Overrides {
   set?: string[];
   /** Only these stages, by name (`--stages sft,stage1-8k`), in the recipe's order. */
   stages?: string[];
+  /** Data not given yet is let through, to be shown as what is to be filled in (`--print-config`). */
+  incomplete?: boolean;
 }
 
 const STAGE_TYPES = { sft: SftStage, rl: RlStage } as const;
@@ -743,9 +765,10 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
       `invalid recipe ${source}: ${where} has no data: give ${path}.files (JSONL/Parquet paths or globs, e.g. ` +
         `--set ${path}.files=[train.jsonl]) or set ${path}.generate: true for the built-in arithmetic tasks`,
     );
-  if (!r.data.eval.files && !r.data.eval.generate) throw noData('eval', 'eval');
+  if (!r.data.eval.files && !r.data.eval.generate && !overrides.incomplete) throw noData('eval', 'eval');
   for (const s of r.data.stages) {
-    if (!s.data.files && !s.data.generate) throw noData(`stage ${s.name}`, `stages.${s.name}.data`);
+    if (!s.data.files && !s.data.generate && !overrides.incomplete)
+      throw noData(`stage ${s.name}`, `stages.${s.name}.data`);
     if (names.has(s.name)) throw new Error(`invalid recipe ${source}: duplicate stage name "${s.name}"`);
     names.add(s.name);
     const w = s.data.weights;
@@ -758,6 +781,12 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
       throw new Error(`invalid recipe ${source}: stage ${s.name}: minLr ${s.minLr} is above lr ${s.lr}`);
     if (s.type === 'sft' && s.gate && s.gate.heldout >= s.demos)
       throw new Error(`invalid recipe ${source}: stage ${s.name}: gate.heldout must be < demos`);
+    if (s.type === 'rl' && s.lossAgg === 'micro-mean-nominal' && s.promptsPerStep % s.miniBatches !== 0)
+      throw new Error(
+        `invalid recipe ${source}: stage ${s.name}: lossAgg 'micro-mean-nominal' scales by mini-batches of ` +
+          `promptsPerStep / miniBatches prompts (verl's ppo_mini_batch_size), so promptsPerStep ${s.promptsPerStep} ` +
+          `must be a multiple of miniBatches ${s.miniBatches}`,
+      );
     if (s.type === 'rl' && s.roc.minZeroRewardTraceNum + s.roc.minNonZeroRewardTraceNum > s.groupSize) {
       throw new Error(
         `invalid recipe ${source}: stage ${s.name}: minZeroRewardTraceNum + minNonZeroRewardTraceNum must be <= groupSize`,
@@ -789,6 +818,49 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
     for (const s of r.data.stages) if (s.type === 'rl') s.roc.doDownSampling = overrides.roc === 'on';
   }
   return r.data;
+}
+
+/**
+ * A recipe as `--print-config` shows it: each place still to be filled in (a required model.path, a stage or eval
+ * without data) holds a placeholder saying how to fill it, and `missing` lists them.
+ */
+export function withPlaceholders(recipe: Recipe): { shown: unknown; missing: string[] } {
+  const shown = structuredClone(recipe) as unknown as {
+    model: { path: unknown };
+    eval: { files: unknown };
+    stages: { name: string; type: string; data: { files: unknown } }[];
+  };
+  const missing: string[] = [];
+  const fill = (what: string, how: string) => {
+    missing.push(`${what}: ${how}`);
+    return `<to fill in: ${how}>`;
+  };
+  if (recipe.model.requirePath && !recipe.model.path)
+    shown.model.path = fill('model.path', '--set model.path=DIR (a Hugging Face model directory)');
+  if (!recipe.eval.files && !recipe.eval.generate)
+    shown.eval.files = fill('eval.files', '--set eval.files=[FILE]');
+  for (const [i, s] of recipe.stages.entries())
+    if (!s.data.files && !s.data.generate)
+      shown.stages[i].data.files = fill(
+        `stages.${s.name}.data.files`,
+        `--set data.${s.type === 'sft' ? 'sft' : 'train'}=FILES (every ${s.type} stage) or --set stages.${s.name}.data.files=[FILE]`,
+      );
+  return { shown, missing };
+}
+
+/**
+ * A run directory's config.json as a recipe to parse: a run written before an option existed or was renamed keeps
+ * what it did then (RL stages drew prompts independently before `sampler`; lossAgg 'verl' computed what is now
+ * 'micro-mean-batch'), where a recipe written today gets the new default or the rename's error.
+ */
+export function runConfig(raw: unknown): unknown {
+  const r = structuredClone(raw) as { stages?: { type?: string; sampler?: string; lossAgg?: string }[] };
+  for (const s of Array.isArray(r?.stages) ? r.stages : []) {
+    if (s?.type !== 'rl') continue;
+    if (s.sampler === undefined) s.sampler = 'independent';
+    if (s.lossAgg === 'verl') s.lossAgg = 'micro-mean-batch';
+  }
+  return r;
 }
 
 /** The tool a recipe's rollouts serve, as its prompts show it (recipe `tool`). */

@@ -10,7 +10,7 @@ import {
   normaliseQuestion,
   type Problem,
 } from '../data/index.js';
-import type { Rng } from '../util/rng.js';
+import { Rng, seedFor } from '../util/rng.js';
 import type { Recipe, RlStageConfig } from './config.js';
 
 // A recipe's data sections read through data/'s loaders, shared by the trainer and `--dry-run` so both see the
@@ -105,6 +105,89 @@ export function weightedSample<T extends object>(
     out.push(...left[i].splice(rng.int(0, left[i].length - 1), 1));
   }
   return out;
+}
+
+/**
+ * A stage's prompts as verl's shuffled dataloader gives them (RandomSampler, drop_last): each source (one without
+ * `weights`) is walked in a seeded shuffle without replacement, reshuffled for every epoch; a step takes the next
+ * items, and when fewer are left in the epoch than it needs they are dropped and the next epoch starts, so a
+ * step's prompts are distinct. With weights, a draw first splits its k prompts among the sources by weight (as
+ * weightedSample does), then takes each source's share from that source's walk. Draw d (0-based over the stage,
+ * redraws counted) depends only on d, so a resumed stage that knows how many draws it made goes on exactly.
+ */
+export class EpochSampler<T extends object> {
+  private readonly sources: T[][];
+  private walks: { epoch: number; pos: number; order: T[] }[] = [];
+  private made = 0;
+
+  constructor(
+    items: T[],
+    private readonly weights: number[] | null,
+    private readonly k: number,
+    private readonly seed: number,
+  ) {
+    this.sources = weights ? weights.map((_, j) => items.filter((it) => entryOf(it) === j)) : [items];
+    if (drawable(items, weights) < k)
+      throw new Error(
+        `EpochSampler: ${k} prompts a draw, but the sources with a weight hold ${drawable(items, weights)}`,
+      );
+    this.restart();
+  }
+
+  /** The prompts of draw `d`: the draws before it are replayed when d is not the next one (counts only, cheap). */
+  draw(d: number): T[] {
+    if (!Number.isInteger(d) || d < 0)
+      throw new Error(`EpochSampler: draw must be an integer >= 0, got ${d}`);
+    if (d < this.made) this.restart();
+    while (this.made < d) this.take(this.made);
+    return this.take(d);
+  }
+
+  /** The epoch each source's walk is in (after the draws made so far). */
+  epochs(): number[] {
+    return this.walks.map((w) => w.epoch);
+  }
+
+  private restart(): void {
+    this.walks = this.sources.map((_, i) => ({ epoch: 0, pos: 0, order: this.shuffled(i, 0) }));
+    this.made = 0;
+  }
+
+  private shuffled(source: number, epoch: number): T[] {
+    return new Rng(seedFor(this.seed, 'epoch', source, epoch)).shuffle(this.sources[source]);
+  }
+
+  /** How many of draw d's prompts each source gives. */
+  private counts(d: number): number[] {
+    if (!this.weights) return [this.k];
+    const rng = new Rng(seedFor(this.seed, 'mix', d));
+    const n = this.sources.map(() => 0);
+    for (let j = 0; j < this.k; j++)
+      n[
+        pickSource(
+          this.weights.map((w, i) => (n[i] < this.sources[i].length ? w : 0)),
+          rng,
+        )
+      ]++;
+    return n;
+  }
+
+  private take(d: number): T[] {
+    const out: T[] = [];
+    for (const [i, c] of this.counts(d).entries()) {
+      if (c === 0) continue;
+      const w = this.walks[i];
+      if (w.order.length - w.pos < c) {
+        w.epoch++;
+        w.pos = 0;
+        w.order = this.shuffled(i, w.epoch);
+      }
+      out.push(...w.order.slice(w.pos, w.pos + c));
+      w.pos += c;
+    }
+    this.made = d + 1;
+    return out;
+  }
 }
 
 /** Draws one item with replacement, its source chosen by weight (SFT batches); uniform without weights. */

@@ -208,12 +208,13 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
         : `weight sync: disk (${plan.why})`,
     );
   }
-  const { preload, demoteAfterMs } = recipe.sandbox;
+  const { preload, demoteAfterMs, memoryMb } = recipe.sandbox;
   const pool = await SandboxPool.start({
     slots: 1,
     isolation: opts.insecureSandbox ? 'none' : undefined,
     preload,
     demoteAfterMs,
+    memoryMb,
   });
   try {
     const r = await pool.run({ code: 'print(6*7)', timeoutMs: recipe.sandbox.timeoutMs });
@@ -230,7 +231,7 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
       ? `; calls past ${on} ms demoted${pool.info.demoteSession ? ' with their session' : ''}`
       : `; no demotion${demoteAfterMs ? ' (it needs root with CAP_SYS_NICE)' : ''}`;
     const how = { none: 'NOT isolated', bwrap: 'bubblewrap', landlock: 'Landlock + seccomp, no namespaces' };
-    log(`sandbox: ok (${how[pool.info.isolation]}${loaded}${demote})`);
+    log(`sandbox: ok (${how[pool.info.isolation]}, ${memoryMb} MiB a call${loaded}${demote})`);
   } finally {
     await pool.close();
   }

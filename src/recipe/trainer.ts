@@ -29,6 +29,7 @@ import type { TrainOptions, TrainStats } from '../worker/types.js';
 import type { Recipe, RlStageConfig, SftStageConfig, Stage } from './config.js';
 import {
   drawable,
+  EpochSampler,
   rowFilters,
   sectionExamples,
   sectionProblems,
@@ -121,6 +122,8 @@ export interface RunState {
   time: string;
   /** The stage ended before its step count (its SFT gate was reached). */
   stageDone?: boolean;
+  /** An RL stage: the prompt draws it made (a step's first and its redraws), where its epoch sampler goes on. */
+  promptDraws?: number;
 }
 
 /** Scores one trajectory against its gold answer (default: reward/'s VerifierPool with the recipe's profile). */
@@ -167,6 +170,13 @@ export function stageLr(stage: Stage, step: number): number {
   return stage.minLr + (stage.lr - stage.minLr) * 0.5 * (1 + Math.cos((Math.PI * (step - 1)) / stage.steps));
 }
 
+/** The prompt draws a checkpoint's RL stage had made (its trainer_state.json); none for SFT or older checkpoints. */
+function promptDrawsAt(dir: string): Pick<RunState, 'promptDraws'> {
+  const p = join(dir, 'trainer_state.json');
+  const n = existsSync(p) ? (JSON.parse(readFileSync(p, 'utf8')) as RunState).promptDraws : undefined;
+  return n === undefined ? {} : { promptDraws: n };
+}
+
 export function readState(runDir: string): RunState | null {
   const p = join(runDir, 'state.json');
   return existsSync(p) ? (JSON.parse(readFileSync(p, 'utf8')) as RunState) : null;
@@ -204,6 +214,7 @@ export function forkRun(srcDir: string, checkpoint: string, dstDir: string, reci
     step,
     checkpoint: join('checkpoints', checkpoint),
     time: new Date().toISOString(),
+    ...promptDrawsAt(src),
   };
   // a fork goes on from exactly these weights, as the source did from them: a stage that ended at this checkpoint
   // (its gate reached, or the best check a capped stage went back to) is not trained further, and from a capped
@@ -230,6 +241,8 @@ export class Trainer {
   /** Every warning of this session, for the closing summary. */
   readonly warnings: HealthWarning[] = [];
   private stopAsked = false;
+  /** The current RL stage's prompt draws so far, saved with each of its checkpoints. */
+  private promptDraws = 0;
   private hb: Heartbeat;
   private stallWarned = false;
 
@@ -496,9 +509,10 @@ export class Trainer {
     rmSync(dir, { recursive: true, force: true });
     this.beat('checkpoint');
     await this.backend.save(dir);
+    const draws = stage.type === 'rl' ? { promptDraws: this.promptDraws } : {};
     writeFileSync(
       join(dir, 'trainer_state.json'),
-      JSON.stringify({ stage: stage.name, stageIndex, step, seed: this.recipe.seed }) + '\n',
+      JSON.stringify({ stage: stage.name, stageIndex, step, seed: this.recipe.seed, ...draws }) + '\n',
     );
     const state: RunState = {
       stageIndex,
@@ -507,6 +521,7 @@ export class Trainer {
       checkpoint: rel,
       time: new Date().toISOString(),
       ...(stageDone ? { stageDone } : {}),
+      ...draws,
     };
     writeAtomic(join(this.runDir, 'state.json'), JSON.stringify(state, null, 2) + '\n');
     if (this.unhealthy.length > 0) throw new HealthError(this.unhealthy);
@@ -806,10 +821,42 @@ export class Trainer {
     return solved;
   }
 
+  /**
+   * A step's prompts, draw after draw (its first, then its redraws): the epoch sampler's next ones, counted in
+   * promptDraws so a resume goes on from there, or ('independent') a fresh sample seeded by step and attempt.
+   */
+  private promptPicker(stage: RlStageConfig, pool: Problem[], start: number) {
+    const { weights } = stage.data;
+    if (stage.sampler === 'independent')
+      return (step: number, attempt: number) => {
+        const again = attempt > 0 ? [attempt] : [];
+        const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'prompts', ...again));
+        return weightedSample(pool, weights, stage.promptsPerStep, rng);
+      };
+    const seed = seedFor(this.recipe.seed, stage.name, 'prompts');
+    const sampler = new EpochSampler(pool, weights, stage.promptsPerStep, seed);
+    this.promptDraws = start === 0 ? 0 : this.resumedDraws(stage, start);
+    return () => sampler.draw(this.promptDraws++);
+  }
+
+  /**
+   * How many prompt draws the stage made up to `step`: what the checkpoint resumed from says, else (a run directory
+   * from before promptDraws was saved) a draw per step plus its redraws, from metrics.jsonl.
+   */
+  private resumedDraws(stage: RlStageConfig, step: number): number {
+    const s = readState(this.runDir);
+    if (s?.stage === stage.name && s.step === step && s.promptDraws !== undefined) return s.promptDraws;
+    return readJsonlTolerant<{ stage: string; step: number; redraws?: number }>(
+      join(this.runDir, 'metrics.jsonl'),
+    )
+      .filter((r) => r.stage === stage.name && r.step <= step)
+      .reduce((a, r) => a + 1 + (r.redraws ?? 0), 0);
+  }
+
   /** One rollout of a step's prompts, scored, then reject-equal-reward + RoC + advantages. */
   private async rlDraw(
     stage: RlStageConfig,
-    pool: Problem[],
+    problems: Problem[],
     n: number,
     roc: Parameters<typeof selectAndScore>[1],
     penalty: PenaltyOptions,
@@ -817,8 +864,6 @@ export class Trainer {
     attempt: number,
   ) {
     const again = attempt > 0 ? [attempt] : [];
-    const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'prompts', ...again));
-    const problems = weightedSample(pool, stage.data.weights, stage.promptsPerStep, rng);
     this.beat('rollout', stage.name, step);
     const trajs = await this.backend.rollout({
       problems,
@@ -890,6 +935,7 @@ export class Trainer {
 
   private async runRl(stageIndex: number, stage: RlStageConfig, start: number): Promise<void> {
     const pool = await this.rlPool(stage);
+    const prompts = this.promptPicker(stage, pool, start);
     const reference = await this.referencePolicy(stage, start);
     if (start === 0) await this.evaluate(stage.name, 0);
     const roc = { ...stage.roc, downSampleToN: stage.groupSize };
@@ -912,11 +958,12 @@ export class Trainer {
     for (let step = start + 1; step <= stage.steps; step++) {
       const t0 = Date.now();
       // 'redraw' (the reference): a step whose groups are all rejected does not count; new prompts are drawn
-      let d = await this.rlDraw(stage, pool, n, roc, penalty, step, 0);
+      let d = await this.rlDraw(stage, prompts(step, 0), n, roc, penalty, step, 0);
       let redraws = 0;
       let timeouts = d.timeouts;
       while (stage.emptyStep === 'redraw' && d.sel.kept.length === 0 && redraws < MAX_REDRAWS) {
-        d = await this.rlDraw(stage, pool, n, roc, penalty, step, ++redraws);
+        redraws++;
+        d = await this.rlDraw(stage, prompts(step, redraws), n, roc, penalty, step, redraws);
         timeouts += d.timeouts;
       }
       const { problems, trajs, groups, sel, failures, t1, t2 } = d;
@@ -945,7 +992,11 @@ export class Trainer {
       }
       // update (several mini-batches activate the clipped ratio; epochs pass over them again)
       const stats: TrainStats[] = [];
-      const mb = Math.max(1, Math.ceil(items.length / stage.miniBatches));
+      // verl splits what was kept into mini-batches of the nominal size (ppo_mini_batch_size prompts × rollout.n)
+      // and scales each micro-batch's loss by its share of that size: a step RoC cut takes fewer, smaller steps
+      const nominal = (stage.promptsPerStep / stage.miniBatches) * n;
+      const verl = stage.lossAgg === 'micro-mean-nominal';
+      const mb = verl ? nominal : Math.max(1, Math.ceil(items.length / stage.miniBatches));
       for (let epoch = 0; epoch < stage.epochs; epoch++)
         for (let j = 0; j < items.length; j += mb) {
           stats.push(
@@ -955,6 +1006,7 @@ export class Trainer {
               clipLow: stage.clipLow,
               clipHigh: stage.clipHigh,
               lossAgg: stage.lossAgg,
+              ...(verl ? { nominalSeqs: nominal } : {}),
               ...(reference ? { klCoef: stage.kl.coef, klEstimator: stage.kl.estimator } : {}),
               ...(stage.entropyCoef > 0 ? { entropyCoef: stage.entropyCoef } : {}),
             }),

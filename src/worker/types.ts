@@ -29,6 +29,9 @@ export const PRECISIONS = ['fp32', 'bf16-mixed', 'bf16'] as const;
 // 'bf16-mixed': bf16 autocast over fp32 weights and AdamW state; 'bf16': weights and AdamW state in bf16.
 export type Precision = (typeof PRECISIONS)[number];
 
+export const LOSS_AGGS = ['token-mean', 'micro-mean-batch', 'micro-mean-nominal'] as const;
+export type LossAgg = (typeof LOSS_AGGS)[number];
+
 export interface WorkerStartOptions {
   python?: string; // default: findPython() (RSTAR2_PYTHON, else /usr/bin/python3)
   threads?: number; // torch intra-op threads per rank (default 2)
@@ -92,8 +95,10 @@ export interface TrainOptions {
   gradientCheckpointing?: boolean; // recompute each decoder layer in backward (default false)
   logitsChunkTokens?: number; // tokens per lm_head + log-softmax slice (default: 128 MiB of fp32 logits, 30 MiB on a CPU)
   // 'token-mean': exact mean over every mask=1 token of the global batch (independent of micro-batching
-  // and rank count). 'verl': each micro-batch's token-mean scaled by its share of sequences (verl quirk).
-  lossAgg?: 'token-mean' | 'verl';
+  // and rank count). 'micro-mean-batch': each micro-batch's token-mean times its sequences / the batch's.
+  // 'micro-mean-nominal': times its sequences / nominalSeqs, verl's dynamic-bsz scaling (docs/DECISIONS.md).
+  lossAgg?: LossAgg;
+  nominalSeqs?: number; // 'micro-mean-nominal': the batch's nominal size in sequences (verl's ppo_mini_batch_size × n)
   // Off by default, as in the paper (verl users reach for them): KL(π ‖ π_ref) per trained token, estimated from
   // the sampled tokens (k1 = log π - log π_ref; k3 = r - log r - 1, r = π_ref/π, verl's low_var_kl), times klCoef;
   // refLogprobs is one list per sequence aligned with its ids, as oldLogprobs. entropyCoef subtracts that times the

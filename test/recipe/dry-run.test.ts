@@ -28,7 +28,10 @@ test('dry run of tiny-files: tokenizer, data counts after each filter, first pro
     /\[rl\] rl: 60 rows; answer is not an integer: -0 -> 60; duplicate question: -0 -> 60; prompt longer than 108 tokens: -[1-9]\d* -> [1-9]\d*/,
   );
   assert.match(text, /\[rl\] first prompt \d+ tokens: ".*<\|im_start\|>user\\n/);
-  assert.match(text, /sandbox: ok \(bubblewrap; calls past 50 ms demoted( with their session)?\)/);
+  assert.match(
+    text,
+    /sandbox: ok \(bubblewrap, 1024 MiB a call; calls past 50 ms demoted( with their session)?\)/,
+  );
   assert.equal(out.at(-1), 'dry run ok: nothing was trained');
 });
 
@@ -36,7 +39,7 @@ test('sandbox.preload: the dry run preloads what the recipe names and refuses wh
   const ok = await lines(loadRecipe('tiny-files', { set: ['sandbox.preload=[json, decimal]'] }));
   assert.match(
     ok.join('\n'),
-    /sandbox: ok \(bubblewrap; preloaded json, decimal, zygote \d+ MiB; calls past 50 ms demoted( with their session)?\)/,
+    /sandbox: ok \(bubblewrap, 1024 MiB a call; preloaded json, decimal, zygote \d+ MiB; calls past 50 ms demoted( with their session)?\)/,
   );
   await assert.rejects(
     lines(loadRecipe('tiny-files', { set: ['sandbox.preload=[no_such_module_xyz]'] })),
@@ -50,7 +53,7 @@ test('sandbox.preload: the dry run preloads what the recipe names and refuses wh
 
 test('sandbox.demoteAfterMs: 50 unless the recipe says otherwise; 0 turns demotion off; a negative one is named', async () => {
   const off = await lines(loadRecipe('tiny-files', { set: ['sandbox.demoteAfterMs=0'] }));
-  assert.match(off.join('\n'), /sandbox: ok \(bubblewrap; no demotion\)/);
+  assert.match(off.join('\n'), /sandbox: ok \(bubblewrap, 1024 MiB a call; no demotion\)/);
   assert.throws(
     () => loadRecipe('tiny-files', { set: ['sandbox.demoteAfterMs=-1'] }),
     /sandbox\.demoteAfterMs/,

@@ -8,7 +8,7 @@ import { TEST_CONFIG } from './helpers.js';
 // The RL loss's optional terms (issue 44), off by default: KL against a reference policy (k1, k3) and an entropy
 // bonus, in the worker's train_step.
 
-test('python: k1/k3 estimates, a k3 step toward the reference, the entropy bonus gradient', {
+test('python: k1/k3 estimates, a k3 step toward the reference, the entropy bonus gradient, verl loss scaling', {
   timeout: 120_000,
 }, () => {
   const r = spawnSync(findPython(), ['-m', 'unittest', '-v', 'tests/test_policy_loss.py'], {
@@ -17,7 +17,7 @@ test('python: k1/k3 estimates, a k3 step toward the reference, the entropy bonus
     encoding: 'utf8',
   });
   assert.equal(r.status, 0, r.stderr);
-  assert.match(r.stderr, /Ran 5 tests/);
+  assert.match(r.stderr, /Ran 7 tests/);
 });
 
 test('reference logprobs reach train_step through the protocol: KL against itself is 0 and changes nothing', {

@@ -165,14 +165,14 @@ test('SFT loss is the token-mean NLL over mask=1 tokens; entropy is reported ove
   assert.ok(Math.abs(stats.loss - nll / n) < 1e-5, `${stats.loss} vs ${nll / n}`);
   assert.ok(Math.abs(stats.entropy - ent / n) < 1e-5);
   assert.equal(stats.clipFrac, 0);
-  // verl aggregation: each micro-batch's token-mean weighted by its share of sequences
+  // micro-mean-batch: each micro-batch's token-mean weighted by its share of sequences
   const perSeq = seqs.map((_, i) => {
     const ts = masks[i].flatMap((m, t) => (m ? [-scored[i].logprobs[t]] : []));
     return ts.reduce((a, b) => a + b, 0) / ts.length;
   });
   const verl = await w.trainStep(
     { loss: 'sft', sequences: seqs.map((ids, i) => ({ ids, mask: masks[i] })) },
-    { lr: 0, microBatchTokens: 4, lossAgg: 'verl' },
+    { lr: 0, microBatchTokens: 4, lossAgg: 'micro-mean-batch' },
   );
   assert.ok(Math.abs(verl.loss - (perSeq[0] + perSeq[1]) / 2) < 1e-5, `${verl.loss}`);
 });
