@@ -62,6 +62,7 @@ SCRATCH_FILES = int(CFG.get("scratchFiles", 0))  # inodes a slot's scratch tmpfs
 # and how deep it nests (scratch_usage)
 SCRATCH_KB = int(CFG.get("scratchMb", 0)) << 10
 SCRATCH_DEPTH = 64
+WALK_SHARE = 0.05  # of one core, at most, for those listings (Broker.check_memory)
 DEMOTE_S = float(CFG.get("demoteAfterMs", 0)) / 1000  # a call running longer gets nice 19
 BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # where calls start: the zygote forks them at the broker's nice
 # With autogroups the CPU is shared between sessions first and every call is a session of its own, so a
@@ -84,7 +85,7 @@ exec(ZYGOTE_CODE, zygote.__dict__)
 from rstar2_zygote import (  # noqa: E402
     EXIT, EXIT_MAGIC, FLAG_CLOSE, FLAG_FETCH, FLAG_REPORT, FLAG_SESSION, FLAGS, LIM, MAX_FETCH, REASON_CLOSED,
     REASON_MEMORY, REASON_NONE, REASON_OUTPUT, REASON_PROCS, REASON_SPAWN, REASON_TIMEOUT, SDONE, SESSION_SLOTS, SHM,
-    SLOTS, ZKILL, ZRES, ZRUN, log, UID_BASE, slot_dir, slot_uid,
+    SLOT_MODE, SLOTS, ZKILL, ZRES, ZRUN, log, UID_BASE, slot_dir, slot_uid,
 )
 
 # The zygote's interpreter: it reads CFG and zygote.py's compiled code from fd 4 (marshal, so it neither
@@ -123,6 +124,27 @@ def start_zygote():
     except BrokenPipeError:
         pass  # it died at once; Broker.start reports that
     return pid, a
+
+
+PF_EXITING = 0x4  # include/linux/sched.h
+
+
+def exiting(pid):
+    """Whether process pid is in its exit with no other thread left, so that none of a snippet's code runs in it
+    again: its flags (field 9 of /proc/PID/stat) and its thread count (field 20). A leader that left by the exit
+    system call while another thread runs on has PF_EXITING too, hence the count."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return False  # reaped already: the zygote's report is on its way
+    try:
+        st = os.read(fd, 1024)
+    except OSError:
+        return False  # reaped meanwhile (ESRCH)
+    finally:
+        os.close(fd)
+    f = st[st.rfind(b")") + 2:].split()
+    return len(f) > 17 and int(f[6]) & PF_EXITING and f[17] == b"1"
 
 
 def wait_readable(fd, seconds):
@@ -199,10 +221,10 @@ def clear_dir(root):
 
 
 def left_as_found(d):
-    """Whether dir d is empty with mode 0700: one stat where d's empty size is known (see learn_empty_size), else
+    """Whether dir d is empty with its mode (SLOT_MODE): one stat where d's empty size is known (see learn_empty_size), else
     a listing (a disk file system, as under isolation landlock), still far cheaper than a trip to the wiper."""
     st = os.stat(d)
-    if st.st_mode & 0o7777 != 0o700:
+    if st.st_mode & 0o7777 != SLOT_MODE:
         return False
     empty = EMPTY_SIZE.get(d)
     if empty is not None:
@@ -238,7 +260,7 @@ def wipe(slot):
                 os.close(fd)
             if left:
                 log(f"wipe of slot {slot}: {left} entries could not be removed")
-            os.chmod(d, 0o700)  # the owner (the slot uid) may have changed it; only root could chown
+            os.chmod(d, SLOT_MODE)  # without slot uids its owner may have changed it
             if d not in EMPTY_SIZE:
                 learn_empty_size(d)
         if uid and SHM and not shm_empty():
@@ -303,35 +325,43 @@ class Wiper:
         return [x for (x,) in struct.iter_unpack("<H", data)]
 
 
-def slot_memory_kb(base_kb):
+def slot_memory_kb(base_kb, every=()):
     """Memory each slot's calls hold now, by slot uid: every process's resident anonymous memory, less what it
-    inherited from the zygote (base_kb, shared copy-on-write by all), plus the uid's files in /dev/shm; the
-    latter alone; and the lowest pid of each slot's processes (its call's own, as a rule). RLIMIT_AS bounds one
-    process; this bounds them all. Pages a snippet's own forks share copy-on-write count once per process, so
-    the sum errs high, never low. Also how many processes each slot has. Needs per-slot uids (root)."""
+    inherited from the zygote (base_kb, shared copy-on-write by all), and its resident shared memory (shared
+    anonymous mappings, mapped tmpfs files: RssShmem, which RssAnon leaves out, so 4 forks held 3.5 GB under a
+    128 MB limit, issue 42), plus the uid's files in /dev/shm; the latter alone; and the lowest pid of each slot's
+    processes (its call's own, as a rule). RLIMIT_AS bounds one process; this bounds them all. Pages a snippet's
+    own forks share count once per process, and a mapped /dev/shm file twice, so the sum errs high, never low.
+    Also how many processes each slot has, and the pids of each slot in `every`. Needs per-slot uids (root)."""
     used = {}
     shm = {}
     pids = {}
     procs = {}
+    found = {slot: [] for slot in every}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/status", "rb") as f:
                 uid = anon = None
+                shmem = 0
                 for line in f:
                     if line.startswith(b"Uid:"):
                         uid = int(line.split()[1])
                     elif line.startswith(b"RssAnon:"):
                         anon = int(line.split()[1])
+                    elif line.startswith(b"RssShmem:"):
+                        shmem = int(line.split()[1])
                         break
         except (OSError, ValueError):
             continue
         slot = (uid or 0) - UID_BASE
         if anon is not None and 0 <= slot < SLOTS:
-            used[slot] = used.get(slot, 0) + max(0, anon - base_kb)
+            used[slot] = used.get(slot, 0) + max(0, anon - base_kb) + shmem
             pids[slot] = min(pids.get(slot, 1 << 30), int(name))
             procs[slot] = procs.get(slot, 0) + 1
+            if slot in found:
+                found[slot].append(int(name))
     if SHM and not shm_empty():
         with os.scandir(SHM) as it:
             for e in it:
@@ -343,7 +373,7 @@ def slot_memory_kb(base_kb):
                 if 0 <= slot < SLOTS:
                     used[slot] = used.get(slot, 0) + st.st_blocks // 2
                     shm[slot] = shm.get(slot, 0) + st.st_blocks // 2
-    return used, shm, pids, procs
+    return used, shm, pids, procs, found
 
 
 def scratch_usage(slot):
@@ -400,7 +430,7 @@ def scratch_files(slot):
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
                  "sess", "t0", "deadline", "flush_at", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb",
-                 "used_kb", "files", "shm_kb", "demoted", "req", "disk_kb")
+                 "used_kb", "files", "shm_kb", "demoted", "req", "disk_kb", "pid", "walked")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -419,10 +449,12 @@ class Call:
         self.fetch = self.answered = self.reaped = False
         self.mem_kb = self.used_kb = self.shm_kb = self.files = self.disk_kb = 0
         self.req = None  # the request as queued, to queue it again if its process could not be forked
+        self.pid = 0  # the child's, from the head of its result pipe (take_exit_report)
+        self.walked = None  # (entries, KB) its scratch held at the last walk (isolation landlock; check_memory)
 
 
 class Sess:
-    __slots__ = ("sid", "slot", "rid", "sock", "call", "err", "closed", "demoted", "autogroup")
+    __slots__ = ("sid", "slot", "rid", "sock", "call", "err", "closed", "demoted", "autogroup", "pid")
 
     def __init__(self, sid, slot, rid, sock):
         self.sid, self.slot, self.rid, self.sock = sid, slot, rid, sock
@@ -430,6 +462,7 @@ class Sess:
         self.err = ""
         self.closed = self.demoted = False
         self.autogroup = (0, 0)  # the pid its session's nice was last written through, and that nice
+        self.pid = 0  # its process's, as it said before running any code (the first "P")
 
 
 class Broker:
@@ -458,6 +491,7 @@ class Broker:
         self.spawn_since = {}  # request id -> when its first try to fork failed
         self.procs_kill = 0  # rid of the call killed to free processes, until the zygote reports it gone
         self.procs = {}  # slot -> its processes, as the last memory check counted them
+        self.leftovers = set()  # sessions whose last cell may have left processes running (kill_leftovers)
         self.spawn_logged = -INF
         self.prefork = PREFORK
         self.rid = 0
@@ -467,6 +501,7 @@ class Broker:
         self.base_kb = 0
         self.own_scratch = False
         self.next_mem_check = 0.0
+        self.walk_due = 0.0  # when the scratch dirs on the host disk are listed again (check_memory)
 
     def watch(self, fd, data, events=select.EPOLLIN):
         """epoll itself, not selectors, whose Python bookkeeping per event led the broker's CPU profile."""
@@ -708,11 +743,17 @@ class Broker:
         if msg[0:1] == b"E":
             s.err = msg[1:].decode("utf-8", "replace")
             return
+        if msg[0:1] == b"P":
+            if not s.pid and len(msg) == 5:  # the first is the session's, sent before any cell; later ones forged
+                s.pid = struct.unpack_from("<I", msg, 1)[0]
+            return
         call = s.call
         if msg[0:1] != b"D" or call is None or call.killed:
             return
         rc, cpu_us, rss = SDONE.unpack_from(msg, 1)
         s.call = None
+        if UID_BASE:
+            self.leftovers.add(s)
         self.timed.discard(call)
         call.result = (s.rid, rc, 0, REASON_NONE, self.wall_us(call), cpu_us, rss, 0)
         self.drain(call)
@@ -720,6 +761,7 @@ class Broker:
         self.dispatch_sessions()
 
     def session_died(self, s, res):
+        self.leftovers.discard(s)  # its slot may soon be another session's
         del self.sessions[s.sid]
         del self.sess_by_rid[s.rid]
         if s.sock.fileno() in self.watched:
@@ -789,7 +831,7 @@ class Broker:
                     nearest = min(nearest, call.deadline)
             elif call.flush_at < nearest:
                 nearest = call.flush_at
-        if UID_BASE and self.timed:
+        if UID_BASE and (self.timed or self.leftovers):
             if now >= self.next_mem_check:
                 self.check_memory()
                 self.next_mem_check = now + MEM_CHECK_S
@@ -872,12 +914,34 @@ class Broker:
             call.sess.autogroup = (pid, nice)
         return True
 
+    def kill_leftovers(self, idle, found):
+        """Between its cells a session's slot holds its process alone: what a cell forked and left running is
+        killed here (at most MEM_CHECK_S after the cell), before the memory check stopped looking at it and 605 MB
+        lived on uncounted (issue 42). While a cell runs, the slot's processes count against that cell's limit."""
+        for s in list(self.leftovers):
+            if s.slot not in idle:
+                continue  # a cell is running: its memory check counts them
+            rest = [p for p in found.get(s.slot, ()) if p != s.pid]
+            if not rest:
+                self.leftovers.discard(s)
+            for p in rest:
+                try:
+                    os.kill(p, 9)
+                except OSError:
+                    pass  # gone meanwhile
+
     def check_memory(self):
         """A call whose processes hold more than its memory limit together is killed with reason memory (a
         session with its whole process)."""
-        used, shm, pids, self.procs = slot_memory_kb(self.base_kb)
+        self.leftovers = {s for s in self.leftovers if self.sessions.get(s.sid) is s and not s.closed}
+        idle = {s.slot: s for s in self.leftovers if s.call is None and s.pid}
+        used, shm, pids, self.procs, found = slot_memory_kb(self.base_kb, idle)
+        self.kill_leftovers(idle, found)
         if self.autogroup_want and AUTOGROUP:
             self.set_autogroups(pids)
+        now = time.monotonic()
+        walk = now >= self.walk_due
+        walked = 0.0
         for call in list(self.timed):
             kb = used.get(call.slot, 0)
             over_shm = SHM_SLOT_KB and shm.get(call.slot, 0) > SHM_SLOT_KB
@@ -885,7 +949,11 @@ class Broker:
             if self.own_scratch:
                 files = scratch_files(call.slot)
             elif SCRATCH_KB:
-                files, disk_kb = scratch_usage(call.slot)
+                if walk or call.walked is None:  # a new call's scratch is empty: cheap to walk at once
+                    t0 = time.monotonic()
+                    call.walked = scratch_usage(call.slot)
+                    walked += time.monotonic() - t0
+                files, disk_kb = call.walked
             else:
                 files = 0
             over_files = SCRATCH_FILES and (files > SCRATCH_FILES or files < 0)
@@ -897,6 +965,11 @@ class Broker:
                 call.disk_kb = disk_kb if over_disk else 0
                 self.timed.discard(call)
                 self.z.send(b"K" + ZKILL.pack(call.rid, REASON_MEMORY))
+        if walk:
+            # the walks of one round take at most WALK_SHARE of a core over time: three calls sitting on ~10,000
+            # files each made them take 60 % of one every 100 ms (issue 42); a file or disk limit passed is then
+            # seen up to walked / WALK_SHARE later
+            self.walk_due = now + walked / WALK_SHARE
 
     # ---------------------------------------------------------------------------------- pipes --
     def write_stdin(self, fd, data):
@@ -1016,6 +1089,7 @@ class Broker:
             return
         call.reaped = True
         if call.answered:  # from its EXIT report; now the slot is free
+            self.timed.discard(call)
             del self.calls[call.rid]
             self.dirty.append(call.slot)
             return
@@ -1027,9 +1101,15 @@ class Broker:
 
     @staticmethod
     def take_exit_report(call):
-        """EXIT from the end of a stateless call's result pipe, removed from the fetched bytes; None if absent."""
+        """The child's pid from the head of a stateless call's result pipe (written before its request existed) and
+        EXIT from its end, both removed from the fetched bytes; returns the report, None if absent."""
         r = call.res
-        if call.sess is not None or not isinstance(r, bytearray) or len(r) < EXIT.size:
+        if call.sess is not None or not isinstance(r, bytearray):
+            return None
+        if not call.pid and len(r) >= 4:
+            call.pid = int.from_bytes(r[:4], "little")
+            del r[:4]
+        if len(r) < EXIT.size:
             return None
         magic, code, cpu_us, rss = EXIT.unpack_from(r, len(r) - EXIT.size)
         if magic != EXIT_MAGIC:
@@ -1042,10 +1122,11 @@ class Broker:
             return
         report = self.take_exit_report(call)
         if call.result is None:  # no word from the zygote yet; a child that ended normally wrote EXIT
-            if report is None or call.id is None:
+            # and is exiting: a snippet can write EXIT too, and then live on (issue 42), so its word counts only
+            # once its process is ending. It stays timed until reaped, as its forks are swept only then.
+            if report is None or call.id is None or not exiting(call.pid):
                 return
             code, cpu_us, rss = report
-            self.timed.discard(call)
             call.result = (call.rid, code, 0, REASON_NONE, self.wall_us(call), cpu_us, rss, 0)
         res = call.result
         call.answered = True
@@ -1200,7 +1281,8 @@ class Broker:
                 self.dispatch_sessions()
             self.refill()
             # last: dispatch may have started clocks
-            timeout = self.check_deadlines() if self.timed or self.paused or self.spawn_retry else None
+            busy = self.timed or self.paused or self.spawn_retry or self.leftovers
+            timeout = self.check_deadlines() if busy else None
 
 
 if __name__ == "__main__":

@@ -121,6 +121,11 @@ def slot_uid(slot):
     return UID_BASE + slot if UID_BASE else 0
 
 
+# A slot's dir belongs to root and the slot's group, so the snippet cannot chmod it open to the other slots' uids,
+# where two concurrent calls met on a socket and passed fds (issue 42); without slot uids it is the only user's.
+SLOT_MODE = 0o770 if UID_BASE else 0o700
+
+
 # ------------------------------------------------------------------------------------- landlock --
 # One ruleset per slot is built once in the zygote; a child only calls landlock_restrict_self.
 # Syscall numbers 444-446 are the same on every architecture (unified syscall table).
@@ -197,8 +202,12 @@ def no_setsid_prepare():
         return
     arch, nr = SETSID_NR
     ld, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
-    prog = [(ld, 0, 0, 4), (jeq, 0, 3, arch), (ld, 0, 0, 0), (jeq, 2, 0, nr), (jeq, 1, 0, nr | 0x40000000),
-            (ret, 0, 0, 0x7FFF0000), (ret, 0, 0, 0x00050000 | 1)]  # ALLOW; ERRNO | EPERM
+    # isolation landlock (no pid namespace): pidfd_open too, which tells a host pid from an unused one; the
+    # sandbox's own filter cannot deny it, as the zygote itself needs it (seccomp_filter.py); 434 on every arch
+    nrs = [nr, nr | 0x40000000] + ([434] if CFG.get("requireLandlock") else [])
+    prog = [(ld, 0, 0, 4), (jeq, 0, 1 + len(nrs), arch), (ld, 0, 0, 0)]
+    prog += [(jeq, len(nrs) - i, 0, n) for i, n in enumerate(nrs)]
+    prog += [(ret, 0, 0, 0x7FFF0000), (ret, 0, 0, 0x00050000 | 1)]  # ALLOW; ERRNO | EPERM
     fprog, insns = sock_fprog(b"".join(struct.pack("=HBBI", *i) for i in prog))
     pid = os.fork()  # tried once in a throwaway child: a kernel without seccomp filters must not fail every call
     if pid == 0:
@@ -311,6 +320,11 @@ def child_main(slot, fds):
             raise OSError(ctypes.get_errno(), "landlock_restrict_self")
         if len(fds) > 3:  # after Landlock: fd 3 may have been a ruleset
             os.dup2(fds[3], 3)  # result pipe for fetched files
+            # its first bytes, written before any request exists: which process the broker waits for (Broker.exiting)
+            try:
+                os.write(3, os.getpid().to_bytes(4, "little"))
+            except OSError:
+                pass  # the broker closed it already: this call reports nothing there
         os.closerange(len(fds) if len(fds) > 3 else 3, 1 << 20)  # broker socket, rulesets, other calls' pipes
         os.setsid()
         deny_setsid()
@@ -372,10 +386,11 @@ def child_main(slot, fds):
 
 
 def report_exit(rc):
-    """Writes EXIT last on the result pipe and closes the pipes, so the broker answers now instead of after
-    this process's teardown and the zygote's report (idle p50 1.23 vs 1.56 ms), which still frees the slot.
-    It costs the child ~0.06 ms, so the broker asks for it only when no request waits. The snippet could
-    forge it, but only for its own result; a child killed or crashed writes none."""
+    """Writes EXIT last on the result pipe and closes the pipes, so the broker can answer during this process's
+    teardown instead of after it and the zygote's report (idle p50 1.23 vs 1.56 ms), which still frees the slot.
+    It costs the child ~0.06 ms, so the broker asks for it only when no request waits. The snippet can write
+    the same bytes, so the broker believes them only once it sees this process exiting (Broker.exiting): a
+    forged EXIT followed by a sleep no longer ended the call (issue 42); a child killed or crashed writes none."""
     R = resource
     s, c = R.getrusage(R.RUSAGE_SELF), R.getrusage(R.RUSAGE_CHILDREN)  # what wait4 would report
     cpu_us = int((s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime) * 1e6)
@@ -444,6 +459,7 @@ def session_main(slot, mem_mb, fds):
             os.setresuid(uid, uid, uid)
             _prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         ctl = _socket.socket(fileno=3)
+        ctl.send(b"P" + struct.pack("<I", os.getpid()))  # which process is the session's (Broker.kill_leftovers)
         for rng in RESEED:
             rng.seed()
         if "numpy" in sys.modules:
@@ -885,8 +901,8 @@ def zygote_main(fd):
             os.makedirs(d, exist_ok=True)
             uid = slot_uid(s)
             if uid:
-                os.chown(d, uid, uid)
-            os.chmod(d, 0o700)
+                os.chown(d, 0, uid)
+            os.chmod(d, SLOT_MODE)
         # -S leaves site-packages out; preloads may live there. Debian's site puts pip's /usr/local one first.
         local = f"/usr/local/lib/python{sys.version_info[0]}.{sys.version_info[1]}/dist-packages"
         for p in [local, *CFG.get("sysPath", [])]:

@@ -65,21 +65,28 @@ export function findBwrap(): string | null {
   return null;
 }
 
-let seccompCache: { path: string | null; note: string } | undefined;
+const seccompCache = new Map<boolean, { path: string | null; note: string }>();
 
-/** Compile the seccomp deny-list once per process (the BPF is architecture-specific, never committed). */
-export function seccompFilter(python: string): { path: string | null; note: string } {
-  if (seccompCache && (seccompCache.path === null || existsSync(seccompCache.path))) return seccompCache;
+/** Compile the seccomp deny-list once per process and variant (the BPF is architecture-specific, never committed);
+ * `landlock` adds the rules for a sandbox in the host's network and pid namespaces (seccomp_filter.py). */
+export function seccompFilter(python: string, landlock = false): { path: string | null; note: string } {
+  const cached = seccompCache.get(landlock);
+  if (cached && (cached.path === null || existsSync(cached.path))) return cached;
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-seccomp-'));
   const path = join(dir, 'filter.bpf');
-  const r = spawnSync(python, ['-I', join(SANDBOX_PY_DIR, 'seccomp_filter.py'), path], { encoding: 'utf8' });
-  if (r.status === 0 && existsSync(path)) seccompCache = { path, note: '' };
+  const script = join(SANDBOX_PY_DIR, 'seccomp_filter.py');
+  const r = spawnSync(python, ['-I', script, path, ...(landlock ? ['--landlock'] : [])], {
+    encoding: 'utf8',
+  });
+  let made: { path: string | null; note: string };
+  if (r.status === 0 && existsSync(path)) made = { path, note: '' };
   else {
     rmSync(dir, { recursive: true, force: true });
     const why = (r.stderr || r.error?.message || `exit ${r.status}`).trim();
-    seccompCache = { path: null, note: `seccomp filter unavailable, running without it: ${why}` };
+    made = { path: null, note: `seccomp filter unavailable, running without it: ${why}` };
   }
-  return seccompCache;
+  seccompCache.set(landlock, made);
+  return made;
 }
 
 function isRoot(): boolean {
@@ -233,7 +240,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
       // Without namespaces: the host's /proc, /dev and /dev/shm are the ones every process shares, so a snippet
       // gets none of /proc, only the harmless devices, no /dev/shm, and the scratch on the host's disk is bounded
       // by the broker (flat, counted) rather than by a tmpfs of its own
-      const sec = seccompFilter(inp.python);
+      const sec = seccompFilter(inp.python, true);
       if (!sec.path) throw new Error(`isolation landlock needs the seccomp filter: ${sec.note}`);
       notes.push(
         'isolation landlock: no namespaces; per-slot uids, Landlock, seccomp; snippets see no /proc or /dev/shm, ' +
@@ -301,9 +308,6 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
     '--ro-bind-try',
     '/sys/devices/system/cpu',
     '/sys/devices/system/cpu',
-    '--ro-bind',
-    SANDBOX_PY_DIR,
-    INNER_PY_DIR,
     '--proc',
     '/proc',
     '--dev',
@@ -346,6 +350,12 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
   if (sec.path) {
     extraFds.push(openSync(sec.path, 'r'));
     args.push('--seccomp', '3');
+  }
+  // The broker's two files are copied in, not bound: a bind mount shows its host path (the checkout's) in every
+  // process's /proc/self/mountinfo (issue 42)
+  for (const f of ['server.py', 'zygote.py']) {
+    extraFds.push(openSync(join(SANDBOX_PY_DIR, f), 'r'));
+    args.push('--perms', '0444', '--file', String(2 + extraFds.length), `${INNER_PY_DIR}/${f}`);
   }
   const serverConfig = {
     scratch: '/scratch',

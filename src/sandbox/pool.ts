@@ -147,6 +147,7 @@ const FLAG_SESSION = 0x40000000;
 const FLAG_CLOSE = 0x20000000;
 const SESSION_ID = /^[\x21-\x7e]{1,200}$/;
 const FILE_NAME = /^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$/;
+const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const SETUP_FAILED = '[rstar2-sandbox] setup failed: ';
 const SIGNAL_NAMES: Record<number, string> = Object.fromEntries(
   Object.entries(osConstants.signals).map(([name, n]) => [n, name]),
@@ -697,8 +698,7 @@ export class SandboxPool implements CodeRunner {
         return 'files must be an object of name -> base64';
       for (const [name, b64] of Object.entries(req.files ?? {})) {
         if (!FILE_NAME.test(name)) return `file name not allowed (plain names only): ${JSON.stringify(name)}`;
-        if (typeof b64 !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(b64))
-          return `file ${name} is not base64`;
+        if (typeof b64 !== 'string' || !BASE64.test(b64)) return `file ${name} is not base64`;
       }
       files = JSON.stringify({ files: req.files ?? {}, fetch });
       if (files.length > o.maxFilesBytes) return `files total ${files.length} bytes, over ${o.maxFilesBytes}`;
@@ -962,12 +962,9 @@ export class SandboxPool implements CodeRunner {
     if (error !== undefined) r.error = error;
     if (h.h) r.error = 'a leftover process held the output pipes open; output may be incomplete';
     if (fetched !== undefined) {
-      try {
-        r.files = JSON.parse(fetched) as Record<string, string>;
-      } catch {
-        r.files = {};
-        r.error = 'fetched files were unreadable (the snippet wrote to fd 3?)';
-      }
+      const files = fetchedFiles(fetched, item.req.fetchFiles ?? []);
+      r.files = files ?? {};
+      if (!files) r.error = 'fetched files were unreadable (the snippet wrote to fd 3?)';
     }
     if (s && h.sl !== undefined) {
       const why = String(h.sl);
@@ -1014,6 +1011,25 @@ function startAdvice(stderrTail: string): string {
     'Ubuntu 24.04 also kernel.apparmor_restrict_unprivileged_userns=0). Or, as root, RSTAR2_SANDBOX_ISOLATION=landlock ' +
     'isolates without namespaces (Landlock, seccomp, a uid per slot; no /proc or /dev/shm for snippets)'
   );
+}
+
+/** The fetched files the child sent back, under the names the request asked for only: the child's process is the
+ * snippet's, which can write any JSON there (issue 42: `../../home/user/.bashrc`), so a name not asked for or a
+ * value that is not base64 text is dropped. null if it is not a JSON object. */
+function fetchedFiles(json: string, asked: string[]): Record<string, string> | null {
+  let sent: unknown;
+  try {
+    sent = JSON.parse(json);
+  } catch {
+    return null;
+  }
+  if (sent === null || typeof sent !== 'object' || Array.isArray(sent)) return null;
+  const files: Record<string, string> = {};
+  for (const name of asked) {
+    const b64 = Object.hasOwn(sent, name) ? (sent as Record<string, unknown>)[name] : undefined;
+    if (typeof b64 === 'string' && BASE64.test(b64)) files[name] = b64;
+  }
+  return files;
 }
 
 function sessionError(error: string): RunResult {
