@@ -12,11 +12,14 @@ from . import dist as ranks
 from . import hf_model
 from .checkpoint import read_config, read_state_dict, write_json, write_state_dict
 from .engine import Engine
-from . import model as M
 from .model import CausalLM, Config, count_params, to_device
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 MODEL_BACKENDS = ("native", "transformers")
+# how a train step's per-token losses become one: the mean over every trained token of the batch; or each
+# micro-batch's token-mean times its sequences over the batch's ('micro-mean-batch') or over a nominal count
+# ('micro-mean-nominal': verl's dynamic-bsz scaling, response_mask.shape[0] / ppo_mini_batch_size)
+LOSS_AGGS = ("token-mean", "micro-mean-batch", "micro-mean-nominal")
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -54,7 +57,7 @@ class Policy:
 
     def _info(self, restored=False):
         out = {"config": self.cfg.raw, "params": self.n_params, "restoredOptimizer": restored}
-        out.update(device=str(self.device), precision=self.precision, compiled=self.compiled)
+        out.update(device=str(self.device), precision=self.precision)
         if self.src_dir:
             out["dir"] = self.src_dir
         return out
@@ -296,8 +299,13 @@ class Policy:
         for k in ("maxTokensPerMicroBatch", "logitsChunkTokens"):
             if o[k] is not None and not (isinstance(o[k], int) and o[k] >= 1):
                 raise ValueError(f"{k} must be a positive integer, got {o[k]!r}")
-        if o["lossAgg"] not in ("token-mean", "verl"):
-            raise ValueError(f"lossAgg must be 'token-mean' or 'verl', got {o['lossAgg']!r}")
+        if o["lossAgg"] == "verl":  # the old name of micro-mean-batch, which is not verl's scaling
+            raise ValueError("lossAgg 'verl' was renamed: 'micro-mean-batch' is what it computed; verl's own scaling is 'micro-mean-nominal'")
+        if o["lossAgg"] not in LOSS_AGGS:
+            raise ValueError(f"lossAgg must be one of {', '.join(LOSS_AGGS)}, got {o['lossAgg']!r}")
+        nominal = opts.get("nominalSeqs")
+        if o["lossAgg"] == "micro-mean-nominal" and not (isinstance(nominal, int) and nominal >= 1):
+            raise ValueError(f"lossAgg 'micro-mean-nominal' needs nominalSeqs, a positive integer, got {nominal!r}")
         if o["dualClip"] <= 1.0:
             raise ValueError("dualClip must be > 1")
         V = self.cfg.vocab_size
@@ -305,9 +313,7 @@ class Policy:
             if s and (min(s) < 0 or max(s) >= V):
                 raise ValueError(f"sequences[{i}] has a token id outside the vocabulary [0, {V})")
         t0 = time.time()
-        if self.engine.release_for_training and self.engine.kv is not None:
-            # only when there is a pool: emptying the allocator's cache made every step of a train-only loop
-            # allocate its activations afresh, ~80 ms of a 235 ms 8K step of a 0.5B model on an H200
+        if self.engine.release_for_training:
             self.engine.release()
         self.engine.invalidate()  # the prefixes it cached were computed with the weights this step changes
         model = self.model
@@ -374,8 +380,8 @@ class Policy:
             msum = (tok_loss * mask).sum()
             if o["lossAgg"] == "token-mean":
                 loss = msum / trained_global
-            else:  # verl: micro-batch token-mean, weighted by the micro-batch's share of sequences
-                loss = msum / mask.sum().clamp(min=1) * (len(idx) / n_global)
+            else:  # the micro-batch's token-mean, weighted by its sequences over the batch's or a nominal count
+                loss = msum / mask.sum().clamp(min=1) * (len(idx) / (nominal if o["lossAgg"] == "micro-mean-nominal" else n_global))
             with ranks.no_sync(self.r, self.wrapped, last):
                 loss.backward()
             with torch.no_grad():
