@@ -60,6 +60,29 @@ const ATTACKS: Record<string, RunRequest> = {
   'output flood': { code: 'while True:\n    print("x" * 10000)' },
   'busy loop': { code: 'while True:\n    pass', timeoutMs: 1000 },
   'kill -1': { code: 'import os, signal\nos.kill(-1, signal.SIGKILL)' },
+  // issue 42: a forged exit report (then a sleep that must still be clocked), memory outside RssAnon (shared
+  // mappings over forks, memfd), calls sitting on many files (the scratch walk), a scratch opened to others
+  'forged exit': {
+    code: 'import os, struct, time\nos.write(3, struct.pack("<IiII", 0x54495845, 0, 0, 0))\nos.closerange(0, 4)\ntime.sleep(30)',
+    timeoutMs: 1000,
+  },
+  'shared mappings': {
+    code:
+      'import mmap, os, time\nfor _ in range(4):\n    if os.fork() == 0:\n        m = mmap.mmap(-1, 100 << 20, mmap.MAP_SHARED)\n' +
+      '        for _ in range(100):\n            m.write(b"x" * (1 << 20))\n        time.sleep(2)\n        os._exit(0)\ntime.sleep(2)',
+    memoryMb: 200,
+    timeoutMs: 3000,
+  },
+  memfd: { code: 'import os\nfd = os.memfd_create("x")\nos.write(fd, b"x" * (256 << 20))' },
+  'sit on 9k files': {
+    code: 'import time\nfor i in range(9000):\n    open(f"f{i}", "w").close()\ntime.sleep(2)',
+    timeoutMs: 4000,
+  },
+  'open scratch': {
+    code:
+      'import os, socket\ntry:\n    os.chmod(".", 0o777)\nexcept OSError:\n    pass\ns = socket.socket(socket.AF_UNIX)\n' +
+      's.bind("meet")\nos.chmod("meet", 0o777)\ns.listen()\ns.settimeout(0.5)\ntry:\n    s.accept()\nexcept OSError:\n    pass',
+  },
 };
 const INNOCENT: RunRequest = { code: 'print(6*7)' };
 const LONG: RunRequest = {
