@@ -9,6 +9,7 @@
 # probed and trained against with NCCL and disk weight sync (skipped, saying so, where neither imports).
 # Needs CUDA, torch >= 2 (>= 2.2 for step 3) and transformers in $RSTAR2_PYTHON (default python3).
 # Run from anywhere: bash bench/gpu-check.sh    Exit: 0 all passed, 1 a check failed, 2 missing prerequisites.
+# RSTAR2_GPU_CHECK_SKIP=train-bench leaves out the train step's benchmark (run alone: python -m rstar2_worker.train_bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${RSTAR2_PYTHON:-$(command -v python3 || true)}
@@ -23,9 +24,13 @@ export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" RSTAR2_PYTHON="$PY"
 "$PY" -m rstar2_worker.engine_bench
 "$PY" -m rstar2_worker.gpu_check hf-backend
 "$PY" -m rstar2_worker.gpu_check logprob-grad
+"$PY" -m rstar2_worker.gpu_check compiled
 PEAKS=$(mktemp); trap 'rm -f "$PEAKS"' EXIT
 RSTAR2_GPU_PEAKS="$PEAKS" "$PY" -m rstar2_worker.gpu_check throughput
 node --import tsx bench/gpu-plan.ts "$PEAKS"
+# the train step against the plain transformers loop (issue 41's targets), 0.5B and 3B shapes
+case ",${RSTAR2_GPU_CHECK_SKIP:-}," in *,train-bench,*) echo "gpu-check: train-bench skipped (RSTAR2_GPU_CHECK_SKIP)" ;;
+  *) "$PY" -m rstar2_worker.train_bench ;; esac
 node --import tsx bench/gpu-fsdp.ts
 # (4) the engine time model's tool: Qwen3-14B's TP4 rank, a few points, fitted as scheduler-sim --calibrate fits them
 SAMPLES=$(mktemp); trap 'rm -f "$PEAKS" "$SAMPLES"' EXIT

@@ -11,8 +11,8 @@ RSTAR2_KV_TOKENS (pool size in tokens), else RSTAR2_KV_FRACTION of the GPU's mem
 the built-in engines on one GPU, RSTAR2_ENGINE; at most 90 % of what is free) or
 RSTAR2_KV_MIB on a CPU (default 128); RSTAR2_KV_BLOCK tokens a block (16); RSTAR2_MAX_BATCH rows (256 on a GPU,
 64 on a CPU); RSTAR2_PREFILL_TOKENS a step (8192 on a GPU, 2048 on a CPU); RSTAR2_CUDA_GRAPHS 0 to turn graphs
-off, "eager" to run their bucketed path without capture (tests); RSTAR2_COMPILE 0 to leave small ops unfused (on
-a GPU they are compiled with torch.compile where it works); RSTAR2_KV_RELEASE 1 to free the pool for
+off, "eager" to run their bucketed path without capture (tests); RSTAR2_COMPILE off to leave small ops unfused (on
+a GPU they are compiled with torch.compile where it works; model.compile); RSTAR2_KV_RELEASE 1 to free the pool for
 every train step (default on a GPU, where training needs that memory); RSTAR2_PREFIX_CACHE 0 to compute every
 prompt in full (what prefix reuse saves, measured: engine_bench.py).
 """
@@ -117,7 +117,7 @@ class Engine:
         graphs = os.environ.get("RSTAR2_CUDA_GRAPHS", "1" if self.gpu else "0")
         graphs = "eager" if graphs == "eager" else graphs == "1" and self.gpu
         autocast = torch.bfloat16 if p.precision == "bf16-mixed" else None
-        if self.gpu and os.environ.get("RSTAR2_COMPILE", "1") != "0" and hasattr(torch, "compile") and not M.FUSED:
+        if self.gpu and M.compile_mode() != "off" and hasattr(torch, "compile") and not M.FUSED:
             compile_pieces()
         self.runner = ModelRunner(p.model, self.kv, p.device, self.max_len, autocast, graphs, max_batch)
         prefill = env_int("RSTAR2_PREFILL_TOKENS", 8192 if self.gpu else 2048)

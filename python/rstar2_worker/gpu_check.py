@@ -5,7 +5,8 @@ worker; logits and one SFT step's loss are compared with transformers' own, and 
 loaded back by transformers' from_pretrained. generate: the embedded engine's greedy tokens against
 transformers' generate, a stop token, and its sampled log-probs against its own scoring. hf-backend: model.backend
 'transformers' on an architecture the built-in model lacks (Llama): the worker's log-probs and SFT loss against
-transformers' own. logprob-grad: the chunked log-prob gradients in bf16 against full fp32 logits. throughput:
+transformers' own. logprob-grad: the chunked log-prob gradients in bf16 against full fp32 logits, plain and
+compiled. compiled: model.compile's pieces against the modules' forward, log-probs and gradients. throughput:
 bf16 and bf16-mixed training steps on a random ~0.5B model (Qwen2.5-0.5B's shape): one sequence of 4K and of 8K
 tokens, and a GRPO batch of 32 packed sequences; tokens/s and MFU.
 """
@@ -163,26 +164,71 @@ def logprob_grad():
     from . import model as M
 
     torch.manual_seed(0)
-    V, H, N = 151936, 896, 1000  # Qwen's vocabulary; 1,000 tokens are 5 of the default slices
+    V, H, N = 151936, 896, 4000  # Qwen's vocabulary; 4,000 tokens are 3 of the default slices
     w32 = torch.randn(V, H) * 0.02
     h32, t, g = torch.randn(N, H), torch.randint(0, V, (N,)), torch.randn(N)
     h_ref, w_ref = h32.clone().requires_grad_(), w32.clone().requires_grad_()
     ref = torch.log_softmax(F.linear(h_ref, w_ref), -1).gather(-1, t[:, None])[:, 0]
     (ref * g).sum().backward()
     bad = []
-    for mode in ("bf16", "bf16-mixed"):
-        dt = torch.bfloat16 if mode == "bf16" else torch.float32
-        h, w = h32.to(dt).requires_grad_(), w32.to(dt).requires_grad_()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "bf16-mixed"):
-            lp, _, _ = M.ChunkedLogprobs.apply(h, w, t, 1.0, M.LOGITS_CHUNK_BYTES // (4 * V))
-        (lp * g).sum().backward()
-        rel = [((a.grad.float() - b.grad).abs().max() / b.grad.abs().max()).item() for a, b in ((h, h_ref), (w, w_ref))]
-        ok = max(rel) < 2e-2  # bf16 products against fp32 ones
-        print(f"logprob-grad {mode}: relative max diff vs fp32 full logits, hidden {rel[0]:.1e}, lm_head {rel[1]:.1e}; "
-              f"lm_head gradient accumulated {'inside the product' if M.MM_OUT_DTYPE[0] else 'by cast and add (no addmm out_dtype in this torch)'} "
-              f"{'ok' if ok else 'FAIL'}")
-        if not ok:
-            bad.append(mode)
+    for pieces in ("off", "on"):  # the slices' arithmetic as plain operations, then compiled (model.compile)
+        M.compile_pieces(pieces, "cuda")
+        for mode in ("bf16", "bf16-mixed"):
+            dt = torch.bfloat16 if mode == "bf16" else torch.float32
+            h, w = h32.to(dt).detach().requires_grad_(), w32.to(dt).detach().requires_grad_()  # fp32: not h32 itself
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "bf16-mixed"):
+                lp, _, _ = M.ChunkedLogprobs.apply(h, w, t, 1.0, M.LOGITS_CHUNK_BYTES // (4 * V))
+            (lp * g).sum().backward()
+            rel = [((a.grad.float() - b.grad).abs().max() / b.grad.abs().max()).item() for a, b in ((h, h_ref), (w, w_ref))]
+            ok = max(rel) < 2e-2  # bf16 products against fp32 ones
+            print(f"logprob-grad {mode}, model.compile {pieces}: relative max diff vs fp32 full logits, hidden {rel[0]:.1e}, "
+                  f"lm_head {rel[1]:.1e}; lm_head gradient accumulated "
+                  f"{'inside the product' if M.MM_OUT_DTYPE[0] else 'by cast and add (no addmm out_dtype in this torch)'} "
+                  f"{'ok' if ok else 'FAIL'}")
+            if not ok:
+                bad.append(f"{mode} {pieces}")
+    if bad:
+        sys.exit(1)
+
+
+def compiled():
+    """model.compile's pieces against the modules' own forward on the GPU: log-probs, entropy and every
+    gradient of a train-like loss, padded and packed (varlen attention) rows, checkpointing, fp32, bf16 and
+    bf16 autocast, Qwen2 (q/k/v biases) and Qwen3 (q/k norms)."""
+    torch, _ = on_gpu()
+    from . import model as M
+
+    g = torch.Generator().manual_seed(0)
+    rows = [torch.randint(0, SMALL["vocab_size"], (n,), generator=g, device="cpu").tolist() for n in (300, 17, 129, 64)]
+    bad = []
+    cases = [("qwen2", "fp32", False), ("qwen2", "bf16-mixed", True), ("qwen3", "bf16", False), ("qwen3", "bf16", True)]
+    for kind, mode, packed in cases:
+        extra = {"attention_bias": True} if kind == "qwen2" else {"model_type": "qwen3", "head_dim": 64}
+        if True:
+            if True:
+                torch.manual_seed(0)
+                m = M.CausalLM(M.Config({**SMALL, **extra}))
+                m.init_weights(0)
+                m = m.to(torch.bfloat16 if mode == "bf16" else torch.float32).train()
+                m.gradient_checkpointing = packed
+                got = []
+                for pieces in ("off", "on"):
+                    M.compile_pieces(pieces, "cuda")
+                    m.zero_grad(set_to_none=True)
+                    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "bf16-mixed"):
+                        lp, ent, _, _ = m(rows=rows, packed=packed, device="cuda")
+                    (lp * torch.linspace(-1, 1, lp.shape[0])).sum().backward()
+                    got.append((lp.detach().float(), ent.float(), {n: p.grad.float() for n, p in m.named_parameters()}))
+                (lp0, e0, g0), (lp1, e1, g1) = got
+                tol = 1e-4 if mode == "fp32" else 3e-2  # fp32: kernels sum in other orders; bf16: rounding points move
+                d_lp = ((lp1 - lp0).abs().max() / lp0.abs().max()).item()
+                d_g = max(((g1[n] - g0[n]).abs().max() / g0[n].abs().max().clamp(min=1e-12)).item() for n in g0)
+                ok = d_lp < tol and d_g < tol * 10 and (e1 - e0).abs().max().item() < tol * 10
+                print(f"compiled {kind} {mode} {'packed, checkpointing' if packed else 'padded'}: relative max diff, log-probs "
+                      f"{d_lp:.1e}, gradients {d_g:.1e} {'ok' if ok else 'FAIL'}")
+                if not ok:
+                    bad.append(f"{kind} {mode} {packed}")
+    M.compile_pieces("off", "cuda")
     if bad:
         sys.exit(1)
 
@@ -274,7 +320,7 @@ def throughput():
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     fns = {"preflight": preflight, "parity": parity, "generate": generate, "hf-backend": hf_backend,
-           "logprob-grad": logprob_grad, "throughput": throughput}
+           "logprob-grad": logprob_grad, "compiled": compiled, "throughput": throughput}
     if what not in fns:
         fail(f"usage: python -m rstar2_worker.gpu_check {'|'.join(fns)}")
     fns[what]()

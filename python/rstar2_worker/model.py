@@ -7,15 +7,20 @@ import functools
 import inspect
 import itertools
 import math
+import os
 import sys
+import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-# A [chunk, vocab] slice of fp32 logits is at most this big (log-softmax and its exp add two more of the same).
-LOGITS_CHUNK_BYTES = 1 << 27
+# A [chunk, vocab] slice of fp32 logits is at most this big on a GPU (uncompiled, log-softmax and its exp add two
+# more of the same; compiled, no fp32 slice exists: the logits in the matmul's dtype and their gradient). 1 GiB is
+# 1,766 tokens of Qwen's vocabulary: at 128 MiB an 8K step of a 0.5B model on an H200 ran 38 slices, 48 ms
+# slower, and above 1 GiB it was slower again (bench: python -m rstar2_worker.train_bench --variants).
+LOGITS_CHUNK_BYTES = 1 << 30
 # On a CPU, fp32 logit slices and eager attention scores stay under glibc's highest mmap threshold (32 MiB,
 # which the worker sets): a bigger block is mapped fresh and unmapped on free, so every step would fault all its
 # pages in again. On the software-MMU host that made such a step 3-5x slower (docs/DECISIONS.md, worker).
@@ -209,23 +214,29 @@ class Attention(nn.Module):
         if seqlens is None:
             out = self.attend(q, k, v, bias)
         else:
-            out = self.attend_varlen(q, k, v, seqlens) if VARLEN is not None and varlen_ok(q) else None
-            if out is None:
-                # a packed row: each sequence attends causally to itself only (block-diagonal), one block at a
-                # time, so attention costs Σ len² instead of (Σ len)². split, not slicing: a slice's backward
-                # writes into a zeroed copy of the whole tensor, once per sequence
-                parts = zip(q.split(seqlens, 2), k.split(seqlens, 2), v.split(seqlens, 2))
-                out = torch.cat([self.attend(qs, ks, vs, None) for qs, ks, vs in parts], 2)
+            out = self.attend_packed(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), seqlens).transpose(1, 2)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
+    def attend_packed(self, q, k, v, seqlens):
+        """A packed row [1, T, heads, D] → [1, T, H, D]: each sequence attends causally to itself only."""
+        if VARLEN is not None and varlen_ok(q):
+            out = self.attend_varlen(q[0], k[0], v[0], seqlens)
+            if out is not None:
+                return out.unsqueeze(0)
+        # block-diagonal, one block at a time, so attention costs Σ len² instead of (Σ len)². split, not
+        # slicing: a slice's backward writes into a zeroed copy of the whole tensor, once per sequence
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        parts = zip(q.split(seqlens, 2), k.split(seqlens, 2), v.split(seqlens, 2))
+        return torch.cat([self.attend(qs, ks, vs, None) for qs, ks, vs in parts], 2).transpose(1, 2)
+
     def attend_varlen(self, q, k, v, seqlens):
-        """A packed row [1, H, T, D] in one flash-attention call over its sequences (torch's varlen_attn),
-        instead of one call per sequence. None if the kernel refuses its first call (flash attention needs an
-        Ampere or newer GPU): the process then attends one sequence at a time."""
+        """A packed row's q [T, H, D], k/v [T, nkv, D] in one flash-attention call over its sequences (torch's
+        varlen_attn), instead of one call per sequence. None if the kernel refuses its first call (flash
+        attention needs an Ampere or newer GPU): the process then attends one sequence at a time."""
         rep = self.cfg.num_attention_heads // self.cfg.num_key_value_heads
         if not VARLEN_GQA:
             k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        q, k, v = (x[0].transpose(0, 1).contiguous() for x in (q, k, v))  # [T, H, D]
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         cu = cumulative(tuple(seqlens), q.device)
         kw = {"enable_gqa": True} if VARLEN_GQA else {}
         try:
@@ -236,7 +247,7 @@ class Attention(nn.Module):
             refuse_varlen(e)
             return None
         VARLEN_RAN[0] = True
-        return out.transpose(0, 1).unsqueeze(0)
+        return out
 
     def attend(self, q, k, v, bias, gqa=False):
         """q [B, H, T, D], k/v [B, nkv, S, D] → [B, H, T, D]. `bias`: additive [B, 1, T, S] mask, or None for
@@ -269,6 +280,89 @@ class Attention(nn.Module):
             att = torch.softmax(att.float(), dim=-1).to(v.dtype).view(B, c.num_key_value_heads, rep * (e - s), S)
             outs.append(torch.matmul(att, v).view(B, c.num_attention_heads, e - s, c.head_dim))
         return outs[0] if len(outs) == 1 else torch.cat(outs, 2)
+
+
+class Piece:
+    """fn compiled; if compiling fails at a first call, fn itself from then on, said once."""
+
+    def __init__(self, fn, compiled):
+        self.fn, self.compiled, self.ran = fn, compiled, False
+
+    def __call__(self, *args):
+        if self.compiled is not None:
+            try:
+                out = self.compiled(*args)
+                self.ran = True
+                return out
+            except Exception as e:  # noqa: BLE001 - a compiler failure; after a first success, a real one
+                if self.ran or isinstance(e, torch.cuda.OutOfMemoryError):
+                    raise
+                print(f"rstar2 worker: model.compile: compiling {self.fn.__name__} failed ({first_line(e)}); it runs "
+                      "uncompiled", file=sys.stderr)
+                self.compiled = None
+        return self.fn(*args)
+
+
+def first_line(e):
+    return f"{type(e).__name__}: {str(e).splitlines()[0]}" if str(e) else type(e).__name__
+
+
+def compile_mode(env=os.environ):
+    """model.compile from RSTAR2_COMPILE: 'auto' (the default; also '1'), 'on', or 'off' (also '0')."""
+    v = env.get("RSTAR2_COMPILE", "auto")
+    mode = {"1": "auto", "0": "off"}.get(v, v)
+    if mode not in ("auto", "on", "off"):
+        raise ValueError(f"RSTAR2_COMPILE must be auto, on or off, got {v!r}")
+    return mode
+
+
+def compile_pieces(mode, device):
+    """Fills PIECES for model.compile `mode` ('auto': on CUDA, 'on': on any device, 'off'), each piece tried
+    forward and backward once on small inputs here, so that a torch without a working compiler (torch 1.13 has
+    no torch.compile; inductor needs Triton on a GPU, a C++ compiler on a CPU) runs the modules' own forward
+    instead, said once. Returns what was decided, for the worker's info."""
+    PIECES.clear()
+    dev = torch.device(device)
+    if mode == "off" or (mode == "auto" and dev.type != "cuda"):
+        return "off"
+    if not hasattr(torch, "compile"):
+        print(f"rstar2 worker: model.compile: torch {torch.__version__} has no torch.compile; the model runs uncompiled",
+              file=sys.stderr)
+        return "unavailable"
+    t0 = time.time()
+    # A slice's rows are few against the vocabulary: inductor then splits each row's reduction and gives up the
+    # online softmax, which made the slices of an 8K step of a 0.5B model take 49 ms on an H200 instead of ~10
+    whole = {"split_reductions": False}
+    pieces = {f.__name__: Piece(f, torch.compile(f, dynamic=True, options=opts))
+              for f, opts in ((attn_in, None), (attn_out_mlp, None), (slice_stats, whole), (slice_grad, whole))}
+    from torch import _dynamo
+
+    limit = "recompile_limit" if hasattr(_dynamo.config, "recompile_limit") else "cache_size_limit"
+    # a variant per dtype, grad mode, batch of one or more and parameter kind (FSDP's unsharded tensors)
+    setattr(_dynamo.config, limit, max(getattr(_dynamo.config, limit), 32))
+    try:
+        probe(pieces, dev)
+    except Exception as e:  # noqa: BLE001 - no working compiler here: the plain modules serve
+        print(f"rstar2 worker: model.compile: torch.compile does not work here ({first_line(e)}); the model runs "
+              "uncompiled", file=sys.stderr)
+        return "unavailable"
+    PIECES.update(pieces, cpu=dev.type != "cuda")
+    print(f"rstar2 worker: model.compile: compiled the decoder layer's pieces and the log-prob slices in "
+          f"{time.time() - t0:.1f} s", file=sys.stderr)
+    return "on"
+
+
+def probe(pieces, dev):
+    """Each piece forward and backward on tiny inputs (compile errors surface at the first call of each pass)."""
+    x = torch.randn(1, 4, 8, device=dev, requires_grad=True)
+    w = lambda *shape: torch.randn(*shape, device=dev, requires_grad=True)  # noqa: E731
+    cos = torch.ones(1, 4, 1, 4, device=dev)
+    q, k, v = pieces["attn_in"].compiled(x, w(8), w(8, 8), w(8), w(4, 8), w(4), w(4, 8), w(4), None, None, cos, cos, 1e-6, 2, 1)
+    out = pieces["attn_out_mlp"].compiled(x, q, w(8, 8), w(8), w(16, 8), w(16, 8), w(8, 16), 1e-6)
+    (out.sum() + k.sum() + v.sum()).backward()
+    t = torch.zeros(4, dtype=torch.long, device=dev)
+    pieces["slice_stats"].compiled(x[0].detach(), t, 1.0)
+    pieces["slice_grad"].compiled(x[0].detach(), t, torch.ones(4, device=dev), 1.0)
 
 
 def attention_impl(functional=F):
@@ -353,9 +447,58 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, pos, rope, bias, cache=None, cache_at=0, seqlens=None, paged=None):
+    def forward(self, x, pos, rope, bias, cache=None, cache_at=0, seqlens=None, paged=None, rot=None):
+        if rot is not None:
+            return self.in_pieces(x, rot, bias, seqlens)
         x = x + self.self_attn(self.input_layernorm(x), pos, rope, bias, cache, cache_at, seqlens, paged)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def in_pieces(self, x, rot, bias, seqlens):
+        """The same layer as PIECES' two functions around the attention (compiled on a GPU). rot: cos and sin at
+        each position, [B, T, 1, D] fp32."""
+        a, m, c = self.self_attn, self.mlp, self.self_attn.cfg
+        qk = (a.q_norm.weight, a.k_norm.weight) if c.qk_norm else (None, None)
+        q, k, v = PIECES["attn_in"](
+            x, self.input_layernorm.weight, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias,
+            a.v_proj.weight, a.v_proj.bias, *qk, *rot, c.rms_norm_eps, c.num_attention_heads, c.num_key_value_heads,
+        )
+        if seqlens is not None:
+            out = a.attend_packed(q, k, v, seqlens)
+        else:
+            # kv heads repeated, as the modules do: SDPA's enable_gqa made an 8K step of a 0.5B model on an H200
+            # slower (250.7 against 234.7 ms)
+            out = a.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), bias).transpose(1, 2)
+        return PIECES["attn_out_mlp"](
+            x, out, a.o_proj.weight, self.post_attention_layernorm.weight, m.gate_proj.weight, m.up_proj.weight,
+            m.down_proj.weight, c.rms_norm_eps,
+        )
+
+
+def attn_in(x, norm_w, wq, bq, wk, bk, wv, bv, qn_w, kn_w, cos, sin, eps, heads, kv_heads):
+    """input_layernorm, the q/k/v projections, Qwen3's q/k norms and the rotation: q, k, v as [B, T, heads, D]."""
+    h = rms_norm(x, norm_w, eps)
+    q = F.linear(h, wq, bq).unflatten(-1, (heads, -1))
+    k = F.linear(h, wk, bk).unflatten(-1, (kv_heads, -1))
+    v = F.linear(h, wv, bv).unflatten(-1, (kv_heads, -1))
+    if qn_w is not None:
+        q, k = rms_norm(q, qn_w, eps), rms_norm(k, kn_w, eps)
+    cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+    return rotate(q, cos, sin), rotate(k, cos, sin), v
+
+
+def attn_out_mlp(x, attn, wo, norm_w, wg, wu, wd, eps):
+    """o_proj and its residual, post_attention_layernorm, the MLP and its residual. attn: [B, T, H, D]."""
+    x = x + F.linear(attn.flatten(2), wo)
+    h = rms_norm(x, norm_w, eps)
+    return x + F.linear(silu_mul(F.linear(h, wg), F.linear(h, wu)), wd)
+
+
+# model.compile: a decoder layer as two pieces around its attention, and the log-prob slices' arithmetic, compiled
+# (torch.compile, shapes dynamic) so that each is a few fused kernels instead of one kernel per operation. In eager
+# mode a train step of a 0.5B model on an H200 launched 4,620 kernels, ~80 ms of its 235 spent between them, and
+# RMSNorm's, the rotation's and SwiGLU's casts and products took 33 ms. Set by compile_pieces; empty: the modules'
+# own forward (CPU, torch 1.13, model.compile off).
+PIECES = {}
 
 
 class DecoderModel(nn.Module):
@@ -409,12 +552,17 @@ class CausalLM(nn.Module):
         self.rope.tables((int(pos.max()) if max_pos is None else max_pos) + 1, x.device)
         if paged is not None:  # once for every layer, shaped for [B, T, heads, D]
             paged.rope = tuple(t.transpose(1, 2) for t in self.rope.at(pos, x.dtype))
+        rot = None
+        if PIECES and caches is None and paged is None and (x.is_cuda or PIECES.get("cpu")):
+            rot = self.rope.cos[pos].unsqueeze(2), self.rope.sin[pos].unsqueeze(2)  # once, not per layer
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and caches is None
         for i, layer in enumerate(self.model.layers):
             if recompute:
-                x = checkpoint(layer, x, pos, self.rope, bias, None, 0, seqlens, use_reentrant=False)
+                # no RNG state kept for the recompute: a layer draws nothing (no dropout)
+                x = checkpoint(layer, x, pos, self.rope, bias, None, 0, seqlens, None, rot, use_reentrant=False,
+                               preserve_rng_state=False)
             else:
-                x = layer(x, pos, self.rope, bias, None if caches is None else caches[i], cache_at, seqlens, paged)
+                x = layer(x, pos, self.rope, bias, None if caches is None else caches[i], cache_at, seqlens, paged, rot)
         return self.model.norm(x)
 
     def token_logprobs(self, h, targets, temperature=1.0, chunk=None):
@@ -496,17 +644,11 @@ class ChunkedLogprobs(torch.autograd.Function):
         ent = torch.empty(N, dtype=torch.float32, device=h.device)
         top = torch.empty(N, dtype=torch.bool, device=h.device)
         ctx.dtype = weight.dtype
+        stats = PIECES.get("slice_stats") if h.is_cuda or PIECES.get("cpu") else None
         for s in range(0, N, chunk):
             raw = F.linear(h[s : s + chunk], weight)
             ctx.dtype = raw.dtype
-            logits = raw.float()
-            t = targets[s : s + chunk]
-            top[s : s + chunk] = logits.argmax(-1) == t
-            if temperature != 1.0:
-                logits = logits / temperature
-            logp = torch.log_softmax(logits, -1)
-            lp[s : s + chunk] = logp.gather(-1, t.unsqueeze(-1)).squeeze(-1)
-            ent[s : s + chunk] = -(logp.exp() * logp).sum(-1)
+            lp[s : s + chunk], ent[s : s + chunk], top[s : s + chunk] = (stats or slice_stats)(raw, targets[s : s + chunk], temperature)
         ctx.save_for_backward(h, weight, targets)
         ctx.temperature, ctx.chunk = temperature, chunk
         ctx.mark_non_differentiable(ent, top)
@@ -519,21 +661,38 @@ class ChunkedLogprobs(torch.autograd.Function):
         w = weight.to(dt)
         gh = torch.empty_like(h) if ctx.needs_input_grad[0] else None
         gw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if ctx.needs_input_grad[1] else None
+        grad = PIECES.get("slice_grad") if h.is_cuda or PIECES.get("cpu") else None
         for s in range(0, h.shape[0], chunk):
-            hc, gc = h[s : s + chunk].to(dt), g[s : s + chunk].unsqueeze(-1)
-            logits = F.linear(hc, w).float()
-            if T != 1.0:
-                logits = logits / T
-            # d log p(t) / d logits = onehot(t) - softmax, times the incoming grad; 1/T through the scaling
-            gl = torch.softmax(logits, -1).mul_(-gc).scatter_add_(-1, targets[s : s + chunk].unsqueeze(-1), gc)
-            if T != 1.0:
-                gl = gl / T
-            gl = gl.to(dt)
+            hc = h[s : s + chunk].to(dt)
+            gl = (grad or slice_grad)(F.linear(hc, w), targets[s : s + chunk], g[s : s + chunk], T)
             if gh is not None:
                 gh[s : s + chunk] = gl @ w
             if gw is not None:
                 add_product(gw, gl.t(), hc)
         return gh, None if gw is None else gw.to(weight.dtype), None, None, None
+
+
+def slice_stats(raw, t, temperature):
+    """A slice's (log p(t), entropy, t is the argmax) from its logits [n, vocab] in the matmul's dtype."""
+    logits = raw.float()
+    top = logits.argmax(-1) == t
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, -1)
+    return logp.gather(-1, t.unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1), top
+
+
+def slice_grad(raw, t, g, temperature):
+    """d loss / d logits of a slice, in raw's dtype: (onehot(t) - softmax) times the incoming grad g [n], and 1/T
+    through the scaling."""
+    logits = raw.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    gc = g.unsqueeze(-1)
+    gl = torch.softmax(logits, -1).mul_(-gc).scatter_add_(-1, t.unsqueeze(-1), gc)
+    if temperature != 1.0:
+        gl = gl / temperature
+    return gl.to(raw.dtype)
 
 
 MM_OUT_DTYPE = [None]  # whether this torch's addmm takes out_dtype here (recent torch, CUDA); None: not tried

@@ -130,6 +130,7 @@ export function workerStartOptions(m: Recipe['model']): WorkerStartOptions {
     threads: m.threads,
     precision: m.precision,
     modelBackend: m.backend,
+    compile: m.compile,
     ranks: m.nprocPerNode,
     sharding: m.sharding,
     offloadOptimizer: m.offloadOptimizer,

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { SFT_TEMPLATES } from '../data/layouts.js';
 import { MODULE_NAME } from '../sandbox/types.js';
 import { PYTHON_TOOL_NAME, rolloutToolSchema, type ToolSchema } from '../tokenizer/tools.js';
-import { LOSS_AGGS, MODEL_BACKENDS, PRECISIONS } from '../worker/types.js';
+import { COMPILE_MODES, LOSS_AGGS, MODEL_BACKENDS, PRECISIONS } from '../worker/types.js';
 import { TASK_KINDS } from './tasks.js';
 
 // A recipe: model + data + an SFT stage followed by RL stages. Validated at the boundary; every default is
@@ -330,6 +330,12 @@ export const RecipeSchema = z
           .describe(
             "'bf16-mixed': bf16 autocast over fp32 weights and AdamW state; 'bf16': weights and AdamW state in bf16",
           ),
+        compile: z
+          .enum(COMPILE_MODES)
+          .default('auto')
+          .describe(
+            "torch.compile of the decoder layer's pieces and the log-prob slices: 'auto' on GPUs, 'on' on any device, 'off'; where it fails the worker says so once and runs uncompiled",
+          ),
         gradientCheckpointing: z
           .boolean()
           .default(false)
@@ -372,6 +378,7 @@ export const RecipeSchema = z
         backend: 'native',
         threads: 2,
         precision: 'fp32',
+        compile: 'auto',
         gradientCheckpointing: false,
         maxTokensPerMicroBatch: null,
         nprocPerNode: 1,

@@ -54,8 +54,8 @@ const BYTES: Record<
   bf16: { weights: 2, grads: 2, optimizer: 4, act: 2, residual: 2 },
 };
 
-/** The worker's log-prob slices on a GPU when `logitsChunkTokens` is unset: 128 MiB of fp32 logits (model.py). */
-export const workerLogprobChunk = (vocab: number) => Math.max(1, Math.floor(2 ** 27 / (4 * vocab)));
+/** The worker's log-prob slices on a GPU when `logitsChunkTokens` is unset: 1 GiB of fp32 logits (model.py). */
+export const workerLogprobChunk = (vocab: number) => Math.max(1, Math.floor(2 ** 30 / (4 * vocab)));
 
 export interface PlanInput {
   config: Config;
@@ -71,13 +71,14 @@ export interface Activations {
 }
 
 /**
- * Activation bytes of one micro-batch as the worker trains it (log-probs always in slices). Per token, a
- * layer keeps for each RMSNorm its input in fp32, the normalised values in the residual dtype and the next
- * matrix product's input; q, k, v and the attention output (2q + 2kv, fused attention: no T×T scores);
- * Qwen3's q/k-norm inputs (q + kv); and the MLP's gate, up, silu(gate) and product (4 × intermediate). The
- * head keeps the final norm's tensors; its backward holds one slice of logits (compute dtype, fp32 and their
- * softmax or log-softmax) and the lm_head's gradient in fp32. Checked against the peaks an H200 measured
- * (docs/DECISIONS.md: `rstar2 plan` accounting).
+ * Activation bytes of one micro-batch as the worker trains it on a GPU, model.compile on (its default there; log-
+ * probs always in slices). Per token, a layer keeps each RMSNorm's input in the residual dtype (the compiled
+ * backward recomputes the normalised values); q, the kv heads repeated to q's width for SDPA, and the attention
+ * output (4q, fused attention: no T×T scores); Qwen3's q/k-norm inputs (q + kv); and three of the MLP's gate, up,
+ * silu(gate) and product (3 × intermediate). The head keeps the final norm's tensors; its backward holds one
+ * slice of logits (compute dtype, fp32 and their softmax or log-softmax) and the lm_head's gradient in fp32.
+ * Checked against the peaks an H200 measured (docs/DECISIONS.md: `rstar2 plan` accounting); uncompiled, the
+ * modules keep more (each norm's fp32 input and normalised values, all four MLP tensors).
  */
 export function activationBytes(
   c: Config,
@@ -88,8 +89,7 @@ export function activationBytes(
   const { h, q, kv, qwen3 } = dims(c);
   const { act: a, residual: r } = BYTES[precision];
   const norm = (4 + r + a) * h;
-  const perLayer =
-    (2 * norm + (2 * q + 2 * kv + (qwen3 ? q + kv : 0) + 4 * c.intermediate_size) * a) * tokens;
+  const perLayer = (2 * r * h + (4 * q + (qwen3 ? q + kv : 0) + 3 * c.intermediate_size) * a) * tokens;
   const slice = Math.min(chunk ?? workerLogprobChunk(c.vocab_size), tokens);
   const head = norm * tokens + (a === 4 ? 8 : a + 8) * c.vocab_size * slice + 4 * c.vocab_size * h;
   const L = c.num_hidden_layers;
@@ -227,7 +227,7 @@ export function registerPlanCommand(program: Command): void {
     )
     .option(
       '--logprob-chunk <n>',
-      "tokens per log-prob slice (TrainOptions.logitsChunkTokens; default: the worker's 128 MiB of fp32 logits)",
+      "tokens per log-prob slice (TrainOptions.logitsChunkTokens; default: the worker's 1 GiB of fp32 logits)",
       positiveInt(),
     )
     .action(

@@ -29,6 +29,11 @@ export const PRECISIONS = ['fp32', 'bf16-mixed', 'bf16'] as const;
 // 'bf16-mixed': bf16 autocast over fp32 weights and AdamW state; 'bf16': weights and AdamW state in bf16.
 export type Precision = (typeof PRECISIONS)[number];
 
+// model.compile: 'auto' compiles the decoder layer's pieces and the log-prob slices on CUDA (torch.compile), 'on'
+// on any device, 'off' never; where compiling fails the worker says so once and runs uncompiled.
+export const COMPILE_MODES = ['auto', 'on', 'off'] as const;
+export type CompileMode = (typeof COMPILE_MODES)[number];
+
 export const LOSS_AGGS = ['token-mean', 'micro-mean-batch', 'micro-mean-nominal'] as const;
 export type LossAgg = (typeof LOSS_AGGS)[number];
 
@@ -39,6 +44,7 @@ export interface WorkerStartOptions {
   // How model directories load: 'native' (default): the built-in Qwen2/Qwen3 model; 'transformers':
   // AutoModelForCausalLM, for other architectures (needs the transformers package; trains and scores only).
   modelBackend?: ModelBackend;
+  compile?: CompileMode; // default: RSTAR2_COMPILE, else 'auto'
   ranks?: number; // torch.distributed ranks on this node, torchrun's --nproc-per-node (default 1)
   nnodes?: number; // nodes in the job (default 1); the others run theirs with runNodeRanks / --node-rank
   nodeRank?: number; // 0 for the client's node
@@ -60,6 +66,7 @@ export interface ModelInfo {
   restoredOptimizer?: boolean;
   device: string; // 'cpu', 'cuda:0', …
   precision: Precision;
+  compiled?: 'on' | 'off' | 'unavailable'; // what model.compile decided on this worker
 }
 
 /** One training sequence. Every per-token array is aligned with `ids`. */

@@ -17,6 +17,18 @@ test('python: chunked log-probs, packing, checkpointing, the sdpa call and bf16 
   assert.match(r.stderr, /Ran 2\d tests/);
 });
 
+test("python: model.compile's pieces against the modules' own forward, and its fallbacks", {
+  timeout: 120_000,
+}, () => {
+  const r = spawnSync(findPython(), ['-m', 'unittest', '-v', 'tests/test_pieces.py'], {
+    cwd: PYTHON_DIR,
+    env: { ...process.env, PYTHONPATH: PYTHON_DIR, OMP_NUM_THREADS: '1', OPENBLAS_NUM_THREADS: '1' },
+    encoding: 'utf8',
+  });
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stderr, /Ran 6 tests/);
+});
+
 let w: PolicyWorker;
 before(async () => {
   w = await PolicyWorker.start({ threads: 1 });

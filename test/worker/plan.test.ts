@@ -39,16 +39,17 @@ test('Qwen3-14B: parameter count, state per rank and activations match the hand 
   assert.deepEqual([off.weights, off.grads, off.optimizer, off.cpu], [0, 0, 0, 2 * P]);
   assert.equal(row('bf16', 'ddp').state, 8 * P);
 
-  // activations, bf16-mixed, 8192 tokens, per token: each RMSNorm keeps its fp32 input, the normalised values in
-  // fp32 (the residual dtype under autocast) and the bf16 input of the next product: (4 + 4 + 2) × 5120 bytes;
-  // the rest in bf16: 2·5120 + 2·1024 + (5120 + 1024) + 4·17408 = 88,064 values. The head: its norm, one
-  // 1024-token slice of logits ((2 + 8) bytes × 151936) and the lm_head's fp32 gradient (4 × 151936 × 5120).
+  // activations, bf16-mixed, 8192 tokens, per token and layer: each RMSNorm's input in fp32 (the residual dtype
+  // under autocast): 2 × 4 × 5120 bytes; the rest in bf16: q, the kv heads repeated to q's width (two), the
+  // attention output: 4·5120, the q/k-norm inputs 5120 + 1024, three MLP tensors 3·17408: 78,848 values. The
+  // head: its norm (fp32 input, fp32 normalised, bf16: 10 × 5120 bytes), one 1024-token slice of logits
+  // ((2 + 8) bytes × 151936) and the lm_head's fp32 gradient (4 × 151936 × 5120).
   const T = 8192;
   const norm = 10 * 5120;
-  const layer = (2 * norm + 88_064 * 2) * T;
+  const layer = (2 * 4 * 5120 + 78_848 * 2) * T;
   const head = norm * T + 10 * 151_936 * 1024 + 4 * 151_936 * 5120;
   const a = activationBytes(q14, 'bf16-mixed', T, 1024);
-  assert.equal(layer, 278_528 * T);
+  assert.equal(layer, 198_656 * T);
   assert.equal(a.full, 40 * layer + head);
   assert.equal(a.ckpt, 40 * 5120 * 4 * T + layer + head); // the layer inputs are the fp32 residual stream
   // fp32: everything 4 bytes, the logits already fp32 (logits + log-softmax = 8 bytes a vocabulary entry)
@@ -56,11 +57,11 @@ test('Qwen3-14B: parameter count, state per rank and activations match the hand 
   const norm32 = 12 * 5120;
   assert.equal(
     a32.full,
-    40 * (2 * norm32 + 88_064 * 4) * T + norm32 * T + 8 * 151_936 * 1024 + 4 * 151_936 * 5120,
+    40 * (2 * 4 * 5120 + 78_848 * 4) * T + norm32 * T + 8 * 151_936 * 1024 + 4 * 151_936 * 5120,
   );
-  // without a chunk the worker's own: 128 MiB of fp32 logits, 220 tokens at this vocabulary
-  assert.equal(workerLogprobChunk(151_936), 220);
-  assert.equal(activationBytes(q14, 'bf16-mixed', T).full - a.full, 10 * 151_936 * (220 - 1024));
+  // without a chunk the worker's own: 1 GiB of fp32 logits, 1,766 tokens at this vocabulary
+  assert.equal(workerLogprobChunk(151_936), 1766);
+  assert.equal(activationBytes(q14, 'bf16-mixed', T).full - a.full, 10 * 151_936 * (1766 - 1024));
 
   // what fits on 8 × 80 GiB at 90 %: a 14.8B replica never does (bf16 DDP state alone is 110 GiB);
   // bf16-mixed FSDP fits only with checkpointing (every layer's activations are 85 GiB)
@@ -94,7 +95,7 @@ test('rstar2 plan reads config.json, prints the table and names bad input', () =
     assert.match(ok.stdout, /qwen3: 14\.77B parameters; 8 GPU\(s\) × 80 GiB/);
     assert.match(ok.stdout, /fp32 +ddp +55\.0 +55\.0 +110\.0 +0\.0 +220\.1 \|/);
     assert.match(ok.stdout, /fits with per-layer checkpointing: .*bf16-mixed\/fsdp/);
-    assert.match(ok.stdout, /log-probs in slices of 220 tokens/);
+    assert.match(ok.stdout, /log-probs in slices of 1766 tokens/);
     const bad = run(
       '--model',
       join(dir, 'q14'),
@@ -123,10 +124,11 @@ test('rstar2 plan reads config.json, prints the table and names bad input', () =
   }
 });
 
-// Peaks `bench/gpu-check.sh` measured on an H200 (2026-11-26, torch 2.11, once the lm_head's gradient was
-// accumulated inside its product; torch.cuda.max_memory_allocated, one rank, Qwen2.5-0.5B's shape with random
-// weights): [precision, tokens in the largest micro-batch, per-layer checkpointing, GiB]. The single sequences
-// trained unpacked, the GRPO batch packed to 16K (its rows then attended one sequence at a time, before varlen).
+// Peaks measured on an H200 (2026-11-27, torch 2.11, model.compile on, log-prob slices of 1 GiB of fp32 logits;
+// torch.cuda.max_memory_allocated, one rank, random weights; python -m rstar2_worker.train_bench):
+// [config, precision, tokens in the largest micro-batch, per-layer checkpointing, GiB]. The single sequences
+// trained unpacked, the GRPO batch packed to 16K with varlen attention. The 3B point was not used to shape the
+// accounting (fitted on the 0.5B ones): it checks it.
 const QWEN25_05B = {
   model_type: 'qwen2',
   vocab_size: 151936,
@@ -137,18 +139,23 @@ const QWEN25_05B = {
   num_key_value_heads: 2,
   tie_word_embeddings: true,
 };
-const H200_PEAKS: [Precision, number, boolean, number][] = [
-  ['bf16', 4096, false, 9.3],
-  ['bf16', 8192, false, 14.9],
-  ['bf16', 16304, true, 6.0],
-  ['bf16-mixed', 4096, false, 13.9],
-  ['bf16-mixed', 8192, false, 20.3],
-  ['bf16-mixed', 16304, true, 10.7],
+const QWEN25_3B = {
+  ...QWEN25_05B,
+  hidden_size: 2048,
+  intermediate_size: 11008,
+  num_hidden_layers: 36,
+  num_attention_heads: 16,
+};
+const H200_PEAKS: [typeof QWEN25_05B, Precision, number, boolean, number][] = [
+  [QWEN25_05B, 'bf16', 8192, false, 13.9],
+  [QWEN25_05B, 'bf16', 16322, true, 7.6],
+  [QWEN25_05B, 'bf16-mixed', 8192, false, 18.7],
+  [QWEN25_3B, 'bf16', 8192, false, 51.2],
 ];
 
 test('the plan for one rank lands within 10 % of the peaks an H200 measured', () => {
-  for (const [precision, tokens, ckpt, measured] of H200_PEAKS) {
-    const est = rankBytes(QWEN25_05B, precision, tokens, ckpt) / GiB;
+  for (const [config, precision, tokens, ckpt, measured] of H200_PEAKS) {
+    const est = rankBytes(config, precision, tokens, ckpt) / GiB;
     assert.ok(
       Math.abs(est / measured - 1) <= 0.1,
       `${precision} ${tokens}${ckpt ? ' ckpt' : ''}: ${est} vs ${measured}`,

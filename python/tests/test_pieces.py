@@ -1,0 +1,171 @@
+"""model.compile's path (a decoder layer as two pieces around its attention, the log-prob slices' arithmetic as
+functions) against the modules' own forward. The pieces run uncompiled here, as compile_pieces falls back to
+them where torch.compile does not work; on a GPU bench/gpu-check.sh runs them compiled. Run by
+test/worker/memory.test.ts (python -m unittest)."""
+import contextlib
+import io
+import unittest
+
+import torch
+
+from rstar2_worker import model as M
+from rstar2_worker import policy as P
+
+CFG = {
+    "vocab_size": 97,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": False,
+}
+ROWS = [[5, 9, 2, 44, 7, 1, 3], [8, 8, 1], [12, 3, 90, 4, 4], [2, 2]]
+
+
+@contextlib.contextmanager
+def plain_pieces():
+    """PIECES as compile_pieces fills them, the functions themselves instead of their compiled forms."""
+    saved = dict(M.PIECES)
+    M.PIECES.clear()
+    M.PIECES.update({f.__name__: f for f in (M.attn_in, M.attn_out_mlp, M.slice_stats, M.slice_grad)}, cpu=True)
+    try:
+        yield
+    finally:
+        M.PIECES.clear()
+        M.PIECES.update(saved)
+
+
+def model(seed, **over):
+    torch.manual_seed(seed)
+    m = M.CausalLM(M.Config({**CFG, **over}))
+    m.init_weights(seed)
+    with torch.no_grad():  # norms away from 1 and biases away from 0, so a weight the pieces mix up shows
+        for name, p in m.named_parameters():
+            if "norm" in name or name.endswith(".bias"):
+                p.add_(torch.randn(p.shape) * 0.3)
+    return m
+
+
+def run(m, packed, checkpointing, temperature=1.0):
+    """(log-probs, entropy, is-argmax) of ROWS and every parameter's gradient of a loss over them."""
+    m.zero_grad(set_to_none=True)
+    m.train()
+    m.gradient_checkpointing = checkpointing
+    lp, ent, top, _ = m(rows=ROWS, packed=packed, temperature=temperature, chunk=5, device="cpu")
+    w = torch.linspace(-1, 1, lp.shape[0])
+    (lp * w).sum().backward()
+    return (lp.detach(), ent, top), {n: p.grad.clone() for n, p in m.named_parameters()}
+
+
+class PiecesTest(unittest.TestCase):
+    def same(self, want, got):
+        for a, b in zip(want[0], got[0]):
+            self.assertTrue(torch.allclose(a.float(), b.float(), atol=1e-5), (a, b))
+        self.assertEqual(set(want[1]), set(got[1]))
+        for n in want[1]:
+            self.assertTrue(torch.allclose(want[1][n], got[1][n], atol=1e-5), n)
+
+    def test_pieces_give_the_modules_outputs_and_gradients(self):
+        cases = [
+            ("qwen2, padded", {}, False, False, 1.0),
+            ("qwen2, packed, checkpointing", {}, True, True, 1.0),
+            ("qwen2 with biases, padded, temperature", {"attention_bias": True}, False, False, 0.7),
+            ("qwen3 (q/k norms), packed", {"model_type": "qwen3", "head_dim": 16}, True, False, 1.0),
+        ]
+        for label, over, packed, ckpt, temp in cases:
+            with self.subTest(label):
+                m = model(3, **over)
+                if over.get("attention_bias"):
+                    self.assertIsNotNone(m.model.layers[0].self_attn.q_proj.bias)
+                if over.get("model_type") == "qwen3":
+                    self.assertTrue(m.cfg.qk_norm)
+                want = run(m, packed, ckpt, temp)
+                with plain_pieces():
+                    calls = []
+                    real = M.DecoderLayer.in_pieces
+                    M.DecoderLayer.in_pieces = lambda *a: calls.append(1) or real(*a)
+                    try:
+                        got = run(m, packed, ckpt, temp)
+                    finally:
+                        M.DecoderLayer.in_pieces = real
+                self.assertGreaterEqual(len(calls), m.cfg.num_hidden_layers)  # the pieces ran, in every layer
+                self.same(want, got)
+
+    def test_generation_caches_keep_the_modules_path(self):
+        m = model(4)
+        m.eval()
+        ids = torch.tensor([[3, 7, 11, 2]])
+        with torch.no_grad():
+            want = m(ids)
+            with plain_pieces():
+                got = m(ids)  # a plain forward takes the pieces: same logits
+                cache = m.new_cache(1, 8)
+                idx = torch.arange(4)
+                cached = m.lm_head(m.hidden(ids, idx.unsqueeze(0), M.attn_bias(torch.zeros(1, dtype=torch.long), idx, idx), cache, 0))
+        self.assertTrue(torch.allclose(want, got, atol=1e-5))
+        self.assertTrue(torch.allclose(want, cached, atol=1e-5))
+        self.assertTrue(cache[0][0][:, :, :4].abs().sum() > 0)  # the cached path wrote its keys
+
+    def test_compile_modes(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.assertEqual(M.compile_pieces("off", "cpu"), "off")
+            self.assertEqual(M.compile_pieces("auto", "cpu"), "off")  # auto compiles on CUDA only
+        self.assertEqual(M.PIECES, {})
+        self.assertEqual(err.getvalue(), "")
+        for env, want in [({}, "auto"), ({"RSTAR2_COMPILE": "1"}, "auto"), ({"RSTAR2_COMPILE": "0"}, "off"),
+                          ({"RSTAR2_COMPILE": "on"}, "on")]:
+            self.assertEqual(M.compile_mode(env), want)
+        with self.assertRaisesRegex(ValueError, "RSTAR2_COMPILE must be auto, on or off, got 'yes'"):
+            M.compile_mode({"RSTAR2_COMPILE": "yes"})
+
+    def test_compile_on_falls_back_where_torch_cannot_compile(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            got = M.compile_pieces("on", "cpu")
+        try:
+            if not hasattr(torch, "compile"):  # torch 1.13: said once, nothing compiled
+                self.assertEqual(got, "unavailable")
+                self.assertEqual(M.PIECES, {})
+                self.assertRegex(err.getvalue(), r"model\.compile: torch 1\.\d+\S* has no torch\.compile")
+            else:  # a torch that compiles on this CPU, or says why not
+                self.assertIn(got, ("on", "unavailable"))
+                self.assertEqual(bool(M.PIECES), got == "on")
+            self.assertLessEqual(err.getvalue().count("\n"), 1)
+        finally:
+            M.PIECES.clear()
+
+    def test_a_piece_falls_back_once_then_raises_after_a_success(self):
+        state = {"fail": True}
+
+        def broken(x):
+            if state["fail"]:
+                raise RuntimeError("inductor: no working C++ compiler")
+            return x * 3
+
+        def plain(x):
+            return x * 2
+
+        p = M.Piece(plain, broken)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            self.assertEqual(p(torch.tensor(1.0)).item(), 2.0)  # the plain function, said once
+            self.assertEqual(p(torch.tensor(1.0)).item(), 2.0)
+        self.assertEqual(err.getvalue().count("compiling plain failed (RuntimeError: inductor: no working C++ compiler)"), 1)
+        state["fail"] = False
+        q = M.Piece(plain, broken)
+        self.assertEqual(q(torch.tensor(1.0)).item(), 3.0)
+        state["fail"] = True
+        with self.assertRaises(RuntimeError):  # after a success, a failure is a real one
+            q(torch.tensor(1.0))
+
+    def test_the_worker_reports_what_compile_decided(self):
+        p = P.Policy()
+        with contextlib.redirect_stderr(io.StringIO()):
+            info = p.init(CFG, 0)
+        self.assertEqual(info["compiled"], "off")  # auto, on a CPU
+
+
+if __name__ == "__main__":
+    unittest.main()
