@@ -3,7 +3,8 @@ import type { Command } from 'commander';
 import { commaList, nonNegativeInt, port, positiveInt } from '../cli/options.js';
 import { checkBind, resolveToken, TOKEN_ENV } from '../util/http-guard.js';
 import { forTerminal } from '../util/terminal.js';
-import type { SandboxPool } from './pool.js';
+import type { ShardedPool } from './shards.js';
+import { SHARDS_ENV } from './shards.js';
 import { type CodeRunner, REDIS_PASSWORD_ENV } from './types.js';
 
 interface PoolFlags {
@@ -13,11 +14,14 @@ interface PoolFlags {
   timeoutMs: number;
   memoryMb?: number;
   demoteAfterMs?: number;
+  shards?: number;
 }
 
-async function startPool(f: PoolFlags, slotsDefault?: number): Promise<SandboxPool> {
-  const { SandboxPool } = await import('./pool.js');
-  return SandboxPool.start({
+/** The isolated pool: `--shards` broker+zygote pairs (one for a one-slot pool unless asked). */
+async function startPool(f: PoolFlags, slotsDefault?: number): Promise<ShardedPool> {
+  const { ShardedPool } = await import('./shards.js');
+  return ShardedPool.start({
+    shards: f.shards ?? (slotsDefault === 1 ? 1 : undefined),
     slots: f.workers ?? slotsDefault,
     isolation: f.insecureNoSandbox ? 'none' : undefined,
     preload: f.preload ?? [],
@@ -29,7 +33,16 @@ async function startPool(f: PoolFlags, slotsDefault?: number): Promise<SandboxPo
 
 function poolOptions(cmd: Command): Command {
   return cmd
-    .option('--workers <n>', 'executor slots of the local isolated pool (default 4 x cores)', positiveInt())
+    .option(
+      '--workers <n>',
+      'executor slots of the local isolated pool, all shards together (default 4 x cores)',
+      positiveInt(),
+    )
+    .option(
+      '--shards <n>',
+      `broker+zygote pairs the pool runs side by side, calls going to the least loaded (default $${SHARDS_ENV}, else one per 4 cores)`,
+      positiveInt(),
+    )
     .option(
       '--insecure-no-sandbox',
       'run Python without bubblewrap isolation (development only; loudly warned). Where namespaces are refused ' +
@@ -167,6 +180,8 @@ export function registerSandboxCommands(program: Command): void {
     let concurrency: number;
     let numWorkers: (() => Promise<number>) | undefined;
     let backlog: (() => Promise<number>) | undefined;
+    let shardStats: ShardedPool['shardStats'] | undefined;
+    let sessionTtlMs: number | undefined;
     if (o.redis) {
       const front = await RedisRunner.connect(o.redis);
       runner = front;
@@ -176,7 +191,7 @@ export function registerSandboxCommands(program: Command): void {
       if (o.workers) {
         // A front door may also host a worker on its own machine.
         const pool = await startPool(o, 1);
-        const worker = await RedisWorker.start(o.redis, pool, { concurrency: pool.options.slots });
+        const worker = await RedisWorker.start(o.redis, pool, { concurrency: pool.slots });
         closers.push(
           () => worker.stop(),
           () => pool.close(),
@@ -186,7 +201,9 @@ export function registerSandboxCommands(program: Command): void {
     } else {
       const pool = await startPool(o);
       runner = pool;
-      concurrency = pool.options.slots;
+      concurrency = pool.slots;
+      shardStats = () => pool.shardStats();
+      sessionTtlMs = pool.shards[0].options.sessionTtlMs;
       closers.push(() => pool.close());
     }
     const server = new SandboxServer({
@@ -207,6 +224,8 @@ export function registerSandboxCommands(program: Command): void {
       ...(o.memoryMb ? { memoryMb: o.memoryMb } : {}),
       ...(numWorkers ? { numWorkers } : {}),
       ...(backlog ? { backlog } : {}),
+      ...(shardStats ? { shardStats } : {}),
+      ...(sessionTtlMs ? { sessionTtlMs } : {}),
       logRequests: !o.quiet,
     });
     await server.listen();
@@ -228,7 +247,7 @@ export function registerSandboxCommands(program: Command): void {
   ).action(async (o: PoolFlags & { redis: string }) => {
     const { RedisWorker } = await import('./redis.js');
     const pool = await startPool(o);
-    const worker = await RedisWorker.start(o.redis, pool, { concurrency: pool.options.slots });
+    const worker = await RedisWorker.start(o.redis, pool, { concurrency: pool.slots });
     onSignal(async () => {
       await worker.stop();
       await pool.close();

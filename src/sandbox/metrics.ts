@@ -1,4 +1,5 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { PoolStats } from './pool.js';
 import type { RunStatus } from './types.js';
 
 // The service's Prometheus metrics, written by prom-client (escaping, formatting) into a registry of
@@ -39,6 +40,41 @@ function processMetrics(): Registry {
   return processRegistry;
 }
 
+/** Each shard's pool counts under a `shard` label (its index): the calls it runs and queues, its sessions, and as
+ * counters the calls it finished and its sandbox restarts (read from the pools at each scrape). */
+function shardMetrics(read: () => PoolStats[], registers: Registry[]): void {
+  const labelNames = ['shard'];
+  const each = (set: (shard: string, s: PoolStats) => void) => {
+    for (const [i, s] of read().entries()) set(String(i), s);
+  };
+  const gauge = (name: string, help: string, key: keyof PoolStats) =>
+    new Gauge({
+      name,
+      help,
+      labelNames,
+      registers,
+      collect() {
+        each((shard, s) => this.set({ shard }, s[key]));
+      },
+    });
+  const counter = (name: string, help: string, key: keyof PoolStats) =>
+    new Counter({
+      name,
+      help,
+      labelNames,
+      registers,
+      collect() {
+        this.reset();
+        each((shard, s) => this.inc({ shard }, s[key]));
+      },
+    });
+  gauge('rstar2_sandbox_shard_in_flight', 'Calls each sandbox shard is running.', 'inFlight');
+  gauge('rstar2_sandbox_shard_queued', 'Calls waiting inside each sandbox shard.', 'queued');
+  gauge('rstar2_sandbox_shard_sessions', 'Live stateful sessions in each sandbox shard.', 'sessions');
+  counter('rstar2_sandbox_shard_calls_total', 'Calls each sandbox shard finished.', 'completed');
+  counter('rstar2_sandbox_shard_restarts_total', "Restarts of each sandbox shard's broker.", 'restarts');
+}
+
 export class ServiceMetrics {
   readonly registry = new Registry();
   readonly contentType = this.registry.contentType;
@@ -47,10 +83,12 @@ export class ServiceMetrics {
   private readonly items: Counter<'status'>;
   private readonly latency: Histogram;
 
-  /** routes: the paths the service serves; any other path counts as `other`. */
+  /** routes: the paths the service serves; any other path counts as `other`. shards: each sandbox shard's pool
+   * counts (ShardedPool.shardStats), labelled by shard. */
   constructor(
     gauges: () => { queueDepth: number; inFlight: number; clients: number },
     private readonly routes: ReadonlySet<string>,
+    shards?: () => PoolStats[],
   ) {
     const registers = [this.registry];
     const gauge = (name: string, help: string, read: (g: ReturnType<typeof gauges>) => number) =>
@@ -88,6 +126,7 @@ export class ServiceMetrics {
       buckets: BUCKETS_S,
       registers,
     });
+    if (shards) shardMetrics(shards, registers);
     processMetrics();
   }
 

@@ -21,6 +21,7 @@ import {
   toSubmissionResult,
 } from './codejudge.js';
 import { ServiceMetrics } from './metrics.js';
+import type { PoolStats } from './pool.js';
 import {
   RUN_CODE_LANGUAGES,
   RunCodeRequestSchema,
@@ -85,6 +86,8 @@ export interface SandboxServerOptions {
   numWorkers?: () => number | Promise<number>;
   /** Items waiting beyond this server (e.g. on Redis), added to /status `queue`. */
   backlog?: () => number | Promise<number>;
+  /** Each sandbox shard's pool counts, for /metrics (ShardedPool.shardStats). */
+  shardStats?: () => PoolStats[];
   /** Structured log sink; default JSON lines on stderr. */
   log?: (rec: Record<string, unknown>) => void;
   logRequests?: boolean;
@@ -410,6 +413,7 @@ export class SandboxServer {
       | 'podName'
       | 'bodyIdleTimeoutMs'
       | 'maxOutputBytesHeld'
+      | 'shardStats'
     >
   > &
     SandboxServerOptions;
@@ -471,6 +475,7 @@ export class SandboxServer {
         clients: this.scheduler.clientsWaiting,
       }),
       new Set([...GET_ROUTES, ...Object.keys(ROUTES)]),
+      opts.shardStats,
     );
     this.scheduler = new FairScheduler(this.o.runner, this.o.concurrency, this.o.maxQueue, (r, ms) =>
       this.metrics.item(r.status, ms),
