@@ -10,16 +10,8 @@ import torch
 
 from rstar2_worker import model as M
 from rstar2_worker import policy as P
+from tests.test_memory import CFG  # the memory tests' tiny GQA model
 
-CFG = {
-    "vocab_size": 97,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "tie_word_embeddings": False,
-}
 ROWS = [[5, 9, 2, 44, 7, 1, 3], [8, 8, 1], [12, 3, 90, 4, 4], [2, 2]]
 
 
