@@ -1,13 +1,18 @@
-// Throughput and latency of the embedded SandboxPool (full isolation unless --isolation none).
+// Throughput and latency of the embedded sandbox pool (full isolation unless --isolation none).
 // Usage: flock /tmp/bench.lock npx tsx bench/sandbox-pool.ts [--n 3000] [--concurrency 64] [--slots N]
-// Prints calls/s, p50/p99 latency and CPU ms per call (Node + every process in the sandbox tree) for:
+//          [--shards N]
+// Prints calls/s, p50/p99 latency and CPU ms per call (Node + every process in the sandbox trees) for:
 // idle sequential calls, trivial calls at concurrency C, stateful-session calls (--only session), a stdlib
 // math snippet (--only math), numpy preloaded, 0.5 s busy loops, the fork floor of this machine and what a page
 // costs a new process (--only floor), and calls without pre-forked spares (--only no-prefork).
+// --only scale: how throughput grows with cores and shards, one table: the whole process (and so the sandbox)
+// pinned to 1, 2, 4, ... cores (--cores LIST) with the default shard count for that many, then on every core
+// each shard count from 1 to the default (--shards LIST to choose); calls/s and the sandbox's CPU per call
+// against the fork floor taken on the same cores.
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { availableParallelism, release } from 'node:os';
-import { SandboxPool, type SandboxPoolOptions } from '../src/sandbox/pool.js';
+import { defaultShards, ShardedPool, type ShardedPoolOptions } from '../src/sandbox/shards.js';
 import type { RunRequest } from '../src/sandbox/types.js';
 import { findPython } from '../src/util/python.js';
 
@@ -20,6 +25,8 @@ const { values } = benchArgs(import.meta.url, {
     slots: { type: 'string' },
     isolation: { type: 'string', default: 'bwrap' },
     only: { type: 'string' },
+    shards: { type: 'string' },
+    cores: { type: 'string' },
   },
 });
 const N = Number(values.n);
@@ -66,8 +73,8 @@ function treeCpu(root: number): ProcCpu[] {
   return out;
 }
 
-function treeCpuMs(root: number): number {
-  return treeCpu(root).reduce((a, p) => a + p.self + p.reaped, 0);
+function treeCpuMs(roots: number[]): number {
+  return roots.flatMap(treeCpu).reduce((a, p) => a + p.self + p.reaped, 0);
 }
 
 type Split = Record<'broker' | 'zygote' | 'children', { ms: number; faults: number }>;
@@ -86,6 +93,21 @@ function sandboxSplit(root: number): Split {
   };
 }
 
+/** The split over every shard's sandbox, added up. */
+function shardsSplit(roots: number[]): Split {
+  const out: Split = {
+    broker: { ms: 0, faults: 0 },
+    zygote: { ms: 0, faults: 0 },
+    children: { ms: 0, faults: 0 },
+  };
+  for (const s of roots.map(sandboxSplit))
+    for (const k of ['broker', 'zygote', 'children'] as const) {
+      out[k].ms += s[k].ms;
+      out[k].faults += s[k].faults;
+    }
+  return out;
+}
+
 function otherLoadCores(a: number[], b: number[]): number {
   const busy = (x: number[]) => x.reduce((s, v) => s + v, 0) - x[3] - x[4];
   const total = (x: number[]) => x.reduce((s, v) => s + v, 0);
@@ -95,14 +117,14 @@ function procStat(): number[] {
   return readFileSync('/proc/stat', 'utf8').split('\n')[0].split(/\s+/).slice(1).map(Number);
 }
 
-async function measure(pool: SandboxPool, name: string, req: RunRequest, n: number, conc: number) {
+async function measure(pool: ShardedPool, name: string, req: RunRequest, n: number, conc: number) {
   const floorBefore = forkFloor(['+_exit'], ['os.fork'], 1000);
   const lat: number[] = [];
   let next = 0;
   let failed = 0;
-  const pid = pool.sandboxPid as number;
+  const pid = pool.sandboxPids;
   const cpu0 = treeCpuMs(pid);
-  const split0 = sandboxSplit(pid);
+  const split0 = shardsSplit(pid);
   const node0 = process.cpuUsage();
   const st0 = procStat();
   const t0 = performance.now();
@@ -120,7 +142,7 @@ async function measure(pool: SandboxPool, name: string, req: RunRequest, n: numb
   const wall = performance.now() - t0;
   const nodeCpu = process.cpuUsage(node0);
   const sandboxCpu = treeCpuMs(pid) - cpu0;
-  const split1 = sandboxSplit(pid);
+  const split1 = shardsSplit(pid);
   const per = (k: keyof Split) => ((split1[k].ms - split0[k].ms) / n).toFixed(2);
   const faults = (k: keyof Split) => ((split1[k].faults - split0[k].faults) / n).toFixed(0);
   const cores = otherLoadCores(st0, procStat());
@@ -130,21 +152,22 @@ async function measure(pool: SandboxPool, name: string, req: RunRequest, n: numb
   // the host drifts between phases within seconds: the floor is taken just before and just after
   const floorMs = (floorMsOf(floorBefore) + floorMsOf(forkFloor(['+_exit'], ['os.fork'], 1000))) / 2;
   console.log(
-    `${name.padEnd(28)} n=${n} c=${conc} calls/s=${((n / wall) * 1000).toFixed(0)} p50=${q(0.5)}ms ` +
+    `${name.padEnd(28)} n=${n} c=${conc} shards=${pid.length} calls/s=${((n / wall) * 1000).toFixed(0)} p50=${q(0.5)}ms ` +
       `p99=${q(0.99)}ms cpu/call=${((nodeMs + sandboxCpu) / n).toFixed(2)}ms ` +
       `= ${((nodeMs + sandboxCpu) / n / floorMs).toFixed(2)}x fork floor ${floorMs.toFixed(2)}, the sandbox alone ${(sandboxCpu / n / floorMs).toFixed(2)}x ` +
       `(node ${(nodeMs / n).toFixed(2)}, sandbox ${(sandboxCpu / n).toFixed(2)}: broker ${per('broker')} ` +
       `zygote ${per('zygote')} children ${per('children')}) page faults/call: broker ${faults('broker')} ` +
       `zygote ${faults('zygote')} child ${faults('children')} failed=${failed} machine-busy=${cores.toFixed(2)} cores`,
   );
+  return { callsPerS: (n / wall) * 1000, sandboxMs: sandboxCpu / n, floorMs };
 }
 
-async function measureSessions(pool: SandboxPool, name: string, n: number, conc: number) {
+async function measureSessions(pool: ShardedPool, name: string, n: number, conc: number) {
   // worker k always uses session k, so calls of one session never queue behind each other
   const lat: number[] = [];
   let started = 0;
   let failed = 0;
-  const pid = pool.sandboxPid as number;
+  const pid = pool.sandboxPids;
   const cpu0 = treeCpuMs(pid);
   const node0 = process.cpuUsage();
   const t0 = performance.now();
@@ -171,10 +194,12 @@ async function measureSessions(pool: SandboxPool, name: string, n: number, conc:
   );
 }
 
-async function withPool(opts: SandboxPoolOptions, fn: (p: SandboxPool) => Promise<void>) {
-  const pool = await SandboxPool.start({
+async function withPool(opts: ShardedPoolOptions, fn: (p: ShardedPool) => Promise<void>) {
+  const shards = values.shards && !values.shards.includes(',') ? Number(values.shards) : undefined;
+  const pool = await ShardedPool.start({
     isolation: values.isolation as 'bwrap' | 'none',
     ...(values.slots ? { slots: Number(values.slots) } : {}),
+    ...(shards ? { shards } : {}),
     log: (l) => console.error(`  [sandbox] ${l}`),
     ...opts,
   });
@@ -275,7 +300,10 @@ console.log(
 );
 if (want('trivial')) {
   await withPool({}, async (pool) => {
-    console.log(`slots=${pool.options.slots} landlock=${pool.info.landlock} uidBase=${pool.info.uidBase}`);
+    const info = pool.shards[0].info;
+    console.log(
+      `slots=${pool.slots} shards=${pool.shards.length} landlock=${info.landlock} uidBase=${info.uidBase}`,
+    );
     await measure(pool, 'idle sequential print(1+1)', trivial, Math.min(N, 500), 1);
     await measure(pool, 'print(1+1)', trivial, N, C);
   });
@@ -325,5 +353,54 @@ if (want('busy')) {
       code: 'import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n    pass',
     };
     await measure(pool, '0.5 s busy loop', busy, 40, C);
+  });
+}
+
+if (values.only?.split(',').includes('scale')) {
+  // This process is pinned to the first k of its cores, and every sandbox it starts after inherits that.
+  const allowed = cpuList(
+    /Cpus_allowed_list:\s*(\S+)/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? '0',
+  );
+  const pin = (k: number) =>
+    execFileSync('taskset', ['-a', '-p', '-c', allowed.slice(0, k).join(','), String(process.pid)], {
+      stdio: 'ignore',
+    });
+  const all = allowed.length;
+  const coreCounts = values.cores
+    ? values.cores.split(',').map(Number)
+    : [...new Set([...[1, 2, 4, 8, 16, 32, 64].filter((k) => k < all), all])];
+  const shardCounts = values.shards?.includes(',')
+    ? values.shards.split(',').map(Number)
+    : Array.from({ length: defaultShards(all) }, (_, i) => i + 1);
+  const rows: string[] = [];
+  const row = async (k: number, shards: number) => {
+    pin(k);
+    const slots = values.slots ? Number(values.slots) : 4 * k;
+    await withPool({ shards, slots }, async (pool) => {
+      const m = await measure(pool, `scale: ${k} cores, ${shards} shards`, trivial, N, C);
+      rows.push(
+        `${String(k).padStart(5)} ${String(shards).padStart(6)} ${String(slots).padStart(5)} ` +
+          `${m.callsPerS.toFixed(0).padStart(7)} ${m.sandboxMs.toFixed(2).padStart(9)} ` +
+          `${m.floorMs.toFixed(2).padStart(6)} ${(m.sandboxMs / m.floorMs).toFixed(2).padStart(7)}x`,
+      );
+    });
+  };
+  try {
+    for (const k of coreCounts) await row(k, defaultShards(k));
+    for (const n of shardCounts) if (n !== defaultShards(all) || !coreCounts.includes(all)) await row(all, n);
+  } finally {
+    pin(all);
+  }
+  console.log(
+    `\nthroughput by cores and shards, print(1+1) at c=${C}, n=${N} (shards: the default for that many cores, then ` +
+      `each count on all ${all}):\ncores shards slots calls/s sandbox ms  floor  x floor\n${rows.join('\n')}`,
+  );
+}
+
+/** "0-3,8,10-11" as [0, 1, 2, 3, 8, 10, 11]. */
+function cpuList(s: string): number[] {
+  return s.split(',').flatMap((part) => {
+    const [a, b] = part.split('-').map(Number);
+    return Array.from({ length: (b ?? a) - a + 1 }, (_, i) => a + i);
   });
 }

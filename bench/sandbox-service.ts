@@ -1,13 +1,14 @@
 // Sandbox service throughput: trivial calls through the code-judge-compatible /run/long-batch and the
 // native /v1 API, over the real isolated pool. Prints calls/s, p50/p99 request latency, CPU ms/call.
 // usage: flock /tmp/bench.lock node --import tsx bench/sandbox-service.ts [--n 2000] [--c 64]
-//          [--batch 1] [--slots 4] [--preload numpy] [--code 'print(1+1)'] [--insecure-no-sandbox]
+//          [--batch 1] [--slots 4] [--shards N|1,2,4] [--preload numpy] [--code 'print(1+1)'] [--insecure-no-sandbox]
+// --shards: the sandbox's broker+zygote pairs (default: one per 4 cores); a list runs every phase for each.
 // Client and server share this process, so "node CPU" includes the load generator, which sends over C
 // kept-alive node:http connections (as SandboxClient does), opened and warmed before the clock starts.
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import { SandboxPool } from '../src/sandbox/pool.js';
 import { SandboxServer } from '../src/sandbox/server.js';
+import { resolveShards, ShardedPool } from '../src/sandbox/shards.js';
 import { postJson } from '../src/util/http.js';
 import { benchArgs } from './args.js';
 
@@ -17,6 +18,7 @@ const { values: a } = benchArgs(import.meta.url, {
     c: { type: 'string', default: '64' },
     batch: { type: 'string', default: '1' },
     slots: { type: 'string', default: '4' },
+    shards: { type: 'string' },
     preload: { type: 'string', default: '' },
     code: { type: 'string', default: 'print(1+1)' },
     'insecure-no-sandbox': { type: 'boolean', default: false },
@@ -28,8 +30,7 @@ const B = Number(a.batch);
 const TICK = 100; // USER_HZ on Linux
 
 // CPU of the sandbox process tree: live processes' own time plus what they reaped (per-call children).
-function treeCpuMs(root: number | undefined): number {
-  if (!root) return 0;
+function treeCpuMs(roots: number[]): number {
   const procs = new Map<number, { ppid: number; ticks: number }>();
   for (const d of readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
@@ -45,7 +46,7 @@ function treeCpuMs(root: number | undefined): number {
   let total = 0;
   const inTree = (pid: number): boolean => {
     for (let p = pid, hops = 0; p > 1 && hops < 50; hops++) {
-      if (p === root) return true;
+      if (roots.includes(p)) return true;
       p = procs.get(p)?.ppid ?? 0;
     }
     return false;
@@ -59,20 +60,8 @@ function pct(xs: number[], q: number): number {
   return s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? Number.NaN;
 }
 
-const pool = await SandboxPool.start({
-  slots: Number(a.slots),
-  isolation: a['insecure-no-sandbox'] ? 'none' : 'bwrap',
-  preload: a.preload ? a.preload.split(',') : [],
-  log: () => {},
-});
-const server = new SandboxServer({
-  runner: pool,
-  port: 0,
-  concurrency: pool.options.slots,
-  logRequests: false,
-  log: () => {},
-});
-const { url } = await server.listen();
+let pool: ShardedPool;
+let url = '';
 
 async function phase(
   name: string,
@@ -93,7 +82,7 @@ async function phase(
     }),
   );
   const cpu0 = process.cpuUsage();
-  const tree0 = treeCpuMs(pool.sandboxPid);
+  const tree0 = treeCpuMs(pool.sandboxPids);
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: C }, async () => {
@@ -111,7 +100,7 @@ async function phase(
   const secs = (performance.now() - t0) / 1000;
   const cpu = process.cpuUsage(cpu0);
   const nodeMs = (cpu.user + cpu.system) / 1000;
-  const treeMs = treeCpuMs(pool.sandboxPid) - tree0;
+  const treeMs = treeCpuMs(pool.sandboxPids) - tree0;
   console.log(
     `${name.padEnd(26)} n=${N} c=${C} batch=${B}: ${(N / secs).toFixed(0)} calls/s, ` +
       `p50 ${pct(lat, 0.5).toFixed(1)} ms, p99 ${pct(lat, 0.99).toFixed(1)} ms (per request), ` +
@@ -158,29 +147,47 @@ console.log(JSON.stringify(lat));`;
   );
 }
 
-console.log(
-  `isolation=${pool.info.isolation} slots=${pool.options.slots} preload=[${pool.options.preload}] code=${JSON.stringify(a.code)}`,
-);
 const sub = { type: 'python', solution: a.code };
-await idle('/run', sub);
-await idle('/v1/run', { code: a.code });
-await phase(
-  'code-judge /run/long-batch',
-  '/run/long-batch',
-  (k) => ({ type: 'batch', submissions: Array.from({ length: k }, () => sub) }),
-  (j) => {
-    const g = j.results.filter((r: { success: boolean }) => r.success).length;
-    return [g, j.results.length - g];
-  },
-);
-await phase(
-  'native /v1/batch',
-  '/v1/batch',
-  (k) => ({ requests: Array.from({ length: k }, () => ({ code: a.code })) }),
-  (j) => {
-    const g = j.results.filter((r: { status: string }) => r.status === 'ok').length;
-    return [g, j.results.length - g];
-  },
-);
-await server.close();
-await pool.close();
+for (const shards of a.shards ? a.shards.split(',').map(Number) : [resolveShards()]) {
+  pool = await ShardedPool.start({
+    shards,
+    slots: Number(a.slots),
+    isolation: a['insecure-no-sandbox'] ? 'none' : 'bwrap',
+    preload: a.preload ? a.preload.split(',') : [],
+    log: () => {},
+  });
+  const server = new SandboxServer({
+    runner: pool,
+    port: 0,
+    concurrency: pool.slots,
+    logRequests: false,
+    log: () => {},
+  });
+  url = (await server.listen()).url;
+  const first = pool.shards[0];
+  console.log(
+    `isolation=${first.info.isolation} slots=${pool.slots} shards=${pool.shards.length} preload=[${first.options.preload}] code=${JSON.stringify(a.code)}`,
+  );
+  await idle('/run', sub);
+  await idle('/v1/run', { code: a.code });
+  await phase(
+    'code-judge /run/long-batch',
+    '/run/long-batch',
+    (k) => ({ type: 'batch', submissions: Array.from({ length: k }, () => sub) }),
+    (j) => {
+      const g = j.results.filter((r: { success: boolean }) => r.success).length;
+      return [g, j.results.length - g];
+    },
+  );
+  await phase(
+    'native /v1/batch',
+    '/v1/batch',
+    (k) => ({ requests: Array.from({ length: k }, () => ({ code: a.code })) }),
+    (j) => {
+      const g = j.results.filter((r: { status: string }) => r.status === 'ok').length;
+      return [g, j.results.length - g];
+    },
+  );
+  await server.close();
+  await pool.close();
+}
