@@ -147,6 +147,12 @@ def sum_hook(_state, bucket):
     return fut.then(lambda f: f.value()[0])
 
 
+def sum_scale(r):
+    """What a rank's loss is multiplied by before its backward so that the ranks' gradients are summed: each rank's
+    loss is already its share of the global mean. DDP here sums (sum_hook); FSDP, 1 and 2, averages over the ranks."""
+    return r.world if r.sharding == "fsdp" else 1
+
+
 def no_sync(r, wrapped, last):
     """Gradient accumulation: skip the gradient reduction on every micro-batch but the last."""
     if last or r.world == 1 and r.sharding == "ddp":

@@ -397,7 +397,7 @@ class Policy:
             else:  # the micro-batch's token-mean, weighted by its sequences over the batch's or a nominal count
                 loss = msum / mask.sum().clamp(min=1) * (len(idx) / (nominal if o["lossAgg"] == "micro-mean-nominal" else n_global))
             with ranks.no_sync(self.r, self.wrapped, last):
-                loss.backward()
+                (loss * ranks.sum_scale(self.r)).backward()
             with torch.no_grad():
                 stats[:4] += torch.stack([loss, (clipped * mask).sum(), (ent * mask).sum(), mask.sum()]).double()
             stats[4] += tokens

@@ -171,3 +171,17 @@ class VerlScalingTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RankScaleTest(unittest.TestCase):
+    def test_fsdp_ranks_scale_their_loss_by_the_world_so_its_averaging_sums(self):
+        from rstar2_worker import dist as D
+
+        # each rank's loss is its share of the global token mean: the gradients must be summed over ranks. FSDP
+        # averages them (divides by the world), so its ranks multiply first; DDP's sum_hook sums already
+        self.assertEqual(D.sum_scale(D.Rank(world=4, sharding="fsdp")), 4)
+        self.assertEqual(D.sum_scale(D.Rank(world=4, sharding="ddp")), 1)
+        self.assertEqual(D.sum_scale(D.Rank(world=1, sharding="fsdp")), 1)
+        shares = [torch.tensor(0.75), torch.tensor(0.25)]  # two ranks' d(share of the mean)/dw
+        averaged = sum(s * D.sum_scale(D.Rank(world=2, sharding="fsdp")) for s in shares) / 2
+        self.assertEqual(averaged.item(), 1.0)  # the whole batch's gradient
