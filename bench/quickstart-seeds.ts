@@ -8,7 +8,7 @@
 //                                     [--jobs 1] [--set path=value ...] [--report] [--ablation-only]
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { readJsonlTolerant } from '../src/util/jsonl.js';
 import { benchArgs } from './args.js';
@@ -40,8 +40,18 @@ mkdirSync(values.out, { recursive: true });
 
 type Rec = Record<string, any>;
 
-function train(args: string[], log: string): Promise<{ code: number; seconds: number }> {
+type Load = { mean: number; max: number };
+
+function mean(xs: number[]): number {
+  return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : Number.NaN;
+}
+
+// The host's 1-minute load average, sampled every 30 s while a run trains: a run alone holds it near its 2
+// threads, so a mean well above the core count says its wall time was shared with other work.
+function train(args: string[], log: string): Promise<{ code: number; seconds: number; load: Load }> {
   const t0 = Date.now();
+  const samples = [loadavg()[0]];
+  const timer = setInterval(() => samples.push(loadavg()[0]), 30_000);
   return new Promise((ok) => {
     const p = spawn(process.execPath, [bin, 'train', ...args], {
       env: { ...process.env, RSTAR2_NO_PROGRESS: '1' },
@@ -51,8 +61,10 @@ function train(args: string[], log: string): Promise<{ code: number; seconds: nu
     p.stdout.on('data', (d) => (text += d));
     p.stderr.on('data', (d) => (text += d));
     p.on('close', (code) => {
+      clearInterval(timer);
       writeFileSync(log, text);
-      ok({ code: code ?? 1, seconds: (Date.now() - t0) / 1000 });
+      const load = { mean: mean(samples), max: Math.max(...samples) };
+      ok({ code: code ?? 1, seconds: (Date.now() - t0) / 1000, load });
     });
   });
 }
@@ -75,8 +87,6 @@ function lastSftCheckpoint(run: string): string {
   return join(run, 'checkpoints', ckpts[ckpts.length - 1]);
 }
 
-const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : Number.NaN);
-
 function summarise(run: string) {
   const m = readJsonlTolerant<Rec>(join(run, 'metrics.jsonl'));
   const evals = readJsonlTolerant<Rec>(join(run, 'evals.jsonl'));
@@ -87,8 +97,14 @@ function summarise(run: string) {
       const rows = m.filter((r) => r.stage === s.name);
       const last = rows[rows.length - 1] ?? {};
       const checks = rows.filter((r) => r.heldout_loss !== undefined);
+      // as the trainer picks it: higher exact, a tie to the lower held-out loss
       const best = checks.reduce(
-        (a: Rec | undefined, r) => (a && a.heldout_exact >= r.heldout_exact ? a : r),
+        (a: Rec | undefined, r) =>
+          a &&
+          (a.heldout_exact > r.heldout_exact ||
+            (a.heldout_exact === r.heldout_exact && a.heldout_loss <= r.heldout_loss))
+            ? a
+            : r,
         undefined,
       );
       const reached = rows.some((r) => r.gate === 'reached');
@@ -145,17 +161,23 @@ const spanMinutes = (run: string, rlOnly = false) => {
     .map((r) => Date.parse(r.time));
   return t.length ? (Math.max(...t) - Math.min(...t)) / 60_000 : Number.NaN;
 };
+// --report keeps the host load the sweep recorded, where its summary.json has it
+const recorded: Rec[] =
+  values.report && existsSync(join(values.out, 'summary.json'))
+    ? JSON.parse(readFileSync(join(values.out, 'summary.json'), 'utf8'))
+    : [];
 await pool(seeds, jobs, async (seed) => {
   const run = join(values.out, `seed-${seed}`);
   if (values.report) {
-    const row: Rec = { seed, code: 0, minutes: spanMinutes(run), ...summarise(run) };
+    const load = recorded.find((r) => r.seed === seed)?.load;
+    const row: Rec = { seed, code: 0, minutes: spanMinutes(run), load, ...summarise(run) };
     const off = `${run}-grpo`;
     if (ablation && existsSync(join(off, 'metrics.jsonl')))
       row.grpo = { code: 0, minutes: spanMinutes(off, true), ...summarise(off) };
     rows.push(row);
     return;
   }
-  let r: { code: number; seconds: number };
+  let r: { code: number; seconds: number; load?: Load };
   if (values['ablation-only']) {
     if (!existsSync(join(run, 'metrics.jsonl')))
       throw new Error(`--ablation-only: no finished run in ${run}`);
@@ -165,7 +187,7 @@ await pool(seeds, jobs, async (seed) => {
       throw new Error(`${run} holds a run already: pick another --out`);
     r = await train(['--recipe', values.recipe, '--seed', String(seed), '--out', run, ...sets], `${run}.log`);
   }
-  const row: Rec = { seed, code: r.code, minutes: r.seconds / 60, ...summarise(run) };
+  const row: Rec = { seed, code: r.code, minutes: r.seconds / 60, load: r.load, ...summarise(run) };
   if (ablation && r.code === 0) {
     const off = `${run}-grpo`;
     const a = await train(
@@ -184,9 +206,19 @@ await pool(seeds, jobs, async (seed) => {
       ],
       `${off}.log`,
     );
-    row.grpo = { code: a.code, minutes: a.seconds / 60, ...summarise(off) };
+    row.grpo = { code: a.code, minutes: a.seconds / 60, load: a.load, ...summarise(off) };
   }
   rows.push(row);
+  // a sweep takes hours on a shared host: what finished is on disk before the rest does
+  if (!values.report)
+    writeFileSync(
+      join(values.out, 'summary.json'),
+      JSON.stringify(
+        [...rows].sort((a, b) => a.seed - b.seed),
+        null,
+        2,
+      ) + '\n',
+    );
   console.error(`seed ${seed} done in ${(r.seconds / 60).toFixed(1)} min (exit ${r.code})`);
 });
 rows.sort((a, b) => a.seed - b.seed);
@@ -200,10 +232,10 @@ const counted = (codes: string[]) => {
 const pct = (x: number | undefined) => (typeof x === 'number' ? `${Math.round(x * 100)}%` : '-');
 const f3 = (x: number | undefined) => (typeof x === 'number' && Number.isFinite(x) ? x.toFixed(3) : '-');
 console.log(
-  '\n| seed | SFT stages: end loss (gate) | held-out after SFT → RL evals | gain | health | min |' +
+  '\n| seed | SFT stages: end loss (gate) | held-out after SFT → RL evals | gain | health | min | host load, mean / max |' +
     (ablation ? ' tool-err pos, RL 2nd half: RoC / GRPO | all RL steps: RoC / GRPO |' : ''),
 );
-console.log(`|---|---|---|---|---|---|${ablation ? '---|---|' : ''}`);
+console.log(`|---|---|---|---|---|---|---|${ablation ? '---|---|' : ''}`);
 const gains: number[] = [];
 const minutes: number[] = [];
 let rocWins = 0;
@@ -229,14 +261,15 @@ for (const r of rows) {
   }
   console.log(
     `| ${r.seed} | ${sft} | ${accs.map(pct).join(' → ')} | ${gain >= 0 ? '+' : ''}${Math.round(gain * 100)} | ` +
-      `${r.warnings.length ? counted(r.warnings) : 'ok'}${r.code ? ` (exit ${r.code})` : ''} | ${r.minutes.toFixed(1)} |${abl}`,
+      `${r.warnings.length ? counted(r.warnings) : 'ok'}${r.code ? ` (exit ${r.code})` : ''} | ${r.minutes.toFixed(1)} | ${r.load ? `${r.load.mean.toFixed(1)} / ${r.load.max.toFixed(1)}` : '-'} |${abl}`,
   );
 }
 const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)];
 const range = (xs: number[], f: (x: number) => string) => `${f(Math.min(...xs))}–${f(Math.max(...xs))}`;
 console.log(
   `\nheld-out gain: median +${Math.round(med(gains) * 100)} points (range ${range(gains, (x) => `${Math.round(x * 100)}`)}); ` +
-    `wall time median ${med(minutes).toFixed(1)} min (range ${range(minutes, (x) => x.toFixed(1))})` +
+    `wall time median ${med(minutes).toFixed(1)} min (range ${range(minutes, (x) => x.toFixed(1))}); ` +
+    `no health warning on ${rows.filter((r) => r.warnings.length === 0 && r.code === 0).length}/${rows.length} seeds` +
     (ablation
       ? `; RoC below GRPO on ${rocWins}/${rows.length} seeds (RL 2nd half), ${rocWinsAll}/${rows.length} (all RL steps)`
       : ''),

@@ -176,15 +176,16 @@ export function answerText(answer: string, thought = ''): string {
 }
 
 // Broken variants of a program for recovery demos: each fails the way a careless first attempt does, and the
-// observation is the text the sandboxed python tool returns for it (message, then the offending line).
+// observation is the text the sandboxed python tool returns for it (message, then the offending line). The two
+// misspellings are the same length, so every text a fixing turn can copy the expression from (the question, the
+// first turn, the offending line) sits at one offset before it whichever failure came first: with an unclosed `(`
+// as the second kind (4 characters shorter message, the expression 1 nearer the line's end) a tiny model had to
+// learn two offsets for one copy, and the quickstart's retry gate missed on 3 of 5 seeds.
 function breakCode(code: string, rng: Rng): { code: string; tool: string } {
   const failure = (msg: string, bad: string) => `Tool call failure\nreason: \nstderr: ${msg}\n  ${bad}`;
-  const misspelt = code.replace('print(', 'prnt(');
-  const unclosed = code.slice(0, -1);
-  return rng.pick([
-    { code: misspelt, tool: failure("NameError at line 1: name 'prnt' is not defined", misspelt) },
-    { code: unclosed, tool: failure("SyntaxError at line 1: '(' was never closed", unclosed) },
-  ]);
+  const name = rng.pick(['prnt', 'pint']);
+  const bad = code.replace('print(', `${name}(`);
+  return { code: bad, tool: failure(`NameError at line 1: name '${name}' is not defined`, bad) };
 }
 
 export interface DemoMix {

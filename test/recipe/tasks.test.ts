@@ -246,7 +246,29 @@ test('recovery demos show the python tool the exact failure text it returns for 
       shown.includes(real.text.replace(/execution time: [\d.]+s/, 'execution time: Xs')),
       `${shown}\n---\n${real.text}`,
     );
-    seen.add(real.text.split('\n')[2].split(' at ')[0]);
+    seen.add(real.text.split('\n')[2]);
   }
-  assert.deepEqual([...seen].sort(), ['stderr: NameError', 'stderr: SyntaxError']);
+  assert.deepEqual(
+    [...seen].sort(),
+    ['pint', 'prnt'].map((n) => `stderr: NameError at line 1: name '${n}' is not defined`),
+  );
+});
+
+test('a fixing turn finds the expression at one offset before it, whichever failure came first', () => {
+  // 3-digit x 2-digit products, as the quickstart's: every expression is 6 characters
+  const ps = generateProblems({ seed: 5, n: 200, split: 'train', levels: [1], kinds: ['mul'] });
+  const demos = sftExamples(ps, { direct: 0, tool: 0, recover: 1 }, 7, { echo: true });
+  const offsets = new Set<string>();
+  const failures = new Set<string>();
+  for (const [i, d] of demos.entries()) {
+    const [first, obs] = rendered(d);
+    assert.ok(first.role === 'assistant' && obs.role === 'tool');
+    const expr = echoOf(ps[i].question);
+    // what the fixing turn's restatement follows: the first turn, then the tool's text
+    const before = first.text + obs.texts[0];
+    failures.add(obs.texts[0].split('\n')[2]);
+    offsets.add([before.indexOf(expr), before.lastIndexOf(expr), before.length].join());
+  }
+  assert.equal(failures.size, 2);
+  assert.equal(offsets.size, 1, [...offsets].join(' | '));
 });
