@@ -6,7 +6,8 @@ import { FakeEngine } from '../engines/fake.js';
 import { Scheduler, type SchedulerOptions } from '../engines/scheduler.js';
 import type { Engine } from '../engines/types.js';
 import { SandboxClient } from '../sandbox/client.js';
-import { SandboxPool, type SandboxPoolOptions } from '../sandbox/pool.js';
+import type { SandboxPoolOptions } from '../sandbox/pool.js';
+import { ShardedPool } from '../sandbox/shards.js';
 import type { CodeRunner, RunRequest, RunResult } from '../sandbox/types.js';
 import {
   buildCharTokenizer,
@@ -42,7 +43,7 @@ export interface StackOptions {
   tools?: ToolSchema[];
   /** Instance (the caller keeps ownership), 'embedded' (a local sandbox pool) or a sandbox service URL. */
   sandbox?: CodeRunner | string;
-  sandboxOptions?: SandboxPoolOptions; // for 'embedded': slots, timeoutMs, isolation, log, …
+  sandboxOptions?: SandboxPoolOptions; // for 'embedded': slots, timeoutMs, isolation, log, … (a shard per 4 cores)
   /** Merge tool calls of concurrent trajectories into runBatch calls (one HTTP request to a service). */
   batching?: boolean | BatchingOptions;
   scheduler?: SchedulerOptions;
@@ -175,7 +176,7 @@ export async function openRolloutStack(o: StackOptions): Promise<RolloutStack> {
     else {
       const where = o.sandbox ?? 'embedded';
       const base =
-        where === 'embedded' ? await SandboxPool.start(o.sandboxOptions) : new SandboxClient({ url: where });
+        where === 'embedded' ? await ShardedPool.start(o.sandboxOptions) : new SandboxClient({ url: where });
       closers.push(() => base.close());
       runner = base;
     }

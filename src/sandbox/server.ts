@@ -297,6 +297,17 @@ class OutputHeld {
 /** Items' outputs under this size are not worth taking back from an answer that must give up its output. */
 const SHED_MIN = 4096;
 
+/** What `v` adds to its answer's JSON: exact where it holds real output, else a bound (each character of its
+ * strings escaped as \u00XX, 6 bytes, plus its fields), cheaper than serialising every trivial result twice. */
+function jsonSize(v: unknown): number {
+  let chars = 0;
+  for (const x of Object.values(v as object)) {
+    if (typeof x === 'string') chars += x.length;
+    else if (typeof x === 'object' && x !== null) return JSON.stringify(v).length;
+  }
+  return chars < 1024 ? 6 * chars + 512 : JSON.stringify(v).length;
+}
+
 /** A result without its output, saying why: what an item is answered with when its answer has no room left. */
 function withoutOutput(r: RunResult, why: string): RunResult {
   const { files: _files, ...rest } = r;
@@ -331,7 +342,7 @@ class Answer<T> {
 
   put(i: number, r: RunResult): void {
     let v = this.shape(r, i);
-    let size = JSON.stringify(v).length;
+    let size = jsonSize(v);
     let why = '';
     if (this.bytes + size > this.limit)
       why = `this request's answer already holds ${this.bytes} bytes of output, its limit (maxBatchOutputBytes ${this.limit}); send fewer items per request`;
@@ -339,7 +350,7 @@ class Answer<T> {
       why = `the service holds ${this.held.total} bytes of output for answers being assembled or sent, its limit (maxOutputBytesHeld ${this.held.cap}), and this answer holds the most`;
     if (why) {
       v = this.shape(withoutOutput(r, why), i);
-      size = JSON.stringify(v).length;
+      size = jsonSize(v);
     } else if (size > SHED_MIN) {
       const { files: _files, ...bare } = r; // kept without its output, which the answer already holds
       this.shedable.set(i, { bare: { ...bare, stdout: '', stderr: '' }, size });
@@ -366,7 +377,7 @@ class Answer<T> {
     const why = `the service needed room for other answers (maxOutputBytesHeld ${this.held.cap}) and this answer held the most output`;
     for (const [i, { bare, size }] of this.shedable) {
       const v = this.shape(withoutOutput(bare, why), i);
-      const now = JSON.stringify(v).length;
+      const now = jsonSize(v);
       this.results[i] = v;
       this.bytes += now - size;
       this.held.total += now - size;
