@@ -113,7 +113,7 @@ test('rstar2 train names a bad layout before starting anything', () => {
   }
 });
 
-test("every node starts its ranks with the recipe's model options (precision, sharding, backend, offload)", async () => {
+test("every node starts its ranks with the recipe's model options (precision, sharding, backend, offload, compile)", async () => {
   const { parseRecipe } = await import('../../src/recipe/config.js');
   const { workerStartOptions } = await import('../../src/recipe/backend.js');
   const r = parseRecipe({
@@ -126,6 +126,7 @@ test("every node starts its ranks with the recipe's model options (precision, sh
       nprocPerNode: 2,
       sharding: 'fsdp',
       offloadOptimizer: true,
+      compile: 'on',
     },
     stages: [{ type: 'sft', steps: 1, demos: 4, batchSize: 4 }],
   });
@@ -133,6 +134,7 @@ test("every node starts its ranks with the recipe's model options (precision, sh
     threads: 3,
     precision: 'bf16-mixed',
     modelBackend: 'transformers',
+    compile: 'on',
     ranks: 2,
     sharding: 'fsdp',
     offloadOptimizer: true,
