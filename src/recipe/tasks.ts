@@ -188,6 +188,15 @@ function breakCode(code: string, rng: Rng): { code: string; tool: string } {
   return { code: bad, tool: failure(`NameError at line 1: name '${name}' is not defined`, bad) };
 }
 
+// What a fixing turn's reasoning says before it restates the expression (echo demos). Its 9 characters put the
+// restatement as far after the offending line's expression as `\boxed{` is after `stdout: ` in the answer turn:
+// 55 tokens with the char tokenizer and the quick template, for the quickstart's 6-character expressions and
+// 5-digit answers. So the fix is a copy the first stage has already learned (the answer copies stdout at that
+// offset through the same tool-turn ending), not a new one: without it seeds 4 and 6 of the 2026-11-27 sweep
+// learned to find the expression's first digit and repeated it for the rest (retry exact 0 at every check), and
+// with it they passed the retry gate at steps 25 and 100 from the same first-stage weights.
+export const FIX_NOTE = 'fix typo ';
+
 export interface DemoMix {
   direct: number;
   tool: number;
@@ -258,7 +267,7 @@ export function sftExamples(
       }
       messages.push({
         role: 'assistant',
-        content: `${thought}</reason>`,
+        content: `${style === 'recover' && opts.echo ? FIX_NOTE : ''}${thought}</reason>`,
         tool_calls: [call(p.code)],
       });
       messages.push({
