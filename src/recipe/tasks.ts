@@ -189,13 +189,14 @@ function breakCode(code: string, rng: Rng): { code: string; tool: string } {
 }
 
 // What a fixing turn's reasoning says before it restates the expression (echo demos). Its 9 characters put the
-// restatement as far after the offending line's expression as `\boxed{` is after `stdout: ` in the answer turn:
-// 55 tokens with the char tokenizer and the quick template, for the quickstart's 6-character expressions and
-// 5-digit answers. So the fix is a copy the first stage has already learned (the answer copies stdout at that
-// offset through the same tool-turn ending), not a new one: without it seeds 4 and 6 of the 2026-11-27 sweep
-// learned to find the expression's first digit and repeated it for the rest (retry exact 0 at every check), and
-// with it they passed the retry gate at steps 25 and 100 from the same first-stage weights.
-export const FIX_NOTE = 'fix typo ';
+// restatement as far after the offending line's expression as the answer's digits are after `stdout: ` (55 tokens
+// with the char tokenizer and the quick template, for the quickstart's 6-character expressions and 5-digit
+// answers), and it ends in `{` as `\boxed{` does. So the fix is the copy the first stage has already learned,
+// from the same place in the same query context, not a new one. On the 2026-11-27 first-stage checkpoints, without
+// a note seeds 4 and 6 found the expression's first digit and repeated it (retry exact 0 at every check); with
+// "fix typo " (the offset alone) they passed but seed 1 got the first digit right half the time (its stdout copy
+// starts from the `{`); with this note seeds 1, 4 and 6 pass the retry gate at steps 50, 25 and 100.
+export const FIX_NOTE = 'fix call{';
 
 export interface DemoMix {
   direct: number;
