@@ -552,8 +552,12 @@ async function loadTrajList() {
     $('#traj-detail').innerHTML = '<div class="placeholder">no trajectories saved</div>';
     return;
   }
-  const q = `name=${encodeURIComponent(sel.name)}&kind=${sel.kind}&file=${encodeURIComponent(state.trajFile)}`;
+  const file = state.trajFile;
+  const q = `name=${encodeURIComponent(sel.name)}&kind=${sel.kind}&file=${encodeURIComponent(file)}`;
   const d = await api(`/api/trajectories?${q}&filter=${state.filter}&limit=500`);
+  // another selection was made meanwhile: this list and its trajectory ids are not its (loading one of them under
+  // the new selection asked the server for a file that selection does not have)
+  if (state.sel !== sel || state.trajFile !== file) return;
   const labels = { all: 'all', correct: 'correct', incorrect: 'incorrect', tool_error: 'tool error' };
   $('#filters').innerHTML = Object.entries(labels)
     .map(
@@ -596,9 +600,11 @@ async function loadTraj() {
     $('#traj-detail').innerHTML = '<div class="placeholder">select a trajectory</div>';
     return;
   }
+  const id = state.trajId;
   const t = await api(
-    `/api/trajectory?name=${encodeURIComponent(sel.name)}&kind=${sel.kind}&file=${encodeURIComponent(state.trajFile)}&id=${encodeURIComponent(state.trajId)}`,
+    `/api/trajectory?name=${encodeURIComponent(sel.name)}&kind=${sel.kind}&file=${encodeURIComponent(state.trajFile)}&id=${encodeURIComponent(id)}`,
   );
+  if (state.sel !== sel || state.trajId !== id) return; // a newer selection renders its own
   const total = t.trainedTokens + t.maskedTokens;
   const head = `<div class="traj-head"><b>${esc(t.id)}</b>${verdict(t)}<span class="badge muted">${esc(t.finish)}</span>${t.reward != null ? `<span>reward ${fmt(t.reward)}</span>` : ''}${t.advantage != null ? `<span>advantage ${fmt(t.advantage)}</span>` : ''}${t.kept != null ? `<span>${t.kept ? 'kept by RoC' : 'dropped by RoC'}</span>` : ''}<span>${esc(t.numToolCalls)} tool calls, ${esc(t.numToolErrors)} errors</span><span>${fmt(t.ms / 1000, 1)} s</span></div>`;
   const mask = `${maskBar(t.maskRuns, total)}<div class="masklegend"><i class="sw" style="background:var(--trained)"></i>trained (mask 1): ${esc(t.trainedTokens)} tokens<i class="sw" style="background:var(--masked)"></i>masked tool observation (mask 0): ${esc(t.maskedTokens)} tokens</div>`;
