@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { failedResult } from '../../src/sandbox/codejudge.js';
 import type { CodeRunner, RunRequest, RunResult } from '../../src/sandbox/types.js';
 import { findPython } from '../../src/util/python.js';
 
@@ -136,4 +137,23 @@ export function poolScript(body: string): { argv: string[]; remove(): void } {
     argv: [process.execPath, '--import', 'tsx', path],
     remove: () => rmSync(dir, { recursive: true, force: true }),
   };
+}
+
+/** Sessions as a map per session id, refusing none: 'set X' stores X, any other code answers what is stored, 'lose'
+ * fails as a lost session. The server's own rules (privacy, caps, expiry) are what tests of it check. */
+export class SessionRunner implements CodeRunner {
+  readonly state = new Map<string, string>();
+  async run(req: RunRequest): Promise<RunResult> {
+    if (req.session === undefined) return okResult(req);
+    if (req.code === 'lose') return failedResult('internal_error', `session ${req.session} lost: test`);
+    if (req.code.startsWith('set ')) this.state.set(req.session, req.code.slice(4));
+    return { ...okResult(req), stdout: `${this.state.get(req.session) ?? '(none)'}\n` };
+  }
+  async runBatch(reqs: RunRequest[]): Promise<RunResult[]> {
+    return Promise.all(reqs.map((r) => this.run(r)));
+  }
+  closeSession(session: string): boolean {
+    return this.state.delete(session);
+  }
+  async close(): Promise<void> {}
 }

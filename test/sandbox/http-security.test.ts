@@ -5,10 +5,9 @@ import { spawnSync } from 'node:child_process';
 import { type IncomingMessage, request } from 'node:http';
 import { after, test } from 'node:test';
 import { SandboxClient } from '../../src/sandbox/client.js';
-import { failedResult } from '../../src/sandbox/codejudge.js';
 import { SandboxServer, type SandboxServerOptions } from '../../src/sandbox/server.js';
-import type { CodeRunner, RunRequest, RunResult } from '../../src/sandbox/types.js';
-import { FakeRunner, okResult } from './helpers.js';
+import type { RunResult } from '../../src/sandbox/types.js';
+import { FakeRunner, okResult, SessionRunner } from './helpers.js';
 
 const TOKEN = 'test-token-0123456789abcdef';
 const servers: SandboxServer[] = [];
@@ -182,22 +181,6 @@ test('a non-loopback --host is refused at startup without a token (library and C
 });
 
 /** Sessions as a dict per session name: enough to see whose state a call reaches. */
-class SessionRunner implements CodeRunner {
-  readonly state = new Map<string, string>();
-  async run(req: RunRequest): Promise<RunResult> {
-    if (req.session === undefined) return okResult(req);
-    if (req.code === 'lose') return failedResult('internal_error', `session ${req.session} lost: test`);
-    if (req.code.startsWith('set ')) this.state.set(req.session, req.code.slice(4));
-    return { ...okResult(req), stdout: `${this.state.get(req.session) ?? '(none)'}\n` };
-  }
-  async runBatch(reqs: RunRequest[]): Promise<RunResult[]> {
-    return Promise.all(reqs.map((r) => this.run(r)));
-  }
-  closeSession(session: string): boolean {
-    return this.state.delete(session);
-  }
-  async close(): Promise<void> {}
-}
 
 test('sessions are private to each client: the same id from another client is another session', async () => {
   const runner = new SessionRunner();

@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { SandboxClient } from '../../src/sandbox/client.js';
 import { SandboxServer, type SandboxServerOptions } from '../../src/sandbox/server.js';
-import type { CodeRunner, RunRequest, RunResult } from '../../src/sandbox/types.js';
-import { FakeRunner, okResult } from './helpers.js';
+import type { RunResult } from '../../src/sandbox/types.js';
+import { FakeRunner, okResult, SessionRunner } from './helpers.js';
 
 const servers: SandboxServer[] = [];
 after(async () => {
@@ -261,30 +261,14 @@ test('a body that stops sending is cut after bodyIdleTimeoutMs, long before requ
   assert.equal((await fetch(`${url}/ping`)).status, 200);
 });
 
-/** Sessions as a dict per session name, refusing none: the server's own cap is what is tested. */
-class SessionRunner implements CodeRunner {
-  readonly state = new Map<string, string>();
-  async run(req: RunRequest): Promise<RunResult> {
-    if (req.session !== undefined) this.state.set(req.session, req.code);
-    return okResult(req);
-  }
-  async runBatch(reqs: RunRequest[]): Promise<RunResult[]> {
-    return Promise.all(reqs.map((r) => this.run(r)));
-  }
-  closeSession(session: string): boolean {
-    return this.state.delete(session);
-  }
-  async close(): Promise<void> {}
-}
-
 test('one client (session key) holds at most maxSessionsPerClient live sessions; others keep theirs', async () => {
   const runner = new SessionRunner();
   const { url } = await start({ runner: runner as unknown as FakeRunner, maxSessionsPerClient: 2 });
   const a = new SandboxClient({ url });
   const b = new SandboxClient({ url });
-  assert.equal((await a.run({ code: '1', session: 's1' })).status, 'ok');
-  assert.equal((await a.run({ code: '2', session: 's2' })).status, 'ok');
-  const third = await a.run({ code: '3', session: 's3' });
+  assert.equal((await a.run({ code: 'set 1', session: 's1' })).status, 'ok');
+  assert.equal((await a.run({ code: 'set 2', session: 's2' })).status, 'ok');
+  const third = await a.run({ code: 'set 3', session: 's3' });
   assert.equal(third.status, 'busy');
   assert.match(third.error ?? '', /session limit per client reached: .* holds 2 live sessions \(limit 2/);
   assert.equal(runner.state.size, 2, 'the third never reached the runner');
