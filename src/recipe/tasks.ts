@@ -176,27 +176,16 @@ export function answerText(answer: string, thought = ''): string {
 }
 
 // Broken variants of a program for recovery demos: each fails the way a careless first attempt does, and the
-// observation is the text the sandboxed python tool returns for it (message, then the offending line). The two
-// misspellings are the same length, so every text a fixing turn can copy the expression from (the question, the
-// first turn, the offending line) sits at one offset before it whichever failure came first: with an unclosed `(`
-// as the second kind (4 characters shorter message, the expression 1 nearer the line's end) a tiny model had to
-// learn two offsets for one copy, and the quickstart's retry gate missed on 3 of 5 seeds.
+// observation is the text the sandboxed python tool returns for it (message, then the offending line).
 function breakCode(code: string, rng: Rng): { code: string; tool: string } {
   const failure = (msg: string, bad: string) => `Tool call failure\nreason: \nstderr: ${msg}\n  ${bad}`;
-  const name = rng.pick(['prnt', 'pint']);
-  const bad = code.replace('print(', `${name}(`);
-  return { code: bad, tool: failure(`NameError at line 1: name '${name}' is not defined`, bad) };
+  const misspelt = code.replace('print(', 'prnt(');
+  const unclosed = code.slice(0, -1);
+  return rng.pick([
+    { code: misspelt, tool: failure("NameError at line 1: name 'prnt' is not defined", misspelt) },
+    { code: unclosed, tool: failure("SyntaxError at line 1: '(' was never closed", unclosed) },
+  ]);
 }
-
-// What a fixing turn's reasoning says before it restates the expression (echo demos). Its 9 characters put the
-// restatement as far after the offending line's expression as the answer's digits are after `stdout: ` (55 tokens
-// with the char tokenizer and the quick template, for the quickstart's 6-character expressions and 5-digit
-// answers), and it ends in `{` as `\boxed{` does. So the fix is the copy the first stage has already learned,
-// from the same place in the same query context, not a new one. On the 2026-11-27 first-stage checkpoints, without
-// a note seeds 4 and 6 found the expression's first digit and repeated it (retry exact 0 at every check); with
-// "fix typo " (the offset alone) they passed but seed 1 got the first digit right half the time (its stdout copy
-// starts from the `{`); with this note seeds 1, 4 and 6 pass the retry gate at steps 50, 25 and 100.
-export const FIX_NOTE = 'fix call{';
 
 export interface DemoMix {
   direct: number;
@@ -268,7 +257,7 @@ export function sftExamples(
       }
       messages.push({
         role: 'assistant',
-        content: `${style === 'recover' && opts.echo ? FIX_NOTE : ''}${thought}</reason>`,
+        content: `${thought}</reason>`,
         tool_calls: [call(p.code)],
       });
       messages.push({
