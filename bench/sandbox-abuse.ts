@@ -78,6 +78,21 @@ const ATTACKS: Record<string, RunRequest> = {
     code: 'import time\nfor i in range(9000):\n    open(f"f{i}", "w").close()\ntime.sleep(2)',
     timeoutMs: 4000,
   },
+  // issue 42, round 4: a session cell that says "done" itself and spins on (its session is closed 1 s later), memory
+  // pinned in unread socket buffers over forks
+  'forged cell end': {
+    code: 'import os, struct, time\nos.write(3, b"D" + struct.pack("<iII", 0, 0, 0))\nt = time.time()\nwhile time.time() - t < 30:\n    pass',
+    session: 'forger',
+  },
+  'socket buffers': {
+    code:
+      'import os, socket, time\nfor _ in range(8):\n    if os.fork() == 0:\n        keep = []\n        for _ in range(100):\n' +
+      '            a, b = socket.socketpair()\n            a.setblocking(False)\n            try:\n                while True:\n' +
+      '                    a.send(b"x" * 65536)\n            except BlockingIOError:\n                pass\n            keep.append((a, b))\n' +
+      '        time.sleep(2)\n        os._exit(0)\ntime.sleep(2)',
+    memoryMb: 128,
+    timeoutMs: 3000,
+  },
   'open scratch': {
     code:
       'import os, socket\ntry:\n    os.chmod(".", 0o777)\nexcept OSError:\n    pass\ns = socket.socket(socket.AF_UNIX)\n' +
@@ -164,7 +179,11 @@ async function abuse(pool: SandboxPool) {
     ...Array.from({ length: hogs.length ? 0 : hostileN }, async (_, w) => {
       for (let i = w; Date.now() < end; i++) {
         const name = names[i % names.length];
-        const r = await pool.run(ATTACKS[name]);
+        const req = ATTACKS[name];
+        // a session attack gets a session of its own, closed a second later
+        const session = req.session && `${req.session}-${w}-${i}`;
+        const r = await pool.run(session ? { ...req, session } : req);
+        if (session) setTimeout(() => pool.closeSession(session), 1000);
         outcomes[name] ??= {};
         outcomes[name][r.status] = (outcomes[name][r.status] ?? 0) + 1;
         sample[name] ??= (r.error ?? r.stderr.trim().split('\n').pop() ?? '').slice(0, 100);

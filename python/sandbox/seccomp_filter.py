@@ -11,11 +11,12 @@ committed. Exit code 3 means python3-seccomp is missing (the pool logs that and 
 """
 
 import errno
+import signal
 import socket
 import sys
 
 try:
-    from seccomp import ALLOW, ERRNO, MASKED_EQ, NE, Arg, SyscallFilter
+    from seccomp import ALLOW, EQ, ERRNO, MASKED_EQ, NE, Arg, SyscallFilter
 except ImportError:
     sys.stderr.write(f"{sys.executable} cannot import seccomp (apt-get install python3-seccomp)\n")
     sys.exit(3)
@@ -42,6 +43,10 @@ DENIED = [
     "memfd_create", "memfd_secret",
     # the page cache state of any file it can open: a side channel on what other calls read (Linux 6.5)
     "cachestat",
+    # a session is stopped between its cells (server.py, Broker.check_between); a POSIX timer can deliver SIGCONT to
+    # its own process again and again. Python's stdlib, numpy and OpenBLAS do not create one (threads, sleeps and
+    # setitimer do not need it)
+    "timer_create",
 ]
 
 # isolation landlock runs in the host's network and pid namespaces (issue 42). Without a mount namespace every pathname
@@ -57,6 +62,8 @@ PID_FIRST = ["getsid", "getpgid", "setpgid", "sched_getaffinity", "sched_setaffi
              "sched_rr_get_interval", "prlimit64", "get_robust_list", "migrate_pages", "move_pages"]
 PID_SECOND = ["getpriority", "setpriority", "ioprio_get", "ioprio_set"]  # (which, who)
 PID_ANY = ["capget"]  # its pid is in memory seccomp cannot read; pidfd_open, which the zygote needs: zygote.py
+
+SO_SNDBUFFORCE, F_SETSIG = 32, 10  # asm-generic/socket.h, asm-generic/fcntl.h; Python's modules lack both
 
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 CLONE_NEW_FLAGS = [0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000,
@@ -85,6 +92,15 @@ def build(landlock=False):
             deny(name, Arg(1, NE, 0))
     # AF_UNIX only: socketpair for multiprocessing/asyncio works, TCP/UDP/raw/netlink do not
     f.add_rule(ERRNO(errno.EAFNOSUPPORT), "socket", Arg(0, NE, socket.AF_UNIX))
+    # A socket's send buffer bounds what it can pin in its peer's queue; raised (to 2 x net.core.wmem_max, 8 MB here)
+    # it would break the per-socket bound the memory check charges (server.py, socket_memory_kb)
+    for opt in (socket.SO_SNDBUF, SO_SNDBUFFORCE):
+        deny("setsockopt", Arg(1, EQ, socket.SOL_SOCKET), Arg(2, EQ, opt))
+    # What would continue a stopped session again and again (timer_create above): F_SETSIG makes an fd's readiness,
+    # a lease break or a dnotify event (another call writing /dev/shm) send any signal, SIGCONT included. A child
+    # whose exit signal is SIGCONT (clone's low byte; fork's is SIGCHLD) would continue it once, when killed.
+    deny("fcntl", Arg(1, EQ, F_SETSIG))
+    deny("clone", Arg(0, MASKED_EQ, 0xFF, signal.SIGCONT))
     for flag in CLONE_NEW_FLAGS:
         f.add_rule(eperm, "clone", Arg(0, MASKED_EQ, flag, flag))
     # clone3 passes flags in memory that seccomp cannot inspect; ENOSYS makes glibc use clone

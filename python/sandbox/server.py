@@ -30,6 +30,7 @@ import json
 import marshal
 import os
 import select
+import signal
 import socket
 import struct
 import sys
@@ -84,9 +85,45 @@ sys.modules[zygote.__name__] = zygote
 exec(ZYGOTE_CODE, zygote.__dict__)
 from rstar2_zygote import (  # noqa: E402
     EXIT, EXIT_MAGIC, FLAG_CLOSE, FLAG_FETCH, FLAG_REPORT, FLAG_SESSION, FLAGS, LIM, MAX_FETCH, REASON_CLOSED,
-    REASON_MEMORY, REASON_NONE, REASON_OUTPUT, REASON_PROCS, REASON_SPAWN, REASON_TIMEOUT, SDONE, SESSION_SLOTS, SHM,
+    REASON_BETWEEN, REASON_MEMORY, REASON_NONE, REASON_OUTPUT, REASON_PROCS, REASON_SPAWN, REASON_TIMEOUT, SDONE, SESSION_SLOTS, SHM,
     SLOT_MODE, SLOTS, ZKILL, ZRES, ZRUN, log, UID_BASE, slot_dir, slot_uid,
 )
+
+CAP_SYS_ADMIN = 21
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 2, 4, 8, 32
+
+
+def hide_pids():
+    """bubblewrap as root (issue 42, break 5): /proc showed every call the processes of every other (argv, CPU,
+    RSS). Remounted with hidepid=2 a process sees only those it may ptrace, its own uid's, and members of the mount's
+    gid (0, the default), the broker and zygote, see all. bwrap has no such option, so the broker, given
+    CAP_SYS_ADMIN for this alone, remounts it before any request exists and then drops the capability: with
+    no_new_privs (bwrap's) the zygote's exec cannot get it back."""
+    libc = zygote.libc
+    if libc.mount(None, b"/proc", None, MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=2") != 0:
+        log(f"/proc could not be remounted with hidepid=2 (errno {zygote.ctypes.get_errno()}): calls see each other's "
+            "processes")
+    hdr = zygote.ctypes.create_string_buffer(struct.pack("<Ii", 0x20080522, 0), 8)  # _LINUX_CAPABILITY_VERSION_3
+    data = zygote.ctypes.create_string_buffer(24)  # 2 x (effective, permitted, inheritable)
+    if libc.capget(hdr, data) != 0:
+        raise OSError(zygote.ctypes.get_errno(), "capget")
+    caps = list(struct.unpack("<6I", data.raw))
+    for i in range(3):
+        caps[i] &= ~(1 << CAP_SYS_ADMIN)  # ambient follows: it cannot hold what permitted lacks
+    if libc.capset(hdr, zygote.ctypes.create_string_buffer(struct.pack("<6I", *caps), 24)) != 0:
+        raise OSError(zygote.ctypes.get_errno(), "capset")
+
+
+SOCK_DIAG = None
+try:  # before the seccomp filter below, which refuses every socket but AF_UNIX (see socket_memory_kb)
+    SOCK_DIAG = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 4)  # NETLINK_SOCK_DIAG
+except OSError as _e:
+    log(f"no sock_diag socket ({_e}): memory in a call's socket buffers is not counted")
+if CFG.get("hidePids"):
+    hide_pids()
+if CFG.get("brokerSeccompPath"):  # bubblewrap: loaded here, not by bwrap, so the two steps above could run
+    zygote._prctl(zygote.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # bwrap's already; a filter needs it without privilege
+    zygote.install_filter(CFG["brokerSeccompPath"])
 
 # The zygote's interpreter: it reads CFG and zygote.py's compiled code from fd 4 (marshal, so it neither
 # parses JSON nor compiles source) and talks to the broker on fd 3.
@@ -376,6 +413,68 @@ def slot_memory_kb(base_kb, every=()):
     return used, shm, pids, procs, found
 
 
+def read_int(path, default):
+    try:
+        with open(path, "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return default
+
+
+# What one AF_UNIX socket can pin, in KB (issue 42, break 3): the queue of a stream or seqpacket socket holds what its
+# one peer has sent and it has not read, less than the peer's send buffer plus one message (2 x wmem_default, as
+# raising SO_SNDBUF is refused: seccomp_filter.py), and stays when the peer closes; a datagram socket's holds up to
+# max_dgram_qlen + 1 datagrams from others (each below a send buffer) and its connected peer's 2 x; each connection
+# waiting on a listener, 2 x. Read here, in the sandbox's network namespace (max_dgram_qlen is per namespace).
+SOCK_WMEM_KB = read_int("/proc/sys/net/core/wmem_default", 212992) // 1024
+SOCK_KB = {1: 2 * SOCK_WMEM_KB, 5: 2 * SOCK_WMEM_KB,  # SOCK_STREAM, SOCK_SEQPACKET
+           2: (read_int("/proc/sys/net/unix/max_dgram_qlen", 10) + 3) * SOCK_WMEM_KB}  # SOCK_DGRAM
+# sock_diag dump of every AF_UNIX socket in the namespace (nlmsghdr: SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP;
+# unix_diag_req: AF_UNIX, all states, UDIAG_SHOW_RQLEN | UDIAG_SHOW_UID)
+DIAG_REQ = struct.pack("<IHHII", 40, 20, 0x301, 1, 0) + struct.pack("<BBHIIIII", 1, 0, 0, 0xFFFFFFFF, 0, 0x50, 0, 0)
+UNIX_DIAG_RQLEN, UNIX_DIAG_UID, TCP_LISTEN = 4, 7, 10
+
+
+def socket_memory_kb():
+    """What each slot's sockets can pin in their queues, by slot uid (the socket's owner): SOCK_KB per socket, and per
+    connection waiting on a listener. Unread socket buffers are kernel memory in no process's RSS: 8 forks held 208 MB
+    there under a 128 MB limit (issue 42). Each live socket is counted (open, or in flight in another's queue), at what
+    it can hold rather than what it holds now: a sender that closed leaves its bytes behind, in a queue whose reported
+    length counts bytes, not the ~768 bytes of kernel memory each 1-byte message takes."""
+    out = {}
+    if SOCK_DIAG is None:
+        return out
+    try:
+        SOCK_DIAG.send(DIAG_REQ)
+        while True:
+            data = SOCK_DIAG.recv(1 << 16)
+            pos = 0
+            while pos + 16 <= len(data):
+                ln, kind = struct.unpack_from("<IH", data, pos)
+                if kind == 3 or kind == 2 or ln < 16:  # NLMSG_DONE, NLMSG_ERROR
+                    return out
+                typ, state = data[pos + 17], data[pos + 18]
+                a, end = pos + 32, pos + ln
+                uid = pending = None
+                while a + 4 <= end:
+                    alen, atype = struct.unpack_from("<HH", data, a)
+                    if atype == UNIX_DIAG_UID:
+                        uid = struct.unpack_from("<I", data, a + 4)[0]
+                    elif atype == UNIX_DIAG_RQLEN:
+                        pending = struct.unpack_from("<I", data, a + 4)[0]
+                    a += (alen + 3) & ~3 or 4
+                pos += (ln + 3) & ~3
+                slot = (uid if uid is not None else -1) - UID_BASE
+                if 0 <= slot < SLOTS:
+                    kb = SOCK_KB.get(typ, 2 * SOCK_WMEM_KB)
+                    if state == TCP_LISTEN:
+                        kb *= 1 + (pending or 0)
+                    out[slot] = out.get(slot, 0) + kb
+    except OSError as e:
+        log(f"sock_diag: {e}")
+    return out
+
+
 def scratch_usage(slot):
     """Entries and KB under a slot's scratch dir (isolation landlock). Stops counting past SCRATCH_FILES; a directory
     nested deeper than SCRATCH_DEPTH makes the count -1. Never follows a link; what vanishes meanwhile is skipped."""
@@ -430,7 +529,7 @@ def scratch_files(slot):
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
                  "sess", "t0", "deadline", "flush_at", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb",
-                 "used_kb", "files", "shm_kb", "demoted", "req", "disk_kb", "pid", "walked")
+                 "used_kb", "files", "shm_kb", "demoted", "req", "disk_kb", "pid", "walked", "sock_kb")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -447,14 +546,15 @@ class Call:
         self.lost = None
         self.stdin = -1
         self.fetch = self.answered = self.reaped = False
-        self.mem_kb = self.used_kb = self.shm_kb = self.files = self.disk_kb = 0
+        self.mem_kb = self.used_kb = self.shm_kb = self.files = self.disk_kb = self.sock_kb = 0
         self.req = None  # the request as queued, to queue it again if its process could not be forked
         self.pid = 0  # the child's, from the head of its result pipe (take_exit_report)
         self.walked = None  # (entries, KB) its scratch held at the last walk (isolation landlock; check_memory)
 
 
 class Sess:
-    __slots__ = ("sid", "slot", "rid", "sock", "call", "err", "closed", "demoted", "autogroup", "pid")
+    __slots__ = ("sid", "slot", "rid", "sock", "call", "err", "closed", "demoted", "autogroup", "pid", "pidfd",
+                 "strikes")
 
     def __init__(self, sid, slot, rid, sock):
         self.sid, self.slot, self.rid, self.sock = sid, slot, rid, sock
@@ -463,6 +563,8 @@ class Sess:
         self.closed = self.demoted = False
         self.autogroup = (0, 0)  # the pid its session's nice was last written through, and that nice
         self.pid = 0  # its process's, as it said before running any code (the first "P")
+        self.pidfd = -1  # and a pidfd for it, through which it is stopped and continued (Broker.signal_session)
+        self.strikes = 0  # checks in a row that found it running between its cells (Broker.check_between)
 
 
 class Broker:
@@ -492,6 +594,7 @@ class Broker:
         self.procs_kill = 0  # rid of the call killed to free processes, until the zygote reports it gone
         self.procs = {}  # slot -> its processes, as the last memory check counted them
         self.leftovers = set()  # sessions whose last cell may have left processes running (kill_leftovers)
+        self.between = set()  # sessions between cells, stopped (check_between)
         self.spawn_logged = -INF
         self.prefork = PREFORK
         self.rid = 0
@@ -694,6 +797,9 @@ class Broker:
 
     def start_cell(self, s, cid, timeout_ms, mem_mb, payload):
         call = Call(cid, s.slot, s.rid, s)
+        if s in self.between:
+            self.between.discard(s)
+            self.signal_session(s, signal.SIGCONT)
         call.req = (cid, timeout_ms, mem_mb, s.sid, payload)
         if s.demoted:  # the previous cell ran long: this one starts at the priority of a fresh call
             s.demoted = False
@@ -746,12 +852,20 @@ class Broker:
         if msg[0:1] == b"P":
             if not s.pid and len(msg) == 5:  # the first is the session's, sent before any cell; later ones forged
                 s.pid = struct.unpack_from("<I", msg, 1)[0]
+                try:
+                    s.pidfd = os.pidfd_open(s.pid)
+                except OSError:
+                    pass  # gone already, or no pidfds (Linux < 5.3): signalled by pid
             return
         call = s.call
         if msg[0:1] != b"D" or call is None or call.killed:
             return
         rc, cpu_us, rss = SDONE.unpack_from(msg, 1)
         s.call = None
+        # Stopped until its next cell: the snippet runs in this process and can send this "D" itself, then run on
+        # outside every clock and memory check (issue 42, break 2), as can a thread it left; stopped, it runs no code
+        self.signal_session(s, signal.SIGSTOP)
+        self.between.add(s)
         if UID_BASE:
             self.leftovers.add(s)
         self.timed.discard(call)
@@ -762,6 +876,9 @@ class Broker:
 
     def session_died(self, s, res):
         self.leftovers.discard(s)  # its slot may soon be another session's
+        self.between.discard(s)
+        if s.pidfd >= 0:
+            os.close(s.pidfd)
         del self.sessions[s.sid]
         del self.sess_by_rid[s.rid]
         if s.sock.fileno() in self.watched:
@@ -779,6 +896,8 @@ class Broker:
             why = "session closed"
         elif reason == REASON_PROCS:
             why = f"session killed: {PROCS_WHY}"
+        elif reason == REASON_BETWEEN:
+            why = "session killed: its process ran between its calls"
         elif sig:
             why = f"session process killed by signal {sig}"
         else:
@@ -831,13 +950,16 @@ class Broker:
                     nearest = min(nearest, call.deadline)
             elif call.flush_at < nearest:
                 nearest = call.flush_at
-        if UID_BASE and (self.timed or self.leftovers):
+        checked = UID_BASE and (self.timed or self.leftovers)
+        if checked or self.between:
             if now >= self.next_mem_check:
-                self.check_memory()
+                if checked:
+                    self.check_memory()
+                self.check_between()
                 self.next_mem_check = now + MEM_CHECK_S
             nearest = min(nearest, self.next_mem_check)
-            if DEMOTE_S:
-                nearest = min(nearest, self.demote(now))
+        if checked and DEMOTE_S:
+            nearest = min(nearest, self.demote(now))
         if self.paused:
             nearest = min(nearest, self.resume(now))
         if self.spawn_retry:
@@ -933,6 +1055,41 @@ class Broker:
                     os.kill(p, 9)
                 except OSError:
                     pass  # gone meanwhile
+            if rest:  # one of them may have continued it
+                self.signal_session(s, signal.SIGSTOP)
+
+    @staticmethod
+    def signal_session(s, sig):
+        try:
+            if s.pidfd >= 0:
+                signal.pidfd_send_signal(s.pidfd, sig)
+            elif s.pid:
+                os.kill(s.pid, sig)
+        except OSError:
+            pass  # it has exited: the zygote's report follows
+
+    def check_between(self):
+        """A session between cells must stay stopped, once no other process of its slot is left to continue it
+        (kill_leftovers): one found running at two checks in a row is killed. Its filter refuses what would continue
+        it again and again (timer_create, F_SETSIG: seccomp_filter.py); what is left continues it once (a child's
+        exit signal, an orphaned process group, a terminal's hangup), and it is then stopped again or killed."""
+        for s in list(self.between):
+            if s in self.leftovers or s.closed or not s.pid:
+                continue
+            try:
+                with open(f"/proc/{s.pid}/stat", "rb") as f:
+                    st = f.read()
+            except OSError:
+                continue  # exited: the zygote's report follows
+            if st[st.rfind(b")") + 2:][:1] == b"T":
+                s.strikes = 0
+                continue
+            s.strikes += 1
+            if s.strikes < 2:
+                self.signal_session(s, signal.SIGSTOP)
+                continue
+            self.between.discard(s)  # its death is reported as sessionGone, with the reason
+            self.z.send(b"K" + ZKILL.pack(s.rid, REASON_BETWEEN))
 
     def check_memory(self):
         """A call whose processes hold more than its memory limit together is killed with reason memory (a
@@ -940,6 +1097,7 @@ class Broker:
         self.leftovers = {s for s in self.leftovers if self.sessions.get(s.sid) is s and not s.closed}
         idle = {s.slot: s for s in self.leftovers if s.call is None and s.pid}
         used, shm, pids, self.procs, found = slot_memory_kb(self.base_kb, idle)
+        sock = socket_memory_kb() if self.timed else {}
         self.kill_leftovers(idle, found)
         if self.autogroup_want and AUTOGROUP:
             self.set_autogroups(pids)
@@ -947,7 +1105,7 @@ class Broker:
         walk = now >= self.walk_due
         walked = 0.0
         for call in list(self.timed):
-            kb = used.get(call.slot, 0)
+            kb = used.get(call.slot, 0) + sock.get(call.slot, 0)
             over_shm = SHM_SLOT_KB and shm.get(call.slot, 0) > SHM_SLOT_KB
             disk_kb = 0
             if self.own_scratch:
@@ -964,7 +1122,7 @@ class Broker:
             over_disk = SCRATCH_KB and disk_kb > SCRATCH_KB
             if (over_shm or over_files or over_disk or call.mem_kb and kb > call.mem_kb) and not call.killed:
                 call.killed = True
-                call.used_kb, call.shm_kb = kb, shm.get(call.slot, 0)
+                call.used_kb, call.shm_kb, call.sock_kb = kb, shm.get(call.slot, 0), sock.get(call.slot, 0)
                 call.files = files if over_files else 0
                 call.disk_kb = disk_kb if over_disk else 0
                 self.timed.discard(call)
@@ -1158,7 +1316,7 @@ class Broker:
         if call.held:
             hdr["h"] = 1
         if call.used_kb:
-            hdr["mk"], hdr["ms"] = call.used_kb, call.shm_kb
+            hdr["mk"], hdr["ms"], hdr["mq"] = call.used_kb, call.shm_kb, call.sock_kb
         if call.files:
             hdr["mf"] = call.files
         if call.disk_kb:
@@ -1285,7 +1443,7 @@ class Broker:
                 self.dispatch_sessions()
             self.refill()
             # last: dispatch may have started clocks
-            busy = self.timed or self.paused or self.spawn_retry or self.leftovers
+            busy = self.timed or self.paused or self.spawn_retry or self.leftovers or self.between
             timeout = self.check_deadlines() if busy else None
 
 

@@ -83,6 +83,7 @@ REASON_NONE, REASON_TIMEOUT, REASON_OUTPUT, REASON_CLOSED, REASON_MEMORY = 0, 1,
 # SPAWN: the zygote could not fork the call's process (ZRES's exit code is the errno); PROCS: the call was killed
 # because its processes filled the host's process limit while another call could not start (see Broker.spawn_failed)
 REASON_SPAWN, REASON_PROCS = 5, 6
+REASON_BETWEEN = 7  # a session's process was found running between its cells (Broker.check_between)
 ZRES = struct.Struct("<IiiBIII")  # rid, exit code (-1; errno for SPAWN), signal (0), reason, cpu us, rss kb, leftovers
 ZRUN = struct.Struct("<IIH")  # rid, mem mb, slot
 ZKILL = struct.Struct("<IB")  # rid, reason

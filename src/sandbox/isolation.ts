@@ -341,25 +341,32 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
       'SETGID',
       'SETUID',
       ...(renice ? ['SYS_NICE'] : []),
+      // only for the broker's first steps: it remounts /proc with hidepid, then drops it (server.py, hide_pids)
+      'SYS_ADMIN',
     ])
       args.push('--cap-add', `CAP_${c}`);
   } else {
     args.push('--unshare-user');
   }
   const extraFds: number[] = [];
-  if (sec.path) {
-    extraFds.push(openSync(sec.path, 'r'));
-    args.push('--seccomp', '3');
-  }
   // The broker's two files are copied in, not bound: a bind mount shows its host path (the checkout's) in every
-  // process's /proc/self/mountinfo (issue 42)
-  for (const f of ['server.py', 'zygote.py']) {
-    extraFds.push(openSync(join(SANDBOX_PY_DIR, f), 'r'));
-    args.push('--perms', '0444', '--file', String(2 + extraFds.length), `${INNER_PY_DIR}/${f}`);
+  // process's /proc/self/mountinfo (issue 42). The seccomp program too: the broker loads it itself (not bwrap's
+  // --seccomp), once it has made what the filter refuses: its sock_diag socket and, as root, /proc's hidepid.
+  const files: [string, string][] = [
+    [join(SANDBOX_PY_DIR, 'server.py'), 'server.py'],
+    [join(SANDBOX_PY_DIR, 'zygote.py'), 'zygote.py'],
+    ...(sec.path ? [[sec.path, 'seccomp.bpf'] as [string, string]] : []),
+  ];
+  for (const [from, to] of files) {
+    extraFds.push(openSync(from, 'r'));
+    args.push('--perms', '0444', '--file', String(2 + extraFds.length), `${INNER_PY_DIR}/${to}`);
   }
   const serverConfig = {
     scratch: '/scratch',
     pidNamespace: true,
+    // issue 42, break 5: a call sees no process of another slot's uid in /proc (the broker and zygote, gid 0, see all)
+    hidePids: root,
+    ...(sec.path ? { brokerSeccompPath: `${INNER_PY_DIR}/seccomp.bpf` } : {}),
     uidBase,
     readPaths: READ_PATHS,
     shmDir: '/dev/shm',

@@ -885,7 +885,7 @@ export class SandboxPool implements CodeRunner {
     }
   }
 
-  /** Which bound a call killed with reason 4 crossed, from the broker's counts (mf, md, ms, mk). */
+  /** Which bound a call killed with reason 4 crossed, from the broker's counts (mf, md, ms, mk, mq). */
   private limitError(h: Record<string, number>, memoryMb: number): string {
     const o = this.options;
     const mb = (kb = 0) => Math.round(kb / 1024);
@@ -895,7 +895,8 @@ export class SandboxPool implements CodeRunner {
     if (h.md) return `disk limit: the call held ${mb(h.md)} MB in its scratch (limit ${o.scratchMb} MB)`;
     if ((h.ms ?? 0) > o.shmMb * 1024)
       return `memory limit: the call held ${mb(h.ms)} MB in /dev/shm (its share: ${o.shmMb} MB)`;
-    return `memory limit: the call's processes held ${mb(h.mk)} MB together (limit ${memoryMb} MB)`;
+    const sockets = h.mq ? `, ${mb(h.mq)} MB of it what its sockets can hold unread` : '';
+    return `memory limit: the call's processes held ${mb(h.mk)} MB together${sockets} (limit ${memoryMb} MB)`;
   }
 
   private onResult(

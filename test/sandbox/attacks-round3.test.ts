@@ -31,6 +31,25 @@ function processesOf(uid: number): number[] {
   return out;
 }
 
+/** Live processes below `root` (not itself), from the host's /proc. */
+function descendants(root: number): number[] {
+  const parent = new Map<number, number>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      parent.set(
+        Number(name),
+        Number(readFileSync(`/proc/${name}/stat`, 'utf8').split(') ')[1].split(' ')[1]),
+      );
+    } catch {} // gone meanwhile
+  }
+  const below = (pid: number): boolean => {
+    for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) if (p === root) return true;
+    return false;
+  };
+  return [...parent.keys()].filter(below);
+}
+
 for (const isolation of ['bwrap', 'landlock'] as const) {
   describe(`a call's end and its fetched files are the sandbox's word, not the snippet's (${isolation})`, {
     skip: isolation === 'bwrap' ? skip : asRoot,
@@ -247,11 +266,8 @@ describe('between concurrent calls (bwrap)', { skip: skip || asRoot, timeout: 60
   });
   after(() => pool?.close());
 
-  // open: the sandbox's /proc would need hidepid=invisible, which bubblewrap does not mount and which the broker could
-  // set only holding CAP_SYS_ADMIN and mount() past the seccomp filter (issue 42, break 5)
-  test("/proc shows a call none of another call's processes", {
-    todo: 'hidepid for bubblewrap',
-  }, async () => {
+  // the broker remounts the sandbox's /proc with hidepid=2 before any request, then drops CAP_SYS_ADMIN
+  test("/proc shows a call none of another call's processes", async () => {
     const marker =
       'import time\nopen("/proc/self/comm", "w").write("rstar2-mark")\nprint("up", flush=True)\ntime.sleep(1.5)';
     const probe =
@@ -260,6 +276,14 @@ describe('between concurrent calls (bwrap)', { skip: skip || asRoot, timeout: 60
       '    if int(s.split("Uid:")[1].split()[0]) != me:\n        seen.append(s.split("\\n")[0])\nprint(seen)';
     const [, b] = await pool.runBatch([{ code: marker }, { code: probe }]);
     assert.equal(b.stdout, '[]\n', JSON.stringify(b));
+    // and no process of the sandbox kept the capability the remount took
+    const bwrapPid = (pool as unknown as { broker: { proc: { pid: number } } }).broker.proc.pid;
+    const inside = descendants(bwrapPid);
+    assert.ok(inside.length >= 3, `found ${inside}`); // broker, zygote, wiper
+    for (const pid of inside) {
+      const caps = /^CapPrm:\s+([0-9a-f]+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? '0';
+      assert.equal((BigInt(`0x${caps}`) >> 21n) & 1n, 0n, `process ${pid} holds CAP_SYS_ADMIN (${caps})`);
+    }
   });
 
   test('mountinfo names no host path', async () => {
