@@ -554,7 +554,7 @@ class Call:
 
 class Sess:
     __slots__ = ("sid", "slot", "rid", "sock", "call", "err", "closed", "demoted", "autogroup", "pid", "pidfd",
-                 "strikes")
+                 "strikes", "stopped", "done_at")
 
     def __init__(self, sid, slot, rid, sock):
         self.sid, self.slot, self.rid, self.sock = sid, slot, rid, sock
@@ -565,6 +565,8 @@ class Sess:
         self.pid = 0  # its process's, as it said before running any code (the first "P")
         self.pidfd = -1  # and a pidfd for it, through which it is stopped and continued (Broker.signal_session)
         self.strikes = 0  # checks in a row that found it running between its cells (Broker.check_between)
+        self.stopped = False  # sent SIGSTOP since its last cell
+        self.done_at = 0.0  # when its last cell ended
 
 
 class Broker:
@@ -799,7 +801,9 @@ class Broker:
         call = Call(cid, s.slot, s.rid, s)
         if s in self.between:
             self.between.discard(s)
-            self.signal_session(s, signal.SIGCONT)
+            if s.stopped:
+                s.stopped = False
+                self.signal_session(s, signal.SIGCONT)
         call.req = (cid, timeout_ms, mem_mb, s.sid, payload)
         if s.demoted:  # the previous cell ran long: this one starts at the priority of a fresh call
             s.demoted = False
@@ -862,10 +866,11 @@ class Broker:
             return
         rc, cpu_us, rss = SDONE.unpack_from(msg, 1)
         s.call = None
-        # Stopped until its next cell: the snippet runs in this process and can send this "D" itself, then run on
-        # outside every clock and memory check (issue 42, break 2), as can a thread it left; stopped, it runs no code
-        self.signal_session(s, signal.SIGSTOP)
+        # Stopped until its next cell by the next check (check_between): the snippet runs in this process and can send
+        # this "D" itself, then run on outside every clock and memory check (issue 42, break 2), as can a thread it
+        # left; stopped, it runs no code. At the check, not now, so a session called back to back pays nothing
         self.between.add(s)
+        s.done_at = time.monotonic()
         if UID_BASE:
             self.leftovers.add(s)
         self.timed.discard(call)
@@ -955,7 +960,7 @@ class Broker:
             if now >= self.next_mem_check:
                 if checked:
                     self.check_memory()
-                self.check_between()
+                self.check_between(now)
                 self.next_mem_check = now + MEM_CHECK_S
             nearest = min(nearest, self.next_mem_check)
         if checked and DEMOTE_S:
@@ -1056,6 +1061,7 @@ class Broker:
                 except OSError:
                     pass  # gone meanwhile
             if rest:  # one of them may have continued it
+                s.stopped = True
                 self.signal_session(s, signal.SIGSTOP)
 
     @staticmethod
@@ -1068,13 +1074,20 @@ class Broker:
         except OSError:
             pass  # it has exited: the zygote's report follows
 
-    def check_between(self):
-        """A session between cells must stay stopped, once no other process of its slot is left to continue it
-        (kill_leftovers): one found running at two checks in a row is killed. Its filter refuses what would continue
-        it again and again (timer_create, F_SETSIG: seccomp_filter.py); what is left continues it once (a child's
-        exit signal, an orphaned process group, a terminal's hangup), and it is then stopped again or killed."""
+    def check_between(self, now):
+        """A session between cells is stopped by the first check at least MEM_CHECK_S after its cell (so 0.1-0.2 s
+        after it; a session called back to back is never stopped) and must stay so, once no other process of its slot
+        is left to continue it (kill_leftovers): one found running at two checks in a row is killed. Its filter refuses
+        what would continue it again and again (timer_create, F_SETSIG: seccomp_filter.py) or once a child is killed
+        (a SIGCONT exit signal); what is left continues it once (an orphaned process group, a terminal's hangup),
+        after which it is stopped again or killed."""
         for s in list(self.between):
             if s in self.leftovers or s.closed or not s.pid:
+                continue
+            if not s.stopped:
+                if now - s.done_at >= MEM_CHECK_S:
+                    s.stopped = True
+                    self.signal_session(s, signal.SIGSTOP)
                 continue
             try:
                 with open(f"/proc/{s.pid}/stat", "rb") as f:
