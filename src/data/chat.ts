@@ -21,6 +21,8 @@ export interface Message {
   content: string;
   tool_calls?: ToolCall[];
   tool_call_id?: string;
+  /** OpenAI fine-tuning's per-message switch, assistant messages only: 0 shows the turn without training it. */
+  weight?: 0 | 1;
 }
 
 export interface ChatExample {
@@ -132,6 +134,15 @@ function message(v: unknown, at: string): Message {
   const out: Message = { role, content };
   if (calls.length > 0) out.tool_calls = calls.map((c, i) => toolCall(c, `${at}.tool_calls[${i}]`));
   if (role === 'tool' && typeof m.tool_call_id === 'string') out.tool_call_id = m.tool_call_id;
+  if (m.weight !== undefined && m.weight !== null) {
+    if (m.weight !== 0 && m.weight !== 1)
+      throw new Error(
+        `${at}.weight: must be 0 or 1 (OpenAI's fine-tuning format), got ${JSON.stringify(m.weight)}`,
+      );
+    if (role !== 'assistant')
+      throw new Error(`${at}.weight: only assistant messages are weighted, not ${role}`);
+    out.weight = m.weight;
+  }
   return out;
 }
 
@@ -261,6 +272,8 @@ export function checkConversation(msgs: readonly Message[]): void {
   if (stray >= 0) throw new Error(`messages[${stray}]: tool message before the first assistant message`);
   if (!msgs.slice(0, start).some((m) => m.role === 'user'))
     throw new Error('no user message before the first assistant message');
+  if (msgs.every((m) => m.role !== 'assistant' || m.weight === 0))
+    throw new Error('no assistant message to learn from: every one has weight 0');
   msgs.forEach((m, i) => {
     if (m.role === 'assistant' && m.content === '' && !m.tool_calls?.length)
       throw new Error(`messages[${i}]: empty assistant message`);
@@ -351,8 +364,11 @@ export function toolCallBlock(
   return `<tool_call>\n${json}\n</tool_call>`;
 }
 
-/** A turn after the prompt: generated text (trained on) or the tool responses the loop appends (masked). */
-export type ChatSegment = { role: 'assistant'; text: string } | { role: 'tool'; texts: string[] };
+/** A turn after the prompt: generated text (trained on unless its message has weight 0) or the tool responses
+ *  the loop appends (masked). */
+export type ChatSegment =
+  | { role: 'assistant'; text: string; train: boolean }
+  | { role: 'tool'; texts: string[] };
 
 /**
  * An example as a rollout: the prompt messages (system/user before the first assistant turn), then assistant
@@ -387,7 +403,7 @@ export function chatSegments(
       );
       const text = [m.content, ...calls].filter((s) => s !== '').join('\n');
       if (text === '') throw new Error(`messages[${i}]: empty assistant message`);
-      segments.push({ role: 'assistant', text });
+      segments.push({ role: 'assistant', text, train: m.weight !== 0 });
       callsPending = calls.length > 0 || parseToolCalls(m.content).length > 0;
     } else if (m.role === 'tool') {
       const last = segments.at(-1);

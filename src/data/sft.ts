@@ -15,7 +15,8 @@ import type { SftTemplate } from './layouts.js';
 // - 'model': the model directory's own chat template (tokenizer_config.json), the conversation rendered whole;
 // - 'qwen': the Qwen2.5 template, rendered whole.
 // Rendered whole, every assistant message is trained from the end of its generation prompt to its end-of-turn
-// token; the rest (system, user, tool turns, the template's own text) is read, not trained.
+// token; the rest (system, user, tool turns, the template's own text) is read, not trained. Under any template
+// an assistant message with `weight: 0` (OpenAI's fine-tuning format) is read, not trained.
 
 export { SFT_TEMPLATES, type SftTemplate } from './layouts.js';
 
@@ -63,7 +64,7 @@ export function sftRenderer(o: SftRenderOptions): SftRenderer {
     for (const s of segments)
       out.push(
         s.role === 'assistant'
-          ? { text: s.text + stop, train: true }
+          ? { text: s.text + stop, train: s.train }
           : { text: o.rl.toolTurnText(s.texts, vars), train: false },
       );
     return out;

@@ -149,16 +149,16 @@ interface RemoteSync {
  * Whether the assistant turns that answer a tool output are greedy-exact: the turns are the runs of trained tokens
  * (tool turns are masked); the first turn of a multi-turn example is a free choice (answer or call, which call),
  * every later one has one right continuation (the fix after an error, the stdout copied into the answer). A one-turn
- * example is scored on its only turn.
+ * example is scored on its only turn. `firstTrained` false: the first turn has weight 0, so every run is a later turn.
  */
-export function answersExact(mask: number[], argmax: boolean[]): boolean {
+export function answersExact(mask: number[], argmax: boolean[], firstTrained = true): boolean {
   const turns: boolean[] = [];
   for (const [t, m] of mask.entries()) {
     if (m === 0) continue;
     if (t === 0 || mask[t - 1] === 0) turns.push(true);
     turns[turns.length - 1] &&= argmax[t];
   }
-  return (turns.length > 1 ? turns.slice(1) : turns).every(Boolean);
+  return (firstTrained && turns.length > 1 ? turns.slice(1) : turns).every(Boolean);
 }
 
 export class EmbeddedBackend implements PolicyBackend {
@@ -363,7 +363,8 @@ export class EmbeddedBackend implements PolicyBackend {
         sum -= logprobs[t];
         count++;
       }
-      if (answersExact(mask, argmax)) exact++;
+      const first = examples[i].messages.find((m) => m.role === 'assistant');
+      if (answersExact(mask, argmax, first?.weight !== 0)) exact++;
     }
     return { loss: sum / Math.max(1, count), exact: exact / Math.max(1, seqs.length) };
   }

@@ -117,6 +117,14 @@ const SftStage = z
       .boolean()
       .default(false)
       .describe("responses restate the question's expression before answering or calling the tool"),
+    trainFailedCalls: z
+      .number()
+      .min(0)
+      .max(1)
+      .default(0)
+      .describe(
+        'the share of recovery demos whose failing call is trained; the rest show it with weight 0, so they teach the fix without teaching the failure',
+      ),
     data: DataSchema.default(DataSchema.parse({})),
     optimizer: z
       .enum(['continue', 'fresh'])
@@ -140,7 +148,7 @@ const SftStage = z
           .nullable()
           .default(null)
           .describe(
-            "the stage may end once this fraction of held-out examples has every assistant turn after the first (of a one-turn example, that turn) as the model's greedy choice under teacher forcing: for tool demos the tool's result copied into the answer exactly, for retries also the fixed call",
+            "the stage may end once this fraction of held-out examples has every trained assistant turn after the first (of a one-turn example, that turn) as the model's greedy choice under teacher forcing: for tool demos the tool's result copied into the answer exactly, for retries also the fixed call (a first turn with weight 0 is not scored, and the turns after it are)",
           ),
         every: z.number().int().min(1).default(25).describe('steps between held-out checks'),
         heldout: z.number().int().min(1).default(64).describe('demos held out of training for the check'),

@@ -176,16 +176,27 @@ export function answerText(answer: string, thought = ''): string {
 }
 
 // Broken variants of a program for recovery demos: each fails the way a careless first attempt does, and the
-// observation is the text the sandboxed python tool returns for it (message, then the offending line).
+// observation is the text the sandboxed python tool returns for it (message, then the offending line). The two
+// misspellings are the same length, so every text a fixing turn can copy the expression from (the question, the
+// first turn, the offending line) sits at one offset before it whichever failure came first: with an unclosed `(`
+// as the second kind (4 characters shorter message, the expression 1 nearer the line's end) a tiny model had to
+// learn two offsets for one copy, and the quickstart's retry gate missed on 3 of 5 seeds.
 function breakCode(code: string, rng: Rng): { code: string; tool: string } {
   const failure = (msg: string, bad: string) => `Tool call failure\nreason: \nstderr: ${msg}\n  ${bad}`;
-  const misspelt = code.replace('print(', 'prnt(');
-  const unclosed = code.slice(0, -1);
-  return rng.pick([
-    { code: misspelt, tool: failure("NameError at line 1: name 'prnt' is not defined", misspelt) },
-    { code: unclosed, tool: failure("SyntaxError at line 1: '(' was never closed", unclosed) },
-  ]);
+  const name = rng.pick(['prnt', 'pint']);
+  const bad = code.replace('print(', `${name}(`);
+  return { code: bad, tool: failure(`NameError at line 1: name '${name}' is not defined`, bad) };
 }
+
+// What a fixing turn's reasoning says before it restates the expression (echo demos). Its 9 characters put the
+// restatement as far after the offending line's expression as the answer's digits are after `stdout: ` (55 tokens
+// with the char tokenizer and the quick template, for the quickstart's 6-character expressions and 5-digit
+// answers), and it ends in `{` as `\boxed{` does. So the fix is the copy the first stage has already learned,
+// from the same place in the same query context, not a new one. On the 2026-11-27 first-stage checkpoints, without
+// a note seeds 4 and 6 found the expression's first digit and repeated it (retry exact 0 at every check); with
+// "fix typo " (the offset alone) they passed but seed 1 got the first digit right half the time (its stdout copy
+// starts from the `{`); with this note seeds 1, 4 and 6 pass the retry gate at steps 50, 25 and 100.
+export const FIX_NOTE = 'fix call{';
 
 export interface DemoMix {
   direct: number;
@@ -201,6 +212,8 @@ export interface DemoOptions {
    * copy as a first call, whatever the broken call lacked. Default off (empty reasoning).
    */
   echo?: boolean;
+  /** The share of recovery demos whose failing call is trained (default 0: every one is shown, weight 0). */
+  trainFailedCalls?: number;
 }
 
 /** The question's expression, for echo demos: "What is 12*34?" -> "12*34". */
@@ -223,7 +236,8 @@ export function demoStyle(ex: ChatExample): DemoStyle {
  * Format-only demos as chat examples (the assistant text is what follows the generation prompt's `<reason>`).
  * 'direct' answers without the tool — with the right answer only on level-0 problems and a plausible-looking
  * guess otherwise, so SFT teaches the format but not the arithmetic; 'tool' calls the tool and copies stdout;
- * 'recover' makes a failing call first, then fixes it.
+ * 'recover' makes a failing call first (weight 0: read, not trained, but for `trainFailedCalls` of them), then
+ * fixes it.
  */
 export function sftExamples(
   problems: TaskProblem[],
@@ -252,12 +266,20 @@ export function sftExamples(
     } else {
       if (style === 'recover') {
         const bad = breakCode(p.code, rng);
-        messages.push({ role: 'assistant', content: `${thought}</reason>`, tool_calls: [call(bad.code)] });
+        // shown, not trained, unless asked: a policy taught the failure makes it (the variant of 2026-11-27 that
+        // trained every one made four fifths of its first calls fail)
+        const trained = (opts.trainFailedCalls ?? 0) > 0 && rng.next() < (opts.trainFailedCalls ?? 0);
+        messages.push({
+          role: 'assistant',
+          content: `${thought}</reason>`,
+          tool_calls: [call(bad.code)],
+          ...(trained ? {} : { weight: 0 as const }),
+        });
         messages.push({ role: 'tool', content: `${bad.tool}\n\nexecution time: 0.01s` });
       }
       messages.push({
         role: 'assistant',
-        content: `${thought}</reason>`,
+        content: `${style === 'recover' && opts.echo ? FIX_NOTE : ''}${thought}</reason>`,
         tool_calls: [call(p.code)],
       });
       messages.push({

@@ -355,6 +355,7 @@ export class Trainer {
         });
         return sftExamples(problems, stage.demoMix, seedFor(this.recipe.seed, stage.name, 'demos'), {
           echo: stage.echo,
+          trainFailedCalls: stage.trainFailedCalls,
         });
       }),
     ];

@@ -13,6 +13,8 @@ export interface ChatMessage {
   role: 'system' | 'user' | 'assistant' | 'tool';
   content: string;
   tool_calls?: ToolCall[];
+  /** 0: a turn to read, not train (turnPieces); OpenAI fine-tuning's field. */
+  weight?: 0 | 1;
 }
 
 export interface RenderOptions {
@@ -178,7 +180,7 @@ export class ChatTemplate {
 
   /**
    * A conversation rendered whole, cut into what the model reads and what it writes: each assistant message
-   * is trained from where the generation prompt leaves off (the render of the messages before it with
+   * (but one with weight 0, which is read) is trained from where the generation prompt leaves off (the render of the messages before it with
    * add_generation_prompt) to its end-of-turn marker (the first of `ends` after it), included. A template may
    * render a turn differently when a later one follows (Qwen3 puts an empty think block only in the last), as
    * long as the messages before each assistant turn, with the generation prompt, render as the start of the
@@ -210,7 +212,7 @@ export class ChatTemplate {
           `chat template ${this.name}: messages[${i}] (assistant): no end-of-turn token (${opts.ends.join(', ')}) after it`,
         );
       if (start > at) pieces.push({ text: full.slice(at, start), train: false });
-      pieces.push({ text: full.slice(start, end), train: true });
+      pieces.push({ text: full.slice(start, end), train: m.weight !== 0 });
       at = end;
     });
     if (at < full.length) pieces.push({ text: full.slice(at), train: false });

@@ -152,9 +152,10 @@ test('tool calls: python arguments in rollout order with input filled; consecuti
         toolCallBlock(PYTHON_TOOL_NAME, { code: 'print(1)' }),
         toolCallBlock(PYTHON_TOOL_NAME, { code: 'print(2)' }),
       ].join('\n'),
+      train: true,
     },
     { role: 'tool', texts: ['one', 'two'] },
-    { role: 'assistant', text: 'done' },
+    { role: 'assistant', text: 'done', train: true },
   ]);
   // a call already written into the content (as rollout text) is followed by its tool turn too
   const inline = chatSegments({

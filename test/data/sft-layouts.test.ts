@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -20,6 +20,7 @@ import { PYTHON_TOOL_NAME } from '../../src/tokenizer/index.js';
 // there specifies it: `conversations` of {from: human|gpt|function_call|observation|system, value}, `tools` a JSON
 // string of functions, optional `system`.
 const GLAIVE = 'test/data/fixtures/glaive-toolcall-sharegpt.jsonl';
+const PYTHON_ROW = 'test/data/fixtures/openai-python-tool.jsonl';
 
 // The example row of Salesforce/xlam-function-calling-60k's dataset card (huggingface.co/datasets/Salesforce/
 // xlam-function-calling-60k, "JSON Data Format for Query and Answers"), with `tools` and `answers` as the JSON
@@ -272,31 +273,8 @@ test('bad rows of the new layouts name the row, the field and what is expected',
 });
 
 test('tools the RL stages do not serve: counted, and the rollout tool under another name is pointed out', async () => {
-  // an OpenAI-format file whose tool is named `python` (issue 43): it takes `code` as the rollout tool does
-  const python = {
-    messages: [
-      { role: 'user', content: 'What is 2**10?' },
-      {
-        role: 'assistant',
-        content: null,
-        tool_calls: [
-          { type: 'function', function: { name: 'python', arguments: '{"code": "print(2**10)"}' } },
-        ],
-      },
-      { role: 'tool', content: '1024' },
-      { role: 'assistant', content: '2**10 = 1024.' },
-    ],
-    tools: [
-      {
-        type: 'function',
-        function: {
-          name: 'python',
-          description: 'Run Python code',
-          parameters: { type: 'object', properties: { code: { type: 'string' } }, required: ['code'] },
-        },
-      },
-    ],
-  };
+  // an OpenAI-format row whose tool is named `python` (issue 43): it takes `code` as the rollout tool does
+  const python = JSON.parse(readFileSync(PYTHON_ROW, 'utf8'));
   const exs = await loadChatExamples(file([python, python, OPENAI_ROW, XLAM_ROW]));
   const use = toolUse(exs);
   assert.deepEqual(use, [

@@ -224,3 +224,102 @@ test("a preset's tokenizer corpus: the RL segments where they exist (as before),
   for (const m of area.messages) assert.ok(texts.includes(m.content));
   assert.match(texts, /"name": "calculate_area", "arguments": \{"shape": "square"/);
 });
+
+// OpenAI's fine-tuning guide, "multi-turn chat examples": the weight key on an assistant message (0 or 1) says
+// whether it is trained; its example (https://platform.openai.com/docs/guides/supervised-fine-tuning).
+const MARV = {
+  messages: [
+    { role: 'system', content: 'Marv is a factual chatbot that is also sarcastic.' },
+    { role: 'user', content: "What's the capital of France?" },
+    { role: 'assistant', content: 'Paris', weight: 0 },
+    { role: 'user', content: 'Can you be more sarcastic?' },
+    { role: 'assistant', content: "Paris, as if everyone doesn't know that already.", weight: 1 },
+  ],
+};
+
+test('weight 0 on an assistant message (OpenAI fine-tuning): read, not trained, under the whole and the rl templates', () => {
+  const ex = chatExampleFromRow(MARV, 'marv.jsonl:1');
+  const unweighted = chatExampleFromRow(
+    { messages: MARV.messages.map(({ weight: _, ...m }) => m) },
+    'marv.jsonl:1',
+  );
+  const sft = sftRenderer({
+    rl: ChatTemplate.named('rstar2'),
+    tokenizer: QWEN3,
+    rolloutTools: [PYTHON_TOOL_SCHEMA],
+  });
+  const pieces = sft.pieces(ex, 'qwen');
+  assert.deepEqual(
+    pieces.filter((p) => p.train).map((p) => p.text),
+    ["Paris, as if everyone doesn't know that already.<|im_end|>"],
+  );
+  // the same text and ids as without weights: only the mask changes, and only over the first answer
+  const [a, b] = [sft.sequence(ex, 'qwen'), sft.sequence(unweighted, 'qwen')];
+  assert.deepEqual(a.ids, b.ids);
+  const paris = QWEN3.encode('Paris<|im_end|>', { addSpecialTokens: false }).length;
+  assert.equal(b.mask.filter(Boolean).length - a.mask.filter(Boolean).length, paris);
+
+  // 'rl': a failing call shown, then its fix and the answer trained
+  const retry = chatExampleFromRow(
+    {
+      messages: [
+        { role: 'user', content: 'What is 12*34?' },
+        {
+          role: 'assistant',
+          content: '',
+          tool_calls: [
+            { type: 'function', function: { name: 'python', arguments: { code: 'prnt(12*34)' } } },
+          ],
+          weight: 0,
+        },
+        { role: 'tool', content: "NameError: name 'prnt' is not defined" },
+        {
+          role: 'assistant',
+          content: '',
+          tool_calls: [
+            { type: 'function', function: { name: 'python', arguments: { code: 'print(12*34)' } } },
+          ],
+        },
+        { role: 'tool', content: '408' },
+        { role: 'assistant', content: '\\boxed{408}' },
+      ],
+    },
+    'retry.jsonl:1',
+  );
+  const trained = sft
+    .pieces(retry, 'rl')
+    .filter((p) => p.train)
+    .map((p) => p.text);
+  assert.equal(trained.length, 2);
+  assert.ok(
+    trained[0].includes('print(12*34)') && !trained.some((t) => t.includes('prnt')),
+    trained.join('|'),
+  );
+});
+
+test('weight: only 0 or 1, only on assistant messages, and not on every one of them', () => {
+  const bad = (messages: object[], re: RegExp) =>
+    assert.throws(() => chatExampleFromRow({ messages }, 'w.jsonl:3'), re);
+  const user = { role: 'user', content: 'q' };
+  bad(
+    [user, { role: 'assistant', content: 'a', weight: 0.5 }],
+    /w\.jsonl:3: messages\[1\]\.weight: must be 0 or 1/,
+  );
+  bad(
+    [
+      { ...user, weight: 1 },
+      { role: 'assistant', content: 'a' },
+    ],
+    /messages\[0\]\.weight: only assistant messages/,
+  );
+  bad(
+    [user, { role: 'assistant', content: 'a', weight: 0 }],
+    /no assistant message to learn from: every one has weight 0/,
+  );
+  // weight 1 is the default, kept as given
+  const ex = chatExampleFromRow(
+    { messages: [user, { role: 'assistant', content: 'a', weight: 1 }] },
+    'w.jsonl:4',
+  );
+  assert.equal(ex.messages[1].weight, 1);
+});

@@ -13,6 +13,7 @@ import { Rng } from '../../src/util/rng.js';
 // 165K function-calling + 30K instruction-following + 27K chat), and the rollout tool its prompts name.
 
 const GLAIVE = 'test/data/fixtures/glaive-toolcall-sharegpt.jsonl'; // provenance in sft-layouts.test.ts
+const PYTHON_ROW = 'test/data/fixtures/openai-python-tool.jsonl';
 const tmp = () => mkdtempSync(join(tmpdir(), 'rstar2-sft-stage-'));
 const jsonl = (dir: string, name: string, rows: unknown[]) => {
   const f = join(dir, name);
@@ -121,21 +122,7 @@ test('stage template and rollout tool: defaults as before, choices checked, a sc
 test('the dry run renders every SFT example with its stage template and warns of tools the rollouts do not serve', async () => {
   const d = tmp();
   // issue 43: an OpenAI-format file whose tool is named `python`, and a multi-turn ShareGPT file
-  const python = {
-    messages: [
-      { role: 'user', content: 'What is 2**10?' },
-      {
-        role: 'assistant',
-        content: null,
-        tool_calls: [
-          { type: 'function', function: { name: 'python', arguments: '{"code": "print(2**10)"}' } },
-        ],
-      },
-      { role: 'tool', content: '1024' },
-      { role: 'assistant', content: '1024' },
-    ],
-  };
-  const files = [jsonl(d, 'python.jsonl', [python, chat('Hi', 'Hello.')]), GLAIVE];
+  const files = [PYTHON_ROW, jsonl(d, 'chat.jsonl', [chat('Hi', 'Hello.')]), GLAIVE];
   const run = async (sft: object, more: object = {}) => {
     const out: string[] = [];
     await dryRun(recipe({ ...sft, data: { files } }, more), { log: (l) => out.push(l) });

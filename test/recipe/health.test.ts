@@ -408,6 +408,11 @@ test('exact scores the turns that answer a tool output: the fix after an error a
   assert.equal(answersExact(retry, wrongAt(7)), false, 'a wrong fixed call');
   assert.equal(answersExact(retry, wrongAt(11)), false, 'a wrong copy into the answer');
   assert.equal(answersExact(retry, wrongAt(4)), true, 'masked tokens are not scored');
+  // the failing call with weight 0 is not a run of trained tokens: the fix is the first run, and is scored
+  const shown = [0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1];
+  assert.equal(answersExact(shown, wrongAt(7), false), false, 'a wrong fixed call');
+  assert.equal(answersExact(shown, wrongAt(7)), true, 'scored as if trained, the fix would be a free choice');
+  assert.equal(answersExact(shown, wrongAt(2), false), true, 'the shown call is not scored');
   // a direct answer has one turn, scored on itself
   assert.equal(answersExact([0, 0, 1, 1], [true, true, true, false]), false);
   assert.equal(answersExact([0, 0, 1, 1], [false, false, true, true]), true);

@@ -9,6 +9,7 @@ import {
   answerText,
   demoStyle,
   echoOf,
+  FIX_NOTE,
   generateProblems,
   MAX_LEVEL,
   sftExamples,
@@ -209,11 +210,12 @@ test('echo demos restate the expression first; the quick template keeps the comp
     const first = segs[0];
     assert.ok(first.role === 'assistant' && first.text.startsWith(`${echoOf(ps[i].question)}</reason>`));
     const call = segs[segs.length - 3];
-    // a fixing turn restates the expression like a first turn, then calls print on it
+    // a fixing turn restates the expression like a first turn (after its note), then calls print on it
+    const note = demoStyle(d) === 'recover' ? FIX_NOTE : '';
     if (demoStyle(d) !== 'direct')
       assert.ok(
         call.role === 'assistant' &&
-          call.text.startsWith(`${echoOf(ps[i].question)}</reason>`) &&
+          call.text.startsWith(`${note}${echoOf(ps[i].question)}</reason>`) &&
           call.text.includes(`print(${echoOf(ps[i].question)})`),
       );
   }
@@ -246,7 +248,83 @@ test('recovery demos show the python tool the exact failure text it returns for 
       shown.includes(real.text.replace(/execution time: [\d.]+s/, 'execution time: Xs')),
       `${shown}\n---\n${real.text}`,
     );
-    seen.add(real.text.split('\n')[2].split(' at ')[0]);
+    seen.add(real.text.split('\n')[2]);
   }
-  assert.deepEqual([...seen].sort(), ['stderr: NameError', 'stderr: SyntaxError']);
+  assert.deepEqual(
+    [...seen].sort(),
+    ['pint', 'prnt'].map((n) => `stderr: NameError at line 1: name '${n}' is not defined`),
+  );
+});
+
+test('a fixing turn restates the expression at one offset after the failing line, the offset the answer copies stdout at', () => {
+  // 3-digit x 2-digit products, as the quickstart's: every expression is 6 characters
+  const ps = generateProblems({ seed: 5, n: 200, split: 'train', levels: [1], kinds: ['mul'] });
+  const demos = sftExamples(ps, { direct: 0, tool: 0, recover: 1 }, 7, { echo: true });
+  const offsets = new Set<string>();
+  const failures = new Set<string>();
+  for (const [i, d] of demos.entries()) {
+    const [first, obs] = rendered(d);
+    assert.ok(first.role === 'assistant' && obs.role === 'tool');
+    const expr = echoOf(ps[i].question);
+    // what the fixing turn's restatement follows: the first turn, then the tool's text
+    const before = first.text + obs.texts[0];
+    failures.add(obs.texts[0].split('\n')[2]);
+    offsets.add([before.indexOf(expr), before.lastIndexOf(expr), before.length].join());
+  }
+  assert.equal(failures.size, 2);
+  assert.equal(offsets.size, 1, [...offsets].join(' | '));
+  // in tokens, the restatement is as far after the offending line's expression as the answer after stdout
+  const tok = tokenizerFromFiles(buildCharTokenizer({ template: 'quick' }));
+  const ids = (t: string) => tok.encode(t, { addSpecialTokens: false });
+  const after = (seq: number[], what: string, from = 0) => {
+    const w = ids(what);
+    for (let i = from; i + w.length <= seq.length; i++)
+      if (w.every((x, k) => seq[i + k] === x)) return i + w.length;
+    throw new Error(`${what} not found`);
+  };
+  for (const [i, d] of demos.slice(0, 20).entries()) {
+    const seq = ids(
+      rendered(d)
+        .map((g) => (g.role === 'assistant' ? `${g.text}<|im_end|>` : toolObservationText(g.texts[0])))
+        .join(''),
+    );
+    const expr = echoOf(ps[i].question);
+    const line = after(seq, `\n  p`) + 4; // the offending line: two spaces, then prnt( or pint(
+    const restated = after(seq, FIX_NOTE, line);
+    const stdout = after(seq, 'stdout: ');
+    const boxed = after(seq, '\\boxed{', stdout);
+    assert.deepEqual(seq.slice(line, line + expr.length), ids(expr));
+    assert.deepEqual(seq.slice(restated, restated + expr.length), ids(expr));
+    assert.equal(restated - line, boxed - stdout);
+  }
+});
+
+test('a recovery demo shows its failing call without training it (weight 0); every other turn is trained', () => {
+  const ps = generateProblems({ seed: 3, n: 300, split: 'train', levels: [1], kinds: ['mul'] });
+  const demos = sftExamples(ps, { direct: 1, tool: 1, recover: 1 }, 11, { echo: true });
+  const styles = new Set<string>();
+  for (const d of demos) {
+    const turns = d.messages.filter((m) => m.role === 'assistant');
+    styles.add(demoStyle(d));
+    const shown = turns.map((m) => m.weight === 0);
+    assert.deepEqual(
+      shown,
+      turns.map((_, i) => demoStyle(d) === 'recover' && i === 0),
+    );
+    if (demoStyle(d) === 'recover')
+      assert.match(String(turns[0].tool_calls?.[0].function.arguments.code), /^(prnt|pint)\(/);
+  }
+  assert.equal(styles.size, 3);
+});
+
+test('trainFailedCalls trains that share of the failing calls and shows the rest', () => {
+  const ps = generateProblems({ seed: 3, n: 2000, split: 'train', levels: [1], kinds: ['mul'] });
+  const share = (t: number) => {
+    const recover = sftExamples(ps, { direct: 0, tool: 0, recover: 1 }, 11, { trainFailedCalls: t });
+    return recover.filter((d) => d.messages[1].weight !== 0).length / recover.length;
+  };
+  assert.equal(share(0), 0);
+  assert.equal(share(1), 1);
+  const q = share(0.25);
+  assert.ok(q > 0.22 && q < 0.28, String(q));
 });
