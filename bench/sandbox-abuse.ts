@@ -180,10 +180,14 @@ async function abuse(pool: SandboxPool) {
       for (let i = w; Date.now() < end; i++) {
         const name = names[i % names.length];
         const req = ATTACKS[name];
-        // a session attack gets a session of its own, closed a second later
+        // a session attack gets a session of its own, which the worker holds for a second (its process spinning on
+        // where it is not stopped) and then closes
         const session = req.session && `${req.session}-${w}-${i}`;
         const r = await pool.run(session ? { ...req, session } : req);
-        if (session) setTimeout(() => pool.closeSession(session), 1000);
+        if (session) {
+          await new Promise((res) => setTimeout(res, 1000));
+          pool.closeSession(session);
+        }
         outcomes[name] ??= {};
         outcomes[name][r.status] = (outcomes[name][r.status] ?? 0) + 1;
         sample[name] ??= (r.error ?? r.stderr.trim().split('\n').pop() ?? '').slice(0, 100);

@@ -23,7 +23,8 @@ Sessions: a session process is forked by the zygote like a child and confined th
 (own slot: scratch dir, uid, Landlock domain; rlimits; clean fds), then loops: it receives each
 call's pipes over its own SOCK_SEQPACKET socket, runs the code in its persistent __main__, and
 answers "D". The broker enforces the wall clock; a cell that overruns (or floods output) gets the
-whole session killed by the zygote, and the slot is swept and wiped as for a stateless call.
+whole session killed by the zygote, and the slot is swept and wiped as for a stateless call. Between cells the
+broker keeps the session's process stopped (SIGSTOP), since the snippet can send "D" itself (Broker.check_between).
 """
 
 import _socket
