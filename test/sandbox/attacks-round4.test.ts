@@ -39,99 +39,107 @@ function cpuMsOf(uid: number): number {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-describe("a session's process runs no code between its cells (bwrap)", {
-  skip: skip || asRoot,
-  timeout: 60_000,
-}, () => {
-  let pool: SandboxPool;
-  const logs: string[] = [];
-  before(async () => {
-    pool = await SandboxPool.start({ slots: 1, timeoutMs: 4000, demoteAfterMs: 0, log: (l) => logs.push(l) });
-  });
-  after(() => pool?.close());
-
-  async function uidOf(session: string): Promise<number> {
-    const r = await pool.run({ code: 'import os\nprint(os.getuid())', session });
-    assert.equal(r.status, 'ok', JSON.stringify(r));
-    return Number(r.stdout);
-  }
-
-  test('a cell that sends its own "cell done" and spins on gets no CPU until its next cell', async () => {
-    const uid = await uidOf('forger');
-    // zygote.SDONE "<iII" after "D", on the session's control socket (fd 3)
-    const r = await pool.run({
-      code:
-        'import os, struct, time\nos.write(3, b"D" + struct.pack("<iII", 0, 0, 0))\nt = time.time()\n' +
-        'while time.time() - t < 20:\n    pass',
-      session: 'forger',
+for (const isolation of ['bwrap', 'landlock'] as const) {
+  describe(`a session's process runs no code between its cells (${isolation})`, {
+    skip: isolation === 'bwrap' ? skip || asRoot : asRoot,
+    timeout: 60_000,
+  }, () => {
+    let pool: SandboxPool;
+    const logs: string[] = [];
+    before(async () => {
+      pool = await SandboxPool.start({
+        isolation,
+        slots: 1,
+        timeoutMs: 4000,
+        demoteAfterMs: 0,
+        log: (l) => logs.push(l),
+      });
     });
-    assert.ok(r.wallMs < 3000, JSON.stringify(r)); // answered on the forged report, as before
-    await sleep(300);
-    const c0 = cpuMsOf(uid);
-    await sleep(1500);
-    const used = cpuMsOf(uid) - c0;
-    assert.ok(used <= 50, `the session's process used ${used} ms of CPU in 1.5 s between its cells`);
-  });
+    after(() => pool?.close());
 
-  test('a thread a cell left running gets no CPU between cells, and runs again in the next', async () => {
-    const uid = await uidOf('thread');
-    const start = await pool.run({
-      code:
-        'import threading\nn = [0]\ndef spin():\n    while True:\n        n[0] += 1\n' +
-        'threading.Thread(target=spin, daemon=True).start()\nprint("started")',
-      session: 'thread',
-    });
-    assert.equal(start.stdout, 'started\n', JSON.stringify(start));
-    await sleep(300);
-    const c0 = cpuMsOf(uid);
-    await sleep(1500);
-    const used = cpuMsOf(uid) - c0;
-    assert.ok(used <= 50, `the session's thread used ${used} ms of CPU in 1.5 s between its cells`);
-    const next = await pool.run({
-      code: 'import time\na = n[0]\ntime.sleep(0.3)\nprint(n[0] > a)',
-      session: 'thread',
-    });
-    assert.equal(next.stdout, 'True\n', JSON.stringify(next));
-  });
-
-  test('a session found running between its cells is killed', async () => {
-    // What continues it here is the test (root on the host); inside, what could do it again and again is refused
-    // (next test), and what is left does it once (a killed leftover that linked the session's process group to
-    // another group: POSIX's SIGCONT to an orphaned group), after which it is stopped again
-    const uid = await uidOf('continued');
-    await pool.run({
-      code: 'import threading\ndef spin():\n    while True:\n        pass\nthreading.Thread(target=spin, daemon=True).start()',
-      session: 'continued',
-    });
-    await sleep(300);
-    const [pid] = processesOf(uid);
-    for (let i = 0; i < 30; i++) {
-      try {
-        process.kill(pid, 'SIGCONT');
-      } catch {} // killed already
-      await sleep(20);
+    async function uidOf(session: string): Promise<number> {
+      const r = await pool.run({ code: 'import os\nprint(os.getuid())', session });
+      assert.equal(r.status, 'ok', JSON.stringify(r));
+      return Number(r.stdout);
     }
-    const next = await pool.run({ code: 'print("alive")', session: 'continued' });
-    assert.match(next.error ?? '', /ran between its calls/, JSON.stringify(next));
-    assert.deepEqual(processesOf(uid), []);
-  });
 
-  test('what would continue a stopped session by itself is refused: POSIX timers, F_SETSIG, a SIGCONT exit signal', async () => {
-    const r = await pool.run({
-      code:
-        'import ctypes, os, signal\nlibc = ctypes.CDLL(None, use_errno=True)\ntid = ctypes.c_void_p()\n' +
-        'print(libc.timer_create(1, None, ctypes.byref(tid)), ctypes.get_errno())\n' +
-        'r, w = os.pipe()\nprint(libc.fcntl(r, 10, int(signal.SIGCONT)), ctypes.get_errno())\n' +
-        'print(libc.syscall(56, int(signal.SIGCONT), 0, 0, 0, 0), ctypes.get_errno())', // clone(exit signal SIGCONT)
+    test('a cell that sends its own "cell done" and spins on gets no CPU until its next cell', async () => {
+      const uid = await uidOf('forger');
+      // zygote.SDONE "<iII" after "D", on the session's control socket (fd 3)
+      const r = await pool.run({
+        code:
+          'import os, struct, time\nos.write(3, b"D" + struct.pack("<iII", 0, 0, 0))\nt = time.time()\n' +
+          'while time.time() - t < 20:\n    pass',
+        session: 'forger',
+      });
+      assert.ok(r.wallMs < 3000, JSON.stringify(r)); // answered on the forged report, as before
+      await sleep(300);
+      const c0 = cpuMsOf(uid);
+      await sleep(1500);
+      const used = cpuMsOf(uid) - c0;
+      assert.ok(used <= 50, `the session's process used ${used} ms of CPU in 1.5 s between its cells`);
     });
-    assert.equal(r.stdout, '-1 1\n-1 1\n-1 1\n', JSON.stringify(r));
-    // a plain fork (exit signal SIGCHLD) still works
-    const ok = await pool.run({
-      code: 'import os\npid = os.fork()\nif pid == 0:\n    os._exit(3)\nprint(os.waitpid(pid, 0)[1] >> 8)',
+
+    test('a thread a cell left running gets no CPU between cells, and runs again in the next', async () => {
+      const uid = await uidOf('thread');
+      const start = await pool.run({
+        code:
+          'import threading\nn = [0]\ndef spin():\n    while True:\n        n[0] += 1\n' +
+          'threading.Thread(target=spin, daemon=True).start()\nprint("started")',
+        session: 'thread',
+      });
+      assert.equal(start.stdout, 'started\n', JSON.stringify(start));
+      await sleep(300);
+      const c0 = cpuMsOf(uid);
+      await sleep(1500);
+      const used = cpuMsOf(uid) - c0;
+      assert.ok(used <= 50, `the session's thread used ${used} ms of CPU in 1.5 s between its cells`);
+      const next = await pool.run({
+        code: 'import time\na = n[0]\ntime.sleep(0.3)\nprint(n[0] > a)',
+        session: 'thread',
+      });
+      assert.equal(next.stdout, 'True\n', JSON.stringify(next));
     });
-    assert.equal(ok.stdout, '3\n', JSON.stringify(ok));
+
+    test('a session found running between its cells is killed', async () => {
+      // What continues it here is the test (root on the host); inside, what could do it again and again is refused
+      // (next test), and what is left does it once (a killed leftover that linked the session's process group to
+      // another group: POSIX's SIGCONT to an orphaned group), after which it is stopped again
+      const uid = await uidOf('continued');
+      await pool.run({
+        code: 'import threading\ndef spin():\n    while True:\n        pass\nthreading.Thread(target=spin, daemon=True).start()',
+        session: 'continued',
+      });
+      await sleep(300);
+      const [pid] = processesOf(uid);
+      for (let i = 0; i < 30; i++) {
+        try {
+          process.kill(pid, 'SIGCONT');
+        } catch {} // killed already
+        await sleep(20);
+      }
+      const next = await pool.run({ code: 'print("alive")', session: 'continued' });
+      assert.match(next.error ?? '', /ran between its calls/, JSON.stringify(next));
+      assert.deepEqual(processesOf(uid), []);
+    });
+
+    test('what would continue a stopped session by itself is refused: POSIX timers, F_SETSIG, a SIGCONT exit signal', async () => {
+      const r = await pool.run({
+        code:
+          'import ctypes, os, signal\nlibc = ctypes.CDLL(None, use_errno=True)\ntid = ctypes.c_void_p()\n' +
+          'print(libc.timer_create(1, None, ctypes.byref(tid)), ctypes.get_errno())\n' +
+          'r, w = os.pipe()\nprint(libc.fcntl(r, 10, int(signal.SIGCONT)), ctypes.get_errno())\n' +
+          'print(libc.syscall(56, int(signal.SIGCONT), 0, 0, 0, 0), ctypes.get_errno())', // clone(exit signal SIGCONT)
+      });
+      assert.equal(r.stdout, '-1 1\n-1 1\n-1 1\n', JSON.stringify(r));
+      // a plain fork (exit signal SIGCHLD) still works
+      const ok = await pool.run({
+        code: 'import os\npid = os.fork()\nif pid == 0:\n    os._exit(3)\nprint(os.waitpid(pid, 0)[1] >> 8)',
+      });
+      assert.equal(ok.stdout, '3\n', JSON.stringify(ok));
+    });
   });
-});
+}
 
 for (const isolation of ['bwrap', 'landlock'] as const) {
   describe(`memory a call pins in unread socket buffers (${isolation})`, {
