@@ -2,9 +2,9 @@
 // unread socket buffers (break 3). bubblewrap's /proc (break 5) is in attacks-round3.test.ts.
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { findBwrap } from '../../src/sandbox/isolation.js';
-import { SandboxPool } from '../../src/sandbox/pool.js';
+import { suitePool } from './helpers.js';
 
 const skip = findBwrap() ? false : 'bubblewrap not installed';
 const asRoot = process.getuid?.() === 0 ? false : 'needs root (per-slot uids)';
@@ -44,21 +44,10 @@ for (const isolation of ['bwrap', 'landlock'] as const) {
     skip: isolation === 'bwrap' ? skip || asRoot : asRoot,
     timeout: 60_000,
   }, () => {
-    let pool: SandboxPool;
-    const logs: string[] = [];
-    before(async () => {
-      pool = await SandboxPool.start({
-        isolation,
-        slots: 1,
-        timeoutMs: 4000,
-        demoteAfterMs: 0,
-        log: (l) => logs.push(l),
-      });
-    });
-    after(() => pool?.close());
+    const s = suitePool({ isolation, slots: 1, timeoutMs: 4000, demoteAfterMs: 0 });
 
     async function uidOf(session: string): Promise<number> {
-      const r = await pool.run({ code: 'import os\nprint(os.getuid())', session });
+      const r = await s.pool.run({ code: 'import os\nprint(os.getuid())', session });
       assert.equal(r.status, 'ok', JSON.stringify(r));
       return Number(r.stdout);
     }
@@ -66,7 +55,7 @@ for (const isolation of ['bwrap', 'landlock'] as const) {
     test('a cell that sends its own "cell done" and spins on gets no CPU until its next cell', async () => {
       const uid = await uidOf('forger');
       // zygote.SDONE "<iII" after "D", on the session's control socket (fd 3)
-      const r = await pool.run({
+      const r = await s.pool.run({
         code:
           'import os, struct, time\nos.write(3, b"D" + struct.pack("<iII", 0, 0, 0))\nt = time.time()\n' +
           'while time.time() - t < 20:\n    pass',
@@ -82,7 +71,7 @@ for (const isolation of ['bwrap', 'landlock'] as const) {
 
     test('a thread a cell left running gets no CPU between cells, and runs again in the next', async () => {
       const uid = await uidOf('thread');
-      const start = await pool.run({
+      const start = await s.pool.run({
         code:
           'import threading\nn = [0]\ndef spin():\n    while True:\n        n[0] += 1\n' +
           'threading.Thread(target=spin, daemon=True).start()\nprint("started")',
@@ -94,7 +83,7 @@ for (const isolation of ['bwrap', 'landlock'] as const) {
       await sleep(1500);
       const used = cpuMsOf(uid) - c0;
       assert.ok(used <= 50, `the session's thread used ${used} ms of CPU in 1.5 s between its cells`);
-      const next = await pool.run({
+      const next = await s.pool.run({
         code: 'import time\na = n[0]\ntime.sleep(0.3)\nprint(n[0] > a)',
         session: 'thread',
       });
@@ -106,7 +95,7 @@ for (const isolation of ['bwrap', 'landlock'] as const) {
       // (next test), and what is left does it once (a killed leftover that linked the session's process group to
       // another group: POSIX's SIGCONT to an orphaned group), after which it is stopped again
       const uid = await uidOf('continued');
-      await pool.run({
+      await s.pool.run({
         code: 'import threading\ndef spin():\n    while True:\n        pass\nthreading.Thread(target=spin, daemon=True).start()',
         session: 'continued',
       });
@@ -118,13 +107,13 @@ for (const isolation of ['bwrap', 'landlock'] as const) {
         } catch {} // killed already
         await sleep(20);
       }
-      const next = await pool.run({ code: 'print("alive")', session: 'continued' });
+      const next = await s.pool.run({ code: 'print("alive")', session: 'continued' });
       assert.match(next.error ?? '', /ran between its calls/, JSON.stringify(next));
       assert.deepEqual(processesOf(uid), []);
     });
 
     test('what would continue a stopped session by itself is refused: POSIX timers, F_SETSIG, a SIGCONT exit signal', async () => {
-      const r = await pool.run({
+      const r = await s.pool.run({
         code:
           'import ctypes, os, signal\nlibc = ctypes.CDLL(None, use_errno=True)\ntid = ctypes.c_void_p()\n' +
           'print(libc.timer_create(1, None, ctypes.byref(tid)), ctypes.get_errno())\n' +
@@ -133,7 +122,7 @@ for (const isolation of ['bwrap', 'landlock'] as const) {
       });
       assert.equal(r.stdout, '-1 1\n-1 1\n-1 1\n', JSON.stringify(r));
       // a plain fork (exit signal SIGCHLD) still works
-      const ok = await pool.run({
+      const ok = await s.pool.run({
         code: 'import os\npid = os.fork()\nif pid == 0:\n    os._exit(3)\nprint(os.waitpid(pid, 0)[1] >> 8)',
       });
       assert.equal(ok.stdout, '3\n', JSON.stringify(ok));
@@ -146,22 +135,11 @@ for (const isolation of ['bwrap', 'landlock'] as const) {
     skip: isolation === 'bwrap' ? skip || asRoot : asRoot,
     timeout: 60_000,
   }, () => {
-    let pool: SandboxPool;
-    const logs: string[] = [];
-    before(async () => {
-      pool = await SandboxPool.start({
-        isolation,
-        slots: 2,
-        timeoutMs: 8000,
-        demoteAfterMs: 0,
-        log: (l) => logs.push(l),
-      });
-    });
-    after(() => pool?.close());
+    const s = suitePool({ isolation, slots: 2, timeoutMs: 8000, demoteAfterMs: 0 });
 
     test('socketpairs filled and left unread over several forks count against the call: killed as oom', async () => {
       // the issue's 208 MB over 8 forks: 8 x 100 pairs, each sender filled until it would block
-      const r = await pool.run({
+      const r = await s.pool.run({
         code:
           'import os, socket, time\nfor _ in range(8):\n    if os.fork() == 0:\n        keep = []\n' +
           '        for _ in range(100):\n            a, b = socket.socketpair()\n            a.setblocking(False)\n' +
@@ -170,12 +148,12 @@ for (const isolation of ['bwrap', 'landlock'] as const) {
           '        time.sleep(3)\n        os._exit(0)\ntime.sleep(3)\nprint("held")',
         memoryMb: 128,
       });
-      assert.equal(r.status, 'oom', JSON.stringify({ ...r, logs }));
+      assert.equal(r.status, 'oom', JSON.stringify({ ...r, logs: s.logs }));
       assert.match(r.error ?? '', /memory limit: .* MB of it what its sockets can hold unread/);
     });
 
     test('a send buffer cannot be raised past the default, which bounds what one socket can pin', async () => {
-      const r = await pool.run({
+      const r = await s.pool.run({
         code:
           'import socket\na, b = socket.socketpair()\ntry:\n    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)\n' +
           '    print("raised")\nexcept OSError as e:\n    print("refused", e.errno)',
@@ -189,7 +167,7 @@ for (const isolation of ['bwrap', 'landlock'] as const) {
         isolation === 'bwrap'
           ? 'with multiprocessing.Pool(2) as p:\n    print(sum(p.map(abs, range(-10, 0))))\n'
           : 'print(55)\n';
-      const r = await pool.run({
+      const r = await s.pool.run({
         code:
           'import asyncio, multiprocessing, subprocess, sys\nasync def f():\n    await asyncio.sleep(0.01)\n    return 1\n' +
           `print(asyncio.run(f()))\n${pool_}` +

@@ -2,7 +2,9 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { after, before } from 'node:test';
 import { failedResult } from '../../src/sandbox/codejudge.js';
+import { SandboxPool, type SandboxPoolOptions } from '../../src/sandbox/pool.js';
 import type { CodeRunner, RunRequest, RunResult } from '../../src/sandbox/types.js';
 import { findPython } from '../../src/util/python.js';
 
@@ -156,4 +158,21 @@ export class SessionRunner implements CodeRunner {
     return this.state.delete(session);
   }
   async close(): Promise<void> {}
+}
+
+/** A pool started before the enclosing describe's tests and closed after them; `logs` keeps its log lines. */
+export function suitePool(opts: SandboxPoolOptions): { readonly pool: SandboxPool; logs: string[] } {
+  const logs: string[] = [];
+  let pool: SandboxPool | undefined;
+  before(async () => {
+    pool = await SandboxPool.start({ log: (l) => logs.push(l), ...opts });
+  });
+  after(() => pool?.close());
+  return {
+    logs,
+    get pool() {
+      if (!pool) throw new Error('the suite pool has not started');
+      return pool;
+    },
+  };
 }
