@@ -146,7 +146,7 @@ export function gainWarning(stage: string, first: number, last: number): HealthW
 }
 
 /** The end-of-run line. A missed SFT gate is a stage short of its skill at its cap, not a run that is not
- *  learning: the quickstart's default seed misses its retry gate and still gains 60 points in RL. */
+ *  learning: the quickstart seeds that missed their retry gate (until 27 Nov) still gained 40 points or more in RL. */
 export function healthSummary(warnings: HealthWarning[]): string {
   const learning = warnings.some((w) => w.code !== 'sft_gate_not_reached');
   const why = learning ? 'the run may not be learning' : 'a stage reached its step cap before its skill gate';
