@@ -246,6 +246,7 @@ export function sftExamples(
   opts: DemoOptions = {},
 ): ChatExample[] {
   const rng = new Rng(seed);
+  const trainShare = opts.trainFailedCalls ?? 0;
   const total = mix.direct + mix.tool + mix.recover;
   if (!(total > 0)) throw new Error('sftExamples: demo mix weights must sum to > 0');
   const call = (code: string): ToolCall => ({
@@ -268,7 +269,7 @@ export function sftExamples(
         const bad = breakCode(p.code, rng);
         // shown, not trained, unless asked: a policy taught the failure makes it (the variant of 2026-11-27 that
         // trained every one made four fifths of its first calls fail)
-        const trained = (opts.trainFailedCalls ?? 0) > 0 && rng.next() < (opts.trainFailedCalls ?? 0);
+        const trained = trainShare > 0 && rng.next() < trainShare;
         messages.push({
           role: 'assistant',
           content: `${thought}</reason>`,

@@ -180,8 +180,9 @@ export class ChatTemplate {
 
   /**
    * A conversation rendered whole, cut into what the model reads and what it writes: each assistant message
-   * (but one with weight 0, which is read) is trained from where the generation prompt leaves off (the render of the messages before it with
-   * add_generation_prompt) to its end-of-turn marker (the first of `ends` after it), included. A template may
+   * (but one with weight 0, which is read) is trained from where the generation prompt leaves off (the render of
+   * the messages before it with add_generation_prompt) to its end-of-turn marker (the first of `ends` after it),
+   * included. A template may
    * render a turn differently when a later one follows (Qwen3 puts an empty think block only in the last), as
    * long as the messages before each assistant turn, with the generation prompt, render as the start of the
    * whole; one that does not is refused, naming the message.
