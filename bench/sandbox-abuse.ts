@@ -4,11 +4,13 @@
 // Targets (issue 17): 100 % innocent success, innocent p99 within 3x the idle p99, no sandbox restart.
 //
 //   npx tsx bench/sandbox-abuse.ts [--seconds 30] [--slots N (default: the pool's)] [--hostile 2] [--innocent 2] [--demote-after-ms 50]
-//                                [--attacks 'busy loop,fork bomb'] [--long-call] [--host-loop]
+//                                [--attacks 'busy loop,fork bomb'] [--long-call] [--host-loop] [--host-busy N]
 // (--demote-after-ms 0: long calls keep their priority, as before the pool demoted them)
 // --long-call: what demotion costs an honest long call instead: a ~0.4 s computation alone, then beside
 // --innocent workers sending trivial calls (no attacks)
 // RSTAR2_SANDBOX_ISOLATION=landlock in the environment: the same against the sandbox without namespaces
+// --host-busy N: a host loaded by other work, as a rollout node is: N busy loops outside the sandbox at the default
+// priority, each a session of its own, for the whole run (baselines too)
 // --host-loop: what this host's scheduler allows at best: no hostile calls, but --hostile busy loops outside the
 // sandbox at the lowest priority there is (nice 19, each in a session of autogroup nice 19) beside the innocent workers
 import { spawn } from 'node:child_process';
@@ -27,11 +29,14 @@ const { values } = benchArgs(import.meta.url, {
     attacks: { type: 'string' }, // a comma-separated subset of the attacks below, e.g. 'busy loop,fork bomb'
     'long-call': { type: 'boolean', default: false },
     'host-loop': { type: 'boolean', default: false },
+    'host-busy': { type: 'string', default: '0' },
   },
 });
 const seconds = Number(values.seconds);
 const [hostileN, innocentN] = [values.hostile, values.innocent].map(Number);
 const slots = values.slots === undefined ? undefined : Number(values.slots);
+const hostBusy = Number(values['host-busy']);
+if (!(Number.isInteger(hostBusy) && hostBusy >= 0)) throw new Error('--host-busy must be an integer >= 0');
 for (const [k, v] of Object.entries({ seconds, slots: slots ?? 1, hostile: hostileN, innocent: innocentN }))
   if (!(Number.isFinite(v) && v > 0)) throw new Error(`--${k} must be a positive number`);
 
@@ -161,20 +166,16 @@ async function abuse(pool: SandboxPool) {
   const inSlot: number[] = []; // the pool's wallMs: from the call's start in a slot to its answer
   let ok = 0;
   let failed = 0;
+  // what the hostile workers ran while an innocent call failed: which attack it was harmed by
+  const inFlight = new Map<number, { name: string; since: number }>();
+  const recent: { name: string; since: number; until: number }[] = [];
+  const failures: string[] = [];
   const names = values.attacks ? values.attacks.split(',') : Object.keys(ATTACKS);
   for (const n of names)
     if (!ATTACKS[n]) throw new Error(`--attacks: no attack '${n}' (${Object.keys(ATTACKS).join(', ')})`);
   // one loop per hostile worker, each a session of its own, so the autogroup written is that loop's alone; a
   // session is out of reach of the terminal's ^C, so each loop also ends once this process is gone
-  const HOG =
-    'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 sh -c ' +
-    `'i=0; while :; do i=$((i+1)); if [ $i -ge 100000 ]; then kill -0 ${process.pid} || exit; i=0; fi; done'`;
-  const hogs = values['host-loop']
-    ? Array.from({ length: hostileN }, () => spawn('sh', ['-c', HOG], { detached: true, stdio: 'ignore' }))
-    : [];
-  process.once('exit', () => {
-    for (const h of hogs) h.kill('SIGKILL');
-  });
+  const hogs = values['host-loop'] ? busyLoops(hostileN, 19) : [];
   await Promise.all([
     ...Array.from({ length: hogs.length ? 0 : hostileN }, async (_, w) => {
       for (let i = w; Date.now() < end; i++) {
@@ -183,7 +184,11 @@ async function abuse(pool: SandboxPool) {
         // a session attack gets a session of its own, which the worker holds for a second (its process spinning on
         // where it is not stopped) and then closes
         const session = req.session && `${req.session}-${w}-${i}`;
+        const since = performance.now();
+        inFlight.set(w, { name, since });
         const r = await pool.run(session ? { ...req, session } : req);
+        inFlight.delete(w);
+        recent.push({ name, since, until: performance.now() });
         if (session) {
           await new Promise((res) => setTimeout(res, 1000));
           pool.closeSession(session);
@@ -200,7 +205,15 @@ async function abuse(pool: SandboxPool) {
         lat.push(performance.now() - t0);
         inSlot.push(r.wallMs);
         if (r.status === 'ok' && r.stdout === '42\n') ok++;
-        else failed++;
+        else {
+          failed++;
+          const beside = recent.filter((a) => a.until > t0).map((a) => a.name);
+          for (const a of inFlight.values()) beside.push(`${a.name} (running)`);
+          failures.push(
+            `${r.status} after ${r.wallMs.toFixed(0)} ms in a slot (${(performance.now() - t0).toFixed(0)} ms in all), cpu ${r.cpuMs.toFixed(2)} ms, ` +
+              `${r.error ?? r.stderr.trim().split('\n').pop() ?? ''}; attacks meanwhile: ${beside.join(', ')}`,
+          );
+        }
       }
     }),
   ]);
@@ -213,6 +226,7 @@ async function abuse(pool: SandboxPool) {
   const p99 = pct(lat, 0.99);
   console.log(
     `# sandbox abuse: ${seconds} s, ${pool.options.slots} slots, ${hogs.length ? `${hostileN} lowest-priority busy loops outside the sandbox` : `${hostileN} hostile`} + ${innocentN} innocent workers, demote after ${demoteAfterMs} ms, ` +
+      `${hostBusy ? `${hostBusy} busy loops outside the sandbox at nice 0, ` : ''}` +
       `host CPU ${cpus()[0]?.model ?? '?'} x ${cpus().length}`,
   );
   console.log(
@@ -228,7 +242,10 @@ async function abuse(pool: SandboxPool) {
       `${innocentN > 1 ? `, ${(p99 / sameP99).toFixed(1)}x the same load's` : ''}); ` +
       `in a slot p50 ${pct(inSlot, 0.5).toFixed(1)} ms, p99 ${pct(inSlot, 0.99).toFixed(1)} ms`,
   );
-  console.log(`sandbox restarts: ${pool.stats().restarts}`);
+  for (const f of failures) console.log(`failed innocent call: ${f}`);
+  console.log(
+    `sandbox restarts: ${pool.stats().restarts}${restarts.length ? ` (${restarts.join('; ')})` : ''}`,
+  );
   if (hogs.length) return;
   console.log('\n| attack | outcomes | first message |\n|---|---|---|');
   for (const name of names)
@@ -239,7 +256,30 @@ async function abuse(pool: SandboxPool) {
     );
 }
 
-const pool = await SandboxPool.start({ slots, timeoutMs: 2000, demoteAfterMs, log: () => {} });
+/** n busy loops outside the sandbox at this nice, each a session of its own (with autogroups, a scheduling group
+ * of that nice too); a session is out of reach of the terminal's ^C, so each also ends once this process is gone */
+function busyLoops(n: number, nice: number) {
+  const loop =
+    `echo ${nice} > /proc/self/autogroup 2>/dev/null; exec nice -n ${nice} sh -c ` +
+    `'i=0; while :; do i=$((i+1)); if [ $i -ge 100000 ]; then kill -0 ${process.pid} || exit; i=0; fi; done'`;
+  const loops = Array.from({ length: n }, () =>
+    spawn('sh', ['-c', loop], { detached: true, stdio: 'ignore' }),
+  );
+  process.once('exit', () => {
+    for (const l of loops) l.kill('SIGKILL');
+  });
+  return loops;
+}
+
+busyLoops(hostBusy, 0);
+// why the sandbox restarted, if it did
+const restarts: string[] = [];
+const pool = await SandboxPool.start({
+  slots,
+  timeoutMs: 2000,
+  demoteAfterMs,
+  log: (l) => /killing|exited/.test(l) && restarts.push(l),
+});
 try {
   for (let i = 0; i < 20; i++) await pool.run(INNOCENT); // warm up
   await (values['long-call'] ? longCall(pool) : abuse(pool));

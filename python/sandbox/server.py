@@ -64,7 +64,8 @@ SCRATCH_FILES = int(CFG.get("scratchFiles", 0))  # inodes a slot's scratch tmpfs
 SCRATCH_KB = int(CFG.get("scratchMb", 0)) << 10
 SCRATCH_DEPTH = 64
 WALK_SHARE = 0.05  # of one core, at most, for those listings (Broker.check_memory)
-DEMOTE_S = float(CFG.get("demoteAfterMs", 0)) / 1000  # a call running longer gets nice 19
+DEMOTE_S = float(CFG.get("demoteAfterMs", 0)) / 1000  # a call running longer gets nice 19, if it computes (demote)
+DEMOTE_CPU_S = DEMOTE_S / 10
 BASE_NICE = os.getpriority(os.PRIO_PROCESS, 0)  # where calls start: the zygote forks them at the broker's nice
 # With autogroups the CPU is shared between sessions first and every call is a session of its own, so a
 # demoted call's session weight is lowered too (Broker.set_autogroups)
@@ -166,22 +167,50 @@ def start_zygote():
 PF_EXITING = 0x4  # include/linux/sched.h
 
 
-def exiting(pid):
-    """Whether process pid is in its exit with no other thread left, so that none of a snippet's code runs in it
-    again: its flags (field 9 of /proc/PID/stat) and its thread count (field 20). A leader that left by the exit
-    system call while another thread runs on has PF_EXITING too, hence the count."""
+def stat_fields(pid):
+    """The fields of /proc/PID/stat after the command name (the first is the state, field 3), or None once the
+    process is reaped."""
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:
-        return False  # reaped already: the zygote's report is on its way
+        return None
     try:
         st = os.read(fd, 1024)
     except OSError:
-        return False  # reaped meanwhile (ESRCH)
+        return None  # reaped meanwhile (ESRCH)
     finally:
         os.close(fd)
-    f = st[st.rfind(b")") + 2:].split()
-    return len(f) > 17 and int(f[6]) & PF_EXITING and f[17] == b"1"
+    return st[st.rfind(b")") + 2:].split()
+
+
+def exiting(pid):
+    """Whether process pid is in its exit with no other thread left, so that none of a snippet's code runs in it
+    again: its flags (field 9 of /proc/PID/stat) and its thread count (field 20). A leader that left by the exit
+    system call while another thread runs on has PF_EXITING too, hence the count. False once reaped: the zygote's
+    report is on its way."""
+    f = stat_fields(pid)
+    return f is not None and len(f) > 17 and int(f[6]) & PF_EXITING and f[17] == b"1"
+
+
+def cpu_s(pids, enough=INF):
+    """CPU time the processes pids have run, in seconds (each main thread's, from /proc/PID/schedstat, in ns: the
+    ticks of /proc/PID/stat truncate each process to 10 ms, and a fork bomb's few hundred forks each showed 0);
+    the count stops once past enough."""
+    ns = 0
+    for pid in pids:
+        try:
+            fd = os.open(f"/proc/{pid}/schedstat", os.O_RDONLY)  # half the time of open(): a read per cell
+        except OSError:
+            continue  # gone meanwhile
+        try:
+            ns += int(os.read(fd, 64).split(None, 1)[0])
+        except (OSError, ValueError, IndexError):
+            pass
+        finally:
+            os.close(fd)
+        if ns >= enough * 1e9:
+            break
+    return ns / 1e9
 
 
 def wait_readable(fd, seconds):
@@ -529,7 +558,7 @@ def scratch_files(slot):
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
                  "sess", "t0", "deadline", "flush_at", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb",
-                 "used_kb", "files", "shm_kb", "demoted", "req", "disk_kb", "pid", "walked", "sock_kb")
+                 "used_kb", "files", "shm_kb", "demoted", "req", "disk_kb", "pid", "walked", "sock_kb", "cpu0")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -550,6 +579,7 @@ class Call:
         self.req = None  # the request as queued, to queue it again if its process could not be forked
         self.pid = 0  # the child's, from the head of its result pipe (take_exit_report)
         self.walked = None  # (entries, KB) its scratch held at the last walk (isolation landlock; check_memory)
+        self.cpu0 = 0.0  # CPU seconds its processes had run before it began (a session cell's: see demote)
 
 
 class Sess:
@@ -595,6 +625,8 @@ class Broker:
         self.spawn_since = {}  # request id -> when its first try to fork failed
         self.procs_kill = 0  # rid of the call killed to free processes, until the zygote reports it gone
         self.procs = {}  # slot -> its processes, as the last memory check counted them
+        self.slot_pids = {}  # slot -> its pids at the last memory check, for slots watched then (check_memory)
+        self.pids_at = 0.0  # when that check listed them
         self.leftovers = set()  # sessions whose last cell may have left processes running (kill_leftovers)
         self.between = set()  # sessions between cells, stopped (check_between)
         self.spawn_logged = -INF
@@ -808,6 +840,7 @@ class Broker:
         if s.demoted:  # the previous cell ran long: this one starts at the priority of a fresh call
             s.demoted = False
             self.renice(s.slot, BASE_NICE)
+        call.cpu0 = None  # its process's CPU so far, taken once the cell is DEMOTE_S old (demote)
         if AUTOGROUP and s.autogroup[1] and not self.set_autogroup(call, s.autogroup[0], 0):
             self.autogroup_want[call] = 0
         self.start_clock(call, timeout_ms)
@@ -946,9 +979,7 @@ class Broker:
                 self.timed.discard(call)
             elif now >= call.flush_at:
                 if now >= call.deadline:
-                    call.killed = True
-                    self.timed.discard(call)
-                    self.z.send(b"K" + ZKILL.pack(call.rid, REASON_TIMEOUT))
+                    self.kill(call, REASON_TIMEOUT)
                 else:
                     call.flush_at = call.deadline  # next: the kill
                     self.z.send(b"F" + ZKILL.pack(call.rid, REASON_NONE))
@@ -972,35 +1003,69 @@ class Broker:
         return None if nearest == INF else max(0.0, nearest - now)
 
     def demote(self, now):
-        """A call that has run DEMOTE_S gets nice 19 for all its processes (children forked later inherit it), so
-        under contention the kernel gives the CPU to calls that have just started: a busy loop or a fork bomb
-        next to them costs an innocent call little, and alone a long call runs as fast as before. Its slot's
+        """A call that has run DEMOTE_S and used DEMOTE_CPU_S of CPU gets nice 19 for all its processes (children
+        forked later inherit it), so under contention the kernel gives the CPU to calls that have just started: a
+        busy loop or a fork bomb next to them costs an innocent call little, and alone a long call runs as fast as
+        before. The CPU, because on a host loaded by other work a trivial call waiting for a core outlived 50 ms,
+        was demoted with the hogs, and then waited at nice 19 (trivial calls beside 10 busy loops, each past the
+        mark: p99 0.55-0.58 s, against 16-20 ms with CPU counted); a tenth of the wall time, not all of it, because
+        a hog on such a host computes for a small share of its time too. A call asleep is not demoted; a session
+        cell is once it has used DEMOTE_CPU_S more after its first DEMOTE_S. Its slot's
         next call is forked from the zygote at its nice; a session's process is reset when its next cell starts.
         With autogroups nice only ranks the tasks of one session, so the call's session gets nice 19 as well.
-        Returns when the next call is due."""
+        Returns when the next call is due to be looked at."""
         due = INF
         lower = False
-        for call in self.timed:
+        listed = False
+        for call in list(self.timed):  # a memory check below may end calls
             if call.demoted or call.killed:
                 continue
-            if now - call.t0 >= DEMOTE_S:
-                call.demoted = True
-                if call.sess:
-                    call.sess.demoted = True
-                self.renice(call.slot, 19)
-                # flushed and line-buffered now, while it has the rest of its time to get a CPU: at nice 19 beside
-                # busy work (with autogroups, a session of weight 15 against 1024) a busy loop ran no bytecode in the
-                # 100 ms before its deadline, and what it had printed was lost with it
-                self.z.send(b"F" + ZKILL.pack(call.rid, REASON_NONE))
-                if AUTOGROUP:
-                    self.autogroup_want[call] = 19
-                    lower = True
-            else:
+            if now - call.t0 < DEMOTE_S:  # not before, whatever it has used
                 due = min(due, call.t0 + DEMOTE_S)
+                continue
+            if self.pids_at < call.t0 and not listed:
+                # its forks are not listed yet, and they may be what computes (a parent waiting on a pool): a
+                # memory check now, at most one per pass, rather than up to MEM_CHECK_S later
+                listed = True
+                self.check_memory()
+                self.next_mem_check = time.monotonic() + MEM_CHECK_S
+                if call.killed:
+                    continue
+            # its own process and those the last memory check saw in its slot, if that was since the call began
+            pids = set(self.slot_pids.get(call.slot, ())) if self.pids_at >= call.t0 else set()
+            pids.add(call.sess.pid if call.sess else self.take_pid(call))
+            pids.discard(0)
+            if call.cpu0 is None:
+                # a session cell: its process has run earlier cells, so what it uses from now on counts. Taken here,
+                # not as the cell starts, where the read cost every cell ~5 % of the session rate
+                call.cpu0 = cpu_s(pids)
+                due = min(due, now + DEMOTE_CPU_S)
+                continue
+            used = cpu_s(pids, call.cpu0 + DEMOTE_CPU_S) - call.cpu0
+            if used < DEMOTE_CPU_S:
+                due = min(due, now + max(DEMOTE_CPU_S - used, 0.01))
+                continue
+            call.demoted = True
+            if call.sess:
+                call.sess.demoted = True
+            self.renice(call.slot, 19)
+            # flushed and line-buffered now, while it has the rest of its time to get a CPU: at nice 19 beside
+            # busy work (with autogroups, a session of weight 15 against 1024) a busy loop ran no bytecode in the
+            # 100 ms before its deadline, and what it had printed was lost with it
+            self.z.send(b"F" + ZKILL.pack(call.rid, REASON_NONE))
+            if AUTOGROUP:
+                self.autogroup_want[call] = 19
+                lower = True
         if lower:  # now rather than at the next check, which finds the pids to write through
             self.check_memory()
             self.next_mem_check = now + MEM_CHECK_S
         return due
+
+    def kill(self, call, reason):
+        """Has the zygote kill a call and all its processes; it is answered once they are reaped."""
+        call.killed = True
+        self.timed.discard(call)
+        self.z.send(b"K" + ZKILL.pack(call.rid, reason))
 
     @staticmethod
     def renice(slot, nice):
@@ -1089,12 +1154,10 @@ class Broker:
                     s.stopped = True
                     self.signal_session(s, signal.SIGSTOP)
                 continue
-            try:
-                with open(f"/proc/{s.pid}/stat", "rb") as f:
-                    st = f.read()
-            except OSError:
+            f = stat_fields(s.pid)
+            if f is None:
                 continue  # exited: the zygote's report follows
-            if st[st.rfind(b")") + 2:][:1] == b"T":
+            if f[0] == b"T":
                 s.strikes = 0
                 continue
             s.strikes += 1
@@ -1109,7 +1172,11 @@ class Broker:
         session with its whole process)."""
         self.leftovers = {s for s in self.leftovers if self.sessions.get(s.sid) is s and not s.closed}
         idle = {s.slot: s for s in self.leftovers if s.call is None and s.pid}
-        used, shm, pids, self.procs, found = slot_memory_kb(self.base_kb, idle)
+        # and the pids of the calls not yet demoted, whose CPU demote() counts
+        watch = idle.keys() | {c.slot for c in self.timed if not c.demoted} if DEMOTE_S else idle
+        self.pids_at = time.monotonic()
+        used, shm, pids, self.procs, self.slot_pids = slot_memory_kb(self.base_kb, watch)
+        found = self.slot_pids
         sock = socket_memory_kb() if self.timed else {}
         self.kill_leftovers(idle, found)
         if self.autogroup_want and AUTOGROUP:
@@ -1138,8 +1205,7 @@ class Broker:
                 call.used_kb, call.shm_kb, call.sock_kb = kb, shm.get(call.slot, 0), sock.get(call.slot, 0)
                 call.files = files if over_files else 0
                 call.disk_kb = disk_kb if over_disk else 0
-                self.timed.discard(call)
-                self.z.send(b"K" + ZKILL.pack(call.rid, REASON_MEMORY))
+                self.kill(call, REASON_MEMORY)
         if walk:
             # the walks of one round take at most WALK_SHARE of a core over time: three calls sitting on ~10,000
             # files each made them take 60 % of one every 100 ms (issue 42); a file or disk limit passed is then
@@ -1187,8 +1253,7 @@ class Broker:
                 call.nerr += n
                 total = call.nerr
             if total > KILL_OUT and not call.killed and call.result is None:
-                call.killed = True
-                self.z.send(b"K" + ZKILL.pack(call.rid, REASON_OUTPUT))
+                self.kill(call, REASON_OUTPUT)
             elif full and not final:
                 self.pause(fd, which, call)
             return "data"
@@ -1281,9 +1346,7 @@ class Broker:
         r = call.res
         if call.sess is not None or not isinstance(r, bytearray):
             return None
-        if not call.pid and len(r) >= 4:
-            call.pid = int.from_bytes(r[:4], "little")
-            del r[:4]
+        Broker.take_pid(call)
         if len(r) < EXIT.size:
             return None
         magic, code, cpu_us, rss = EXIT.unpack_from(r, len(r) - EXIT.size)
@@ -1291,6 +1354,15 @@ class Broker:
             return None
         del r[-EXIT.size:]
         return code, cpu_us, rss
+
+    @staticmethod
+    def take_pid(call):
+        """A stateless call's pid, once its result pipe has given it; 0 before."""
+        r = call.res
+        if not call.pid and isinstance(r, bytearray) and len(r) >= 4:
+            call.pid = int.from_bytes(r[:4], "little")
+            del r[:4]
+        return call.pid
 
     def maybe_finish(self, call):
         if call.open or call.answered:
@@ -1399,11 +1471,9 @@ class Broker:
         call = max(self.timed, key=lambda c: procs.get(c.slot, 0), default=None)
         if call is None or call.killed or procs.get(call.slot, 0) < 2:
             return
-        call.killed = True
-        self.timed.discard(call)
         self.procs_kill = call.rid
         log(f"killed the call in slot {call.slot} ({procs[call.slot]} processes): {PROCS_WHY}")
-        self.z.send(b"K" + ZKILL.pack(call.rid, REASON_PROCS))
+        self.kill(call, REASON_PROCS)
 
     def release(self, slot):
         (self.sess_free if slot >= SLOTS - SESSION_SLOTS else self.free).append(slot)

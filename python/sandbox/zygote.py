@@ -646,11 +646,16 @@ def kill_uids(first, n):
             return
 
 
+DRAIN_S = 0.01  # how often the zygote looks for a killed call's leftovers while they die (Zygote.drain)
+
+
 class Zygote:
     def __init__(self, sock):
         self.sock = sock
         self.jobs = {}  # pid -> [rid, slot, reason, pidfd]
         self.by_rid = {}
+        self.draining = {}  # slot -> (its call's report, how many it left): sent once those have all died (drain)
+        self.child_uid = {}  # pid -> uid of the children that are not jobs, as drain last saw them
         libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         tid = os.getpid()
         self.children_fd = os.open(f"/proc/{tid}/task/{tid}/children", os.O_RDONLY | os.O_CLOEXEC)
@@ -676,7 +681,7 @@ class Zygote:
 
     def sweep(self, slot, pid, killed):
         """Kill every process the call left behind; returns how many there were. A killed call's were killed
-        with it (kill), so only the reap is left."""
+        with it (kill). Without slot uids they are also reaped here; with them drain waits for them."""
         if os.pread(self.children_fd, 1 << 16, 0).count(b" ") == len(self.jobs):
             return 0  # every child is a job (each pid is followed by a space): the usual case, kept short
         uid = slot_uid(slot)
@@ -695,23 +700,33 @@ class Zygote:
                 except OSError:
                     pass
             return len(left)
-        left = [p for p in self.unknown_children() if self.uid_of(p) in (uid, None)]
-        if not left:
-            return 0
-        if not killed:
+        left = sum(1 for p in self.unknown_children() if self.uid_of(p) in (uid, None))
+        if left and not killed:
             kill_uid(uid)
-        # reap, including grandchildren that get re-parented to us while their parents die
-        for _ in range(1000):
-            rest = [p for p in self.unknown_children() if self.uid_of(p) in (uid, None)]
-            if not rest:
-                break
-            for p in rest:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                    os.waitpid(p, 0)
-                except OSError:
-                    pass
-        return len(left)
+        return left
+
+    def drain(self):
+        """Reports each killed call whose leftovers have all died and been reaped, its grandchildren included, which
+        come to us as their parents die. Nothing waits on them here: a killed process needs CPU to exit, and the
+        zygote waiting on a fork bomb's few hundred forks, one by one, at nice 19 on a loaded host, took seconds
+        in which no call was forked or reaped, so innocent calls that had finished in 0.3 ms timed out and Node's
+        watchdog restarted the sandbox."""
+        kids = self.unknown_children()
+        known = self.child_uid
+        self.child_uid = {p: known[p] if known.get(p) is not None else self.uid_of(p) for p in kids}
+        live = set(self.child_uid.values())
+        for slot, (report, left) in list(self.draining.items()):
+            uid = slot_uid(slot)
+            if uid in live or None in live:
+                for p, u in self.child_uid.items():
+                    if u in (uid, None):
+                        try:
+                            os.kill(p, signal.SIGKILL)  # re-parented after kill(-1) reached it; harmless
+                        except OSError:
+                            pass
+                continue
+            del self.draining[slot]
+            self.sock.send(ZRES.pack(*report, left))
 
     def start(self, rid, mem_mb, slot, fds, kind):
         try:
@@ -773,13 +788,18 @@ class Zygote:
             else:
                 code, sig = os.WEXITSTATUS(status), 0
             cpu = ru.ru_utime + ru.ru_stime
-            self.sock.send(ZRES.pack(rid, code, sig, reason, int(cpu * 1e6), ru.ru_maxrss, leftovers))
+            report = (rid, code, sig, reason, int(cpu * 1e6), ru.ru_maxrss)
+            if leftovers and slot_uid(slot):
+                self.draining[slot] = (report, leftovers)
+            else:
+                self.sock.send(ZRES.pack(*report, leftovers))
 
     def loop(self):
         sock = self.sock.fileno()
         while True:
             exited = False
-            for fd, _ in self.ep.poll():
+            # while leftovers die, a look every DRAIN_S: they are reaped as they go, and have no pidfd of ours
+            for fd, _ in self.ep.poll(DRAIN_S if self.draining else -1):
                 if fd != sock:
                     exited = True  # a child's pidfd
                     continue
@@ -802,8 +822,10 @@ class Zygote:
                     self.kill(rid, reason)
                 elif kind == KIND_F:
                     self.flush(ZKILL.unpack_from(msg, 1)[0])
-            if exited:
+            if exited or self.draining:
                 self.reap()  # also orphans re-parented to us, which have no pidfd of ours
+            if self.draining:
+                self.drain()
 
 
 # What model-written math snippets import most, imported once here: `from fractions import Fraction` cost a

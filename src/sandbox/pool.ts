@@ -59,9 +59,9 @@ export interface SandboxPoolOptions {
   scratchFiles?: number;
   /** each slot's share of /dev/shm (sized slots x this): a call holding more is killed as `oom` */
   shmMb?: number;
-  /** a call still running after this many ms runs at nice 19 from then on (with autogroups, its session too),
-   * so short calls keep the CPU next to busy ones, and an honest long call on a full sandbox waits; 0 = never.
-   * Needs per-slot uids. */
+  /** a call whose processes have used this many ms of CPU runs at nice 19 from then on (with autogroups, its
+   * session too), so short calls keep the CPU next to busy ones, and an honest long call on a full sandbox waits;
+   * time spent waiting (asleep, or for a core on a loaded host) does not count; 0 = never. Needs per-slot uids. */
   demoteAfterMs?: number;
   landlock?: boolean;
   /** calls waiting beyond this many are answered `busy` at once */
@@ -71,7 +71,8 @@ export interface SandboxPoolOptions {
   maxCodeBytes?: number;
   maxStdinBytes?: number;
   maxFilesBytes?: number;
-  /** extra time after a call's deadline before the broker is declared wedged and restarted */
+  /** a call this long past its deadline, with nothing heard from the broker for as long, is taken for a wedged
+   * sandbox, which is restarted (its calls retried); one 12 times as long past it, whatever was heard */
   watchdogGraceMs?: number;
   startTimeoutMs?: number;
   /** live stateful sessions at most (each has its own slot: scratch dir, uid, Landlock domain); 0 = off */
@@ -252,6 +253,8 @@ class Broker {
   ready: Promise<Record<string, unknown>>;
   alive = true;
   isReady = false;
+  /** when the broker last sent anything (checkWedged) */
+  heardAt = Date.now();
   /** control frames other than "ready" (e.g. a session that died while idle) */
   onControl: ((hdr: Record<string, unknown>) => void) | null = null;
   private buf: Buffer = Buffer.alloc(0);
@@ -293,6 +296,7 @@ class Broker {
     let readySeen = false;
     this.proc.stdout?.on('data', (chunk: Buffer) => {
       if (!this.alive) return;
+      this.heardAt = Date.now();
       try {
         this.onData(chunk, (info) => {
           readySeen = true;
@@ -870,14 +874,21 @@ export class SandboxPool implements CodeRunner {
     if (!this.closing && this.queue.length > 0) void this.ensureBroker().catch(() => {});
   }
 
+  /** A call long past its deadline means a wedged sandbox only if the sandbox has gone quiet too: on a host loaded
+   * by other work a killed fork bomb's forks took seconds to die (the call is answered once they are reaped), or
+   * its slot's wipe kept the call waiting, while every other call was answered, and a restart lost every session
+   * for nothing. A call lost by a broker that still answers others is caught by the longer bound. */
   private checkWedged(): void {
     const b = this.broker;
     if (!b?.alive) return;
     const now = Date.now();
+    const grace = this.options.watchdogGraceMs;
+    const quiet = now - b.heardAt;
     for (const it of this.inflight.values()) {
-      if (now - it.sentAt > it.timeoutMs + this.options.watchdogGraceMs) {
+      const late = now - it.sentAt - it.timeoutMs;
+      if ((late > grace && quiet > grace) || late > 12 * grace) {
         this.options.log(
-          `a call passed its deadline by ${this.options.watchdogGraceMs} ms; killing the sandbox`,
+          `a call passed its deadline by ${late} ms and the sandbox has sent nothing for ${quiet} ms; killing it`,
         );
         b.kill();
         return;

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { findBwrap, SANDBOX_PY_DIR } from '../../src/sandbox/isolation.js';
 import { SandboxPool } from '../../src/sandbox/pool.js';
+import { descendants } from './helpers.js';
 
 const skip = findBwrap() ? false : 'bubblewrap not installed';
 const asRoot = process.getuid?.() === 0 ? false : 'needs root (per-slot uids)';
@@ -29,25 +30,6 @@ function processesOf(uid: number): number[] {
     } catch {} // gone meanwhile
   }
   return out;
-}
-
-/** Live processes below `root` (not itself), from the host's /proc. */
-function descendants(root: number): number[] {
-  const parent = new Map<number, number>();
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      parent.set(
-        Number(name),
-        Number(readFileSync(`/proc/${name}/stat`, 'utf8').split(') ')[1].split(' ')[1]),
-      );
-    } catch {} // gone meanwhile
-  }
-  const below = (pid: number): boolean => {
-    for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) if (p === root) return true;
-    return false;
-  };
-  return [...parent.keys()].filter(below);
 }
 
 for (const isolation of ['bwrap', 'landlock'] as const) {

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before } from 'node:test';
@@ -175,4 +175,23 @@ export function suitePool(opts: SandboxPoolOptions): { readonly pool: SandboxPoo
       return pool;
     },
   };
+}
+
+/** Live processes below `root` (not itself), from the host's /proc. */
+export function descendants(root: number): number[] {
+  const parent = new Map<number, number>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      parent.set(
+        Number(name),
+        Number(readFileSync(`/proc/${name}/stat`, 'utf8').split(') ')[1].split(' ')[1]),
+      );
+    } catch {} // gone meanwhile
+  }
+  const below = (pid: number): boolean => {
+    for (let p = parent.get(pid); p !== undefined && p > 1; p = parent.get(p)) if (p === root) return true;
+    return false;
+  };
+  return [...parent.keys()].filter(below);
 }

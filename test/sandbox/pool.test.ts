@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { findBwrap } from '../../src/sandbox/isolation.js';
 import { SandboxPool } from '../../src/sandbox/pool.js';
-import { poolScript } from './helpers.js';
+import { descendants, poolScript } from './helpers.js';
 
 const skip = findBwrap() ? false : 'bubblewrap not installed';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -322,6 +322,47 @@ describe('SandboxPool faults and admission', { skip, timeout: 120_000 }, () => {
       const again = await pool.run({ code: 'print(5)' });
       assert.equal(again.stdout, '5\n');
     } finally {
+      await pool.close();
+    }
+  });
+
+  test('the watchdog restarts a sandbox gone silent, not one that answers while a killed call is slow to end', async () => {
+    // a call past its deadline whose kill waits (here on a stopped zygote; on a loaded host, on a fork bomb's few
+    // hundred forks dying) while the sandbox answers other calls: restarting then lost every session
+    const logs: string[] = [];
+    const pool = await SandboxPool.start({
+      slots: 5,
+      watchdogGraceMs: 1500,
+      demoteAfterMs: 0,
+      log: (l) => logs.push(l),
+    });
+    let zygote = 0;
+    try {
+      await pool.run({ code: 'print(1)' });
+      await sleep(300); // every free slot holds a pre-forked spare, which runs a call without the zygote
+      zygote = descendants(pool.sandboxPid as number).find((p) =>
+        readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('rstar2_zygote'),
+      ) as number;
+      assert.ok(zygote, 'found the zygote');
+      process.kill(zygote, 'SIGSTOP');
+      const stuck = pool.run({ code: 'while True:\n    pass', timeoutMs: 300 });
+      const answered = [];
+      for (let i = 0; i < 4; i++) {
+        await sleep(600);
+        answered.push((await pool.run({ code: 'print(2)' })).stdout);
+      }
+      // 2.4 s in: the stuck call is 0.6 s past its deadline and the grace, the sandbox was heard just now
+      assert.deepEqual(answered, ['2\n', '2\n', '2\n', '2\n']);
+      assert.equal(pool.stats().restarts, 0, logs.join('\n'));
+      // then every slot is taken and nothing more comes: after the grace of silence it is restarted, the call retried
+      const r = await stuck;
+      assert.equal(r.status, 'timeout', JSON.stringify(r));
+      assert.equal(pool.stats().restarts, 1);
+      assert.match(logs.join('\n'), /and the sandbox has sent nothing for \d+ ms; killing it/);
+    } finally {
+      try {
+        if (zygote) process.kill(zygote, 'SIGCONT');
+      } catch {} // gone with the restart
       await pool.close();
     }
   });
