@@ -75,6 +75,7 @@ INF = float("inf")
 # CPU and reach a bytecode boundary first: after 50 ms a call runs at nice 19, and on a full host that can take tens
 # of ms. A wide margin costs little, since the streams stay line-buffered until the kill; short limits get half.
 FLUSH_MARGIN_S = 0.1
+EXIT_POLL_S = 0.002  # how often a call that has reported its exit is looked at until its process is seen exiting
 SPAWN_RETRY_S = 0.02  # after a failed fork, how long until the zygote is asked to fork again
 PROCS_WHY = "its processes filled the host's process limit while another call could not start"
 ZYGOTE_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
@@ -558,7 +559,8 @@ def scratch_files(slot):
 class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
                  "sess", "t0", "deadline", "flush_at", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb",
-                 "used_kb", "files", "shm_kb", "demoted", "req", "disk_kb", "pid", "walked", "sock_kb", "cpu0")
+                 "used_kb", "files", "shm_kb", "demoted", "req", "disk_kb", "pid", "walked", "sock_kb", "cpu0",
+                 "report")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -578,6 +580,7 @@ class Call:
         self.mem_kb = self.used_kb = self.shm_kb = self.files = self.disk_kb = self.sock_kb = 0
         self.req = None  # the request as queued, to queue it again if its process could not be forked
         self.pid = 0  # the child's, from the head of its result pipe (take_exit_report)
+        self.report = None  # its EXIT report, once read (maybe_finish)
         self.walked = None  # (entries, KB) its scratch held at the last walk (isolation landlock; check_memory)
         self.cpu0 = 0.0  # CPU seconds its processes had run before it began (a session cell's: see demote)
 
@@ -618,6 +621,7 @@ class Broker:
         self.calls = {}  # rid -> Call (stateless)
         self.spares = []  # Calls of pre-forked children waiting, confined, for a request
         self.timed = set()  # Calls with a running wall clock
+        self.exit_wait = set()  # Calls whose EXIT report came before their process was seen exiting (maybe_finish)
         self.autogroup_want = {}  # Call -> its session's nice, to write (set_autogroups)
         self.dirty = []  # slots whose call has ended, to be wiped before they are given out again
         self.spare_deaths = 0
@@ -974,6 +978,12 @@ class Broker:
         or None."""
         nearest = INF
         now = time.monotonic()
+        if self.exit_wait:
+            waiting, self.exit_wait = self.exit_wait, set()
+            for call in waiting:
+                self.maybe_finish(call)
+            if self.exit_wait:
+                nearest = now + EXIT_POLL_S
         for call in list(self.timed):
             if call.killed:
                 self.timed.discard(call)
@@ -1367,11 +1377,18 @@ class Broker:
     def maybe_finish(self, call):
         if call.open or call.answered:
             return
-        report = self.take_exit_report(call)
+        if call.report is None:
+            call.report = self.take_exit_report(call)
+        report = call.report
         if call.result is None:  # no word from the zygote yet; a child that ended normally wrote EXIT
             # and is exiting: a snippet can write EXIT too, and then live on (issue 42), so its word counts only
             # once its process is ending. It stays timed until reaped, as its forks are swept only then.
-            if report is None or call.id is None or not exiting(call.pid):
+            if report is None or call.id is None:
+                return
+            if not exiting(call.pid):
+                # between its last write and its exit: looked at again every EXIT_POLL_S, not left to the zygote's
+                # reap, which a zygote busy elsewhere (forking, killing) delays for every call
+                self.exit_wait.add(call)
                 return
             code, cpu_us, rss = report
             call.result = (call.rid, code, 0, REASON_NONE, self.wall_us(call), cpu_us, rss, 0)

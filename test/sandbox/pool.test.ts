@@ -330,28 +330,33 @@ describe('SandboxPool faults and admission', { skip, timeout: 120_000 }, () => {
     // a call past its deadline whose kill waits (here on a stopped zygote; on a loaded host, on a fork bomb's few
     // hundred forks dying) while the sandbox answers other calls: restarting then lost every session
     const logs: string[] = [];
+    const slots = 5;
     const pool = await SandboxPool.start({
-      slots: 5,
-      watchdogGraceMs: 1500,
+      slots,
+      watchdogGraceMs: 3000,
       demoteAfterMs: 0,
       log: (l) => logs.push(l),
     });
     let zygote = 0;
     try {
       await pool.run({ code: 'print(1)' });
-      await sleep(300); // every free slot holds a pre-forked spare, which runs a call without the zygote
       zygote = descendants(pool.sandboxPid as number).find((p) =>
         readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('rstar2_zygote'),
       ) as number;
       assert.ok(zygote, 'found the zygote');
+      // every slot holds a pre-forked spare, which runs a call without the zygote
+      const children = () =>
+        readFileSync(`/proc/${zygote}/task/${zygote}/children`, 'utf8').trim().split(' ');
+      for (let i = 0; i < 100 && children().length < slots; i++) await sleep(50);
+      assert.equal(children().length, slots);
       process.kill(zygote, 'SIGSTOP');
       const stuck = pool.run({ code: 'while True:\n    pass', timeoutMs: 300 });
       const answered = [];
-      for (let i = 0; i < 4; i++) {
-        await sleep(600);
+      for (let i = 0; i < slots - 1; i++) {
+        await sleep(1000);
         answered.push((await pool.run({ code: 'print(2)' })).stdout);
       }
-      // 2.4 s in: the stuck call is 0.6 s past its deadline and the grace, the sandbox was heard just now
+      // 4 s in: the stuck call is 0.7 s past its deadline and the grace, the sandbox was heard just now
       assert.deepEqual(answered, ['2\n', '2\n', '2\n', '2\n']);
       assert.equal(pool.stats().restarts, 0, logs.join('\n'));
       // then every slot is taken and nothing more comes: after the grace of silence it is restarted, the call retried
