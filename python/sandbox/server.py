@@ -1072,10 +1072,17 @@ class Broker:
         return due
 
     def kill(self, call, reason):
-        """Has the zygote kill a call and all its processes; it is answered once they are reaped."""
+        """Has the zygote kill a call and all its processes; it is answered, and its slot freed, once they are all
+        reaped. A demoted one is put back to the weight of a fresh call: a killed process still needs CPU to exit,
+        and at nice 19, in a session of weight 15 beside busy work, a fork bomb's forks took seconds to end while
+        the slots filled with them, until no call was answered and Node's watchdog restarted the sandbox."""
         call.killed = True
         self.timed.discard(call)
         self.z.send(b"K" + ZKILL.pack(call.rid, reason))
+        if call.demoted:
+            self.renice(call.slot, BASE_NICE)
+            if AUTOGROUP:
+                self.autogroup_want[call] = 0
 
     @staticmethod
     def renice(slot, nice):
@@ -1091,7 +1098,10 @@ class Broker:
         first; one refused for the kernel's rate limit waits for the next memory check, one for a call that has
         ended is dropped."""
         for call, nice in list(self.autogroup_want.items()):
-            if call not in self.timed:
+            # a killed call's processes are put back while they die: until the zygote's report, its slot is its own
+            dying = call.killed and nice == 0 and (
+                self.calls.get(call.rid) is call if call.sess is None else self.sess_by_rid.get(call.rid) is call.sess)
+            if call not in self.timed and not dying:
                 del self.autogroup_want[call]
             elif call.slot in pids:
                 done = self.set_autogroup(call, pids[call.slot], nice)

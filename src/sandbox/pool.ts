@@ -255,6 +255,8 @@ class Broker {
   isReady = false;
   /** when the broker last sent anything (checkWedged) */
   heardAt = Date.now();
+  /** sent SIGKILL, its exit not seen yet: on a loaded host its processes take seconds to die */
+  killed = false;
   /** control frames other than "ready" (e.g. a session that died while idle) */
   onControl: ((hdr: Record<string, unknown>) => void) | null = null;
   private buf: Buffer = Buffer.alloc(0);
@@ -351,6 +353,7 @@ class Broker {
   }
 
   kill(): void {
+    this.killed = true;
     if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill('SIGKILL');
   }
 
@@ -880,7 +883,7 @@ export class SandboxPool implements CodeRunner {
    * for nothing. A call lost by a broker that still answers others is caught by the longer bound. */
   private checkWedged(): void {
     const b = this.broker;
-    if (!b?.alive) return;
+    if (!b?.alive || b.killed) return;
     const now = Date.now();
     const grace = this.options.watchdogGraceMs;
     const quiet = now - b.heardAt;
