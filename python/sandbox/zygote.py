@@ -721,7 +721,7 @@ class Zygote:
                 for p, u in self.child_uid.items():
                     if u in (uid, None):
                         try:
-                            os.kill(p, signal.SIGKILL)  # re-parented after kill(-1) reached it; harmless
+                            os.kill(p, signal.SIGKILL)  # kill(-1) reached it already; again for any it missed
                         except OSError:
                             pass
                 continue
