@@ -268,6 +268,7 @@ function busyLoops(n: number, nice: number) {
   process.once('exit', () => {
     for (const l of loops) l.kill('SIGKILL');
   });
+  for (const l of loops) l.unref(); // the run ends when its work does, and takes them with it
   return loops;
 }
 
