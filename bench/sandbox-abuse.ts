@@ -173,8 +173,7 @@ async function abuse(pool: SandboxPool) {
   const names = values.attacks ? values.attacks.split(',') : Object.keys(ATTACKS);
   for (const n of names)
     if (!ATTACKS[n]) throw new Error(`--attacks: no attack '${n}' (${Object.keys(ATTACKS).join(', ')})`);
-  // one loop per hostile worker, each a session of its own, so the autogroup written is that loop's alone; a
-  // session is out of reach of the terminal's ^C, so each loop also ends once this process is gone
+  // one loop per hostile worker, so the autogroup written is that loop's alone
   const hogs = values['host-loop'] ? busyLoops(hostileN, 19) : [];
   await Promise.all([
     ...Array.from({ length: hogs.length ? 0 : hostileN }, async (_, w) => {

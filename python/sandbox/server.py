@@ -1196,9 +1196,8 @@ class Broker:
         watch = idle.keys() | {c.slot for c in self.timed if not c.demoted} if DEMOTE_S else idle
         self.pids_at = time.monotonic()
         used, shm, pids, self.procs, self.slot_pids = slot_memory_kb(self.base_kb, watch)
-        found = self.slot_pids
         sock = socket_memory_kb() if self.timed else {}
-        self.kill_leftovers(idle, found)
+        self.kill_leftovers(idle, self.slot_pids)
         if self.autogroup_want and AUTOGROUP:
             self.set_autogroups(pids)
         now = time.monotonic()

@@ -543,7 +543,7 @@ export const RecipeSchema = z
           .min(0)
           .default(50)
           .describe(
-            'a tool call that has used this many ms of CPU gets the lowest CPU priority, so short calls pass a busy one; 0 = never (long honest calls on a full sandbox then keep their share)',
+            'a tool call still running after this many ms, having computed for a tenth of it, gets the lowest CPU priority, so short calls pass a busy one; 0 = never (long honest calls on a full sandbox then keep their share)',
           ),
       })
       .strict()

@@ -228,7 +228,7 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
     // what the pool does, not what the recipe asked: no per-slot uids or no CAP_SYS_NICE turn it off
     const on = pool.info.demoteAfterMs;
     const demote = on
-      ? `; calls past ${on} ms of CPU demoted${pool.info.demoteSession ? ' with their session' : ''}`
+      ? `; computing calls past ${on} ms demoted${pool.info.demoteSession ? ' with their session' : ''}`
       : `; no demotion${demoteAfterMs ? ' (it needs root with CAP_SYS_NICE)' : ''}`;
     const how = { none: 'NOT isolated', bwrap: 'bubblewrap', landlock: 'Landlock + seccomp, no namespaces' };
     log(`sandbox: ok (${how[pool.info.isolation]}, ${memoryMb} MiB a call${loaded}${demote})`);

@@ -59,9 +59,10 @@ export interface SandboxPoolOptions {
   scratchFiles?: number;
   /** each slot's share of /dev/shm (sized slots x this): a call holding more is killed as `oom` */
   shmMb?: number;
-  /** a call whose processes have used this many ms of CPU runs at nice 19 from then on (with autogroups, its
-   * session too), so short calls keep the CPU next to busy ones, and an honest long call on a full sandbox waits;
-   * time spent waiting (asleep, or for a core on a loaded host) does not count; 0 = never. Needs per-slot uids. */
+  /** a call still running after this many ms, whose processes have computed for a tenth of it, runs at nice 19
+   * from then on (with autogroups, its session too), so short calls keep the CPU next to busy ones, and an honest
+   * long call on a full sandbox waits; a call that only waited (asleep, or for a core on a loaded host) keeps its
+   * priority; 0 = never. Needs per-slot uids. */
   demoteAfterMs?: number;
   landlock?: boolean;
   /** calls waiting beyond this many are answered `busy` at once */

@@ -30,7 +30,7 @@ test('dry run of tiny-files: tokenizer, data counts after each filter, first pro
   assert.match(text, /\[rl\] first prompt \d+ tokens: ".*<\|im_start\|>user\\n/);
   assert.match(
     text,
-    /sandbox: ok \(bubblewrap, 1024 MiB a call; calls past 50 ms of CPU demoted( with their session)?\)/,
+    /sandbox: ok \(bubblewrap, 1024 MiB a call; computing calls past 50 ms demoted( with their session)?\)/,
   );
   assert.equal(out.at(-1), 'dry run ok: nothing was trained');
 });
@@ -39,7 +39,7 @@ test('sandbox.preload: the dry run preloads what the recipe names and refuses wh
   const ok = await lines(loadRecipe('tiny-files', { set: ['sandbox.preload=[json, decimal]'] }));
   assert.match(
     ok.join('\n'),
-    /sandbox: ok \(bubblewrap, 1024 MiB a call; preloaded json, decimal, zygote \d+ MiB; calls past 50 ms of CPU demoted( with their session)?\)/,
+    /sandbox: ok \(bubblewrap, 1024 MiB a call; preloaded json, decimal, zygote \d+ MiB; computing calls past 50 ms demoted( with their session)?\)/,
   );
   await assert.rejects(
     lines(loadRecipe('tiny-files', { set: ['sandbox.preload=[no_such_module_xyz]'] })),

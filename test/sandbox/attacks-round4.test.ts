@@ -39,6 +39,14 @@ function cpuMsOf(uid: number): number {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** CPU (ms) one uid's processes use over 1.5 s, from 0.3 s after its cell was answered (when it is stopped). */
+async function cpuBetweenCells(uid: number): Promise<number> {
+  await sleep(300);
+  const c0 = cpuMsOf(uid);
+  await sleep(1500);
+  return cpuMsOf(uid) - c0;
+}
+
 for (const isolation of ['bwrap', 'landlock'] as const) {
   describe(`a session's process runs no code between its cells (${isolation})`, {
     skip: isolation === 'bwrap' ? skip || asRoot : asRoot,
@@ -62,10 +70,7 @@ for (const isolation of ['bwrap', 'landlock'] as const) {
         session: 'forger',
       });
       assert.ok(r.wallMs < 3000, JSON.stringify(r)); // answered on the forged report, as before
-      await sleep(300);
-      const c0 = cpuMsOf(uid);
-      await sleep(1500);
-      const used = cpuMsOf(uid) - c0;
+      const used = await cpuBetweenCells(uid);
       assert.ok(used <= 50, `the session's process used ${used} ms of CPU in 1.5 s between its cells`);
     });
 
@@ -78,10 +83,7 @@ for (const isolation of ['bwrap', 'landlock'] as const) {
         session: 'thread',
       });
       assert.equal(start.stdout, 'started\n', JSON.stringify(start));
-      await sleep(300);
-      const c0 = cpuMsOf(uid);
-      await sleep(1500);
-      const used = cpuMsOf(uid) - c0;
+      const used = await cpuBetweenCells(uid);
       assert.ok(used <= 50, `the session's thread used ${used} ms of CPU in 1.5 s between its cells`);
       const next = await s.pool.run({
         code: 'import time\na = n[0]\ntime.sleep(0.3)\nprint(n[0] > a)',
