@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { PYTHON_DIR } from '../src/util/python.js';
+import { findPython, PYTHON_DIR } from '../src/util/python.js';
 
 import { benchArgs, median } from './args.js';
 
@@ -27,7 +27,7 @@ const config = {
 };
 
 function py(code: string, pythonpath: string, ...args: string[]): string {
-  const r = spawnSync('/usr/bin/python3', ['-c', code, ...args], {
+  const r = spawnSync(findPython(), ['-c', code, ...args], {
     env: { ...process.env, PYTHONPATH: resolve(pythonpath), OMP_NUM_THREADS: '1' },
     encoding: 'utf8',
   });

@@ -7,12 +7,13 @@
 # each case's measured peak (and the built-in engine's throughput against transformers' generate), (3) sharding: fsdp, world size 1, through the same launcher as DDP, (4) decode_timing's
 # samples (Qwen3-14B's TP4 rank) and their fit, (5) where SGLang or vLLM imports, bench/live-engines.sh: each served,
 # probed and trained against with NCCL and disk weight sync (skipped, saying so, where neither imports).
-# Needs CUDA, torch >= 2 (>= 2.2 for step 3) and transformers in $RSTAR2_PYTHON (default python3).
+# Needs CUDA, torch >= 2 (>= 2.2 for step 3) and transformers in $RSTAR2_PYTHON (default: the project venv, .venv).
 # Run from anywhere: bash bench/gpu-check.sh    Exit: 0 all passed, 1 a check failed, 2 missing prerequisites.
 # RSTAR2_GPU_CHECK_SKIP=train-bench leaves out the train step's benchmark (run alone: python -m rstar2_worker.train_bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${RSTAR2_PYTHON:-$(command -v python3 || true)}
+VENV=${RSTAR2_VENV:-.venv}
+PY=${RSTAR2_PYTHON:-$( [ -x "$VENV/bin/python" ] && echo "$VENV/bin/python" || command -v python3 || true)}
 [ -n "$PY" ] && command -v "$PY" >/dev/null || { echo "gpu-check: no python at '${PY:-python3}'; set RSTAR2_PYTHON" >&2; exit 2; }
 command -v node >/dev/null || { echo "gpu-check: node is not on PATH (steps 2 and 3 run TypeScript)" >&2; exit 2; }
 node --import tsx -e '' 2>/dev/null || { echo "gpu-check: node cannot load tsx here; run npm ci (steps 2 and 3 need it)" >&2; exit 2; }

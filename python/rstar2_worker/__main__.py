@@ -26,8 +26,8 @@ def main():
         hello_error(
             out,
             version,
-            f"PyTorch is not importable by {sys.executable} ({e}). Install it with "
-            "`apt-get install python3-torch python3-numpy`, or set RSTAR2_PYTHON to a Python that has torch.",
+            f"PyTorch is not importable by {sys.executable} ({e}). Run `bash scripts/setup.sh` (it installs "
+            "python/requirements.txt into .venv), or set RSTAR2_PYTHON to a Python that has torch.",
         )
         return 1
     torch.set_num_threads(int(os.environ.get("RSTAR2_THREADS", "2")))

@@ -9,6 +9,7 @@ import { registerRewardCommands } from '../reward/cli.js';
 import { registerSandboxCommands } from '../sandbox/cli.js';
 import { registerTokenizerCommands } from '../tokenizer/cli.js';
 import { registerWorkerCommands } from '../worker/cli.js';
+import { registerEnvCommand } from './env.js';
 
 /**
  * The whole `rstar2` command tree, not yet parsed. Each subsystem owns its commands in its own cli.ts and
@@ -31,5 +32,6 @@ export function buildProgram(): Command {
   registerEvalCommands(program);
   registerChatCommands(program);
   registerDashboardCommands(program);
+  registerEnvCommand(program);
   return program;
 }

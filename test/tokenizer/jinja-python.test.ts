@@ -8,10 +8,10 @@ import {
   PYTHON_TOOL_SCHEMA,
   TEMPLATE_NAMES,
 } from '../../src/tokenizer/index.js';
-import { PYTHON_DIR } from '../../src/util/index.js';
+import { findPython, PYTHON_DIR } from '../../src/util/index.js';
 
 // Cross-check against Python Jinja2 set up as transformers' apply_chat_template; skipped where jinja2 is absent.
-const PY = process.env.RSTAR2_PYTHON ?? '/usr/bin/python3';
+const PY = findPython();
 const hasJinja = spawnSync(PY, ['-c', 'import jinja2'], { stdio: 'ignore' }).status === 0;
 
 const tool = (content: string): ChatMessage => ({ role: 'tool', content });

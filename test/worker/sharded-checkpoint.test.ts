@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { PYTHON_DIR } from '../../src/util/python.js';
+import { findPython, PYTHON_DIR } from '../../src/util/python.js';
 import { PolicyWorker, type TrainBatch } from '../../src/worker/index.js';
 import { assertHfShards, TEST_CONFIG } from './helpers.js';
 
@@ -82,7 +82,7 @@ sd["a"].add_(1)  # private mapping: the file keeps its bytes
 del sd
 print(torch.equal(read_safetensors(path)["a"], torch.arange(4096, dtype=torch.float32)))
 `;
-    const r = spawnSync('/usr/bin/python3', ['-c', code, path], {
+    const r = spawnSync(findPython(), ['-c', code, path], {
       env: { ...process.env, PYTHONPATH: PYTHON_DIR },
       encoding: 'utf8',
     });
