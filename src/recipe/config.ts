@@ -21,20 +21,60 @@ const Levels = z.array(z.number().int().min(0).max(3)).min(1);
 export const RocSchema = z
   .object({
     doDownSampling: z.boolean().default(true).describe('RoC master switch; off = plain GRPO (--roc off)'),
-    rejectEqualReward: z.boolean().default(true),
-    rocErrorRatio: z.boolean().default(true),
-    rocAnswerFormat: z.boolean().default(true),
-    minZeroRewardTraceNum: z.number().int().default(2),
-    minNonZeroRewardTraceNum: z.number().int().default(2),
-    negativeSelection: z.enum(['random', 'first']).default('random'),
-    errorMatch: z.enum(['substring', 'flag']).default('substring'),
-    noToolErrorPenalty: z.number().default(0.5),
-    formatTurns: z.enum(['reference', 'paper']).default('paper'),
+    rejectEqualReward: z
+      .boolean()
+      .default(true)
+      .describe('drop groups whose rewards are all equal (all correct or all wrong): their advantages are 0'),
+    rocErrorRatio: z
+      .boolean()
+      .default(true)
+      .describe(
+        "rank positives by the share of their tool responses that are errors (RoC's tool-error penalty)",
+      ),
+    rocAnswerFormat: z
+      .boolean()
+      .default(true)
+      .describe("rank positives by RoC's format penalty (answers in more than one turn)"),
+    minZeroRewardTraceNum: z
+      .number()
+      .int()
+      .default(2)
+      .describe('negatives a kept group must have (-1 = no minimum); a group with fewer is dropped'),
+    minNonZeroRewardTraceNum: z
+      .number()
+      .int()
+      .default(2)
+      .describe('positives a kept group must have (-1 = no minimum); a group with fewer is dropped'),
+    negativeSelection: z
+      .enum(['random', 'first'])
+      .default('random')
+      .describe('negatives kept uniformly at random (seeded), or the first in rollout order (reference)'),
+    errorMatch: z
+      .enum(['substring', 'flag'])
+      .default('substring')
+      .describe(
+        "what counts as a tool error: a response containing 'error' (reference), or the agent loop's error flag",
+      ),
+    noToolErrorPenalty: z
+      .number()
+      .default(0.5)
+      .describe('the tool-error penalty of a trajectory without a tool response (reference value)'),
+    formatTurns: z
+      .enum(['reference', 'paper'])
+      .default('paper')
+      .describe(
+        "turns the format penalty counts: every finished assistant turn ('paper'), or only those after a tool response ('reference')",
+      ),
   })
   .strict();
 
 const FieldMapSchema = z
-  .object({ id: z.string(), question: z.string(), answer: z.string(), source: z.string() })
+  .object({
+    id: z.string().describe("dotted path of a row's id"),
+    question: z.string().describe("dotted path of a row's question"),
+    answer: z.string().describe("dotted path of a row's gold answer"),
+    source: z.string().describe("dotted path of a row's source name"),
+  })
   .partial()
   .strict();
 
@@ -45,7 +85,10 @@ const Files = z
 /** Where problems come from: files (any layout data/ reads) or, with `files: null`, the built-in task generator. */
 const FileFields = {
   files: Files.describe('JSONL/Parquet paths or globs (verl, DAPO or plain rows; chat messages for SFT)'),
-  layout: z.enum(['auto', 'verl', 'dapo', 'plain']).default('auto'),
+  layout: z
+    .enum(['auto', 'verl', 'dapo', 'plain'])
+    .default('auto')
+    .describe("the files' row layout; 'auto' detects it per row"),
   map: FieldMapSchema.default({}).describe('dotted paths overriding where question/answer/id are read'),
   limit: z.number().int().min(1).nullable().default(null).describe('read at most this many rows'),
   generate: z
@@ -68,14 +111,26 @@ const DataSchema = z
     integerOnly: z.boolean().default(false).describe('keep only problems whose answer is an integer'),
     dedupe: z.boolean().default(true).describe('drop repeated questions (after normalising case and spaces)'),
     maxPromptTokens: z.number().int().min(1).nullable().default(null).describe('drop longer prompts'),
-    seed: z.number().int().default(1),
-    levels: Levels.default([0, 1, 2, 3]),
+    seed: z
+      .number()
+      .int()
+      .default(1)
+      .describe("the task generator's seed, and which problems of files the unsolved filter screens"),
+    levels: Levels.default([0, 1, 2, 3]).describe(
+      'generated tasks: difficulty levels to draw from (0 = smallest numbers)',
+    ),
     kinds: z
       .array(z.enum(TASK_KINDS))
       .min(1)
-      .default([...TASK_KINDS]),
+      .default([...TASK_KINDS])
+      .describe('generated tasks: the kinds to draw from'),
     /** 'all': any training problem; 'unsolved': only problems the current policy does not solve every time. */
-    filter: z.enum(['all', 'unsolved']).default('all'),
+    filter: z
+      .enum(['all', 'unsolved'])
+      .default('all')
+      .describe(
+        "'unsolved': keep only problems the policy at stage start does not solve in every one of filterSamples tries (the paper's filter)",
+      ),
     filterSamples: z.number().int().min(1).default(4).describe('samples per problem when filtering'),
     filterPool: z.number().int().min(1).default(256).describe('problems screened when filtering'),
   })
@@ -96,23 +151,36 @@ const lrSchedule = {
 const SftStage = z
   .object({
     type: z.literal('sft'),
-    name: z.string().default('sft'),
-    steps: z.number().int().min(0).default(300),
-    batchSize: z.number().int().min(1).default(32),
-    lr: z.number().positive().default(1e-3),
+    name: z.string().default('sft').describe('names the stage in --set, --stages, checkpoints and metrics'),
+    steps: z
+      .number()
+      .int()
+      .min(0)
+      .default(300)
+      .describe('optimizer steps (with a gate: the most it may take)'),
+    batchSize: z.number().int().min(1).default(32).describe('examples per step'),
+    lr: z.number().positive().default(1e-3).describe('AdamW learning rate'),
     ...lrSchedule,
-    warmupSteps: z.number().int().min(0).default(20),
+    warmupSteps: z.number().int().min(0).default(20).describe('steps over which lr rises linearly from 0'),
     template: z
       .enum(SFT_TEMPLATES)
       .default('rl')
       .describe(
         "how examples are rendered: 'rl' as rollouts of tokenizer.template (its prompt, the example's tools or else the rollout tool, one user turn); 'model' (the model directory's own chat template) or 'qwen' render each conversation whole with its own tools or none, any number of turns; loss on every assistant turn",
       ),
-    demos: z.number().int().min(1).default(4000),
+    demos: z
+      .number()
+      .int()
+      .min(1)
+      .default(4000)
+      .describe('with no files: how many demos the task generator writes'),
     demoMix: z
       .object({ direct: z.number().min(0), tool: z.number().min(0), recover: z.number().min(0) })
       .strict()
-      .default({ direct: 0.4, tool: 0.4, recover: 0.2 }),
+      .default({ direct: 0.4, tool: 0.4, recover: 0.2 })
+      .describe(
+        'generated demos: shares that answer directly, call the tool once, or make a failing call and then fix it',
+      ),
     echo: z
       .boolean()
       .default(false)
@@ -132,7 +200,7 @@ const SftStage = z
       .describe(
         "'fresh': a new AdamW and step count at stage start, so warmupSteps apply (a new run, as the reference launches each stage)",
       ),
-    checkpointEvery: z.number().int().min(1).default(100),
+    checkpointEvery: z.number().int().min(1).default(100).describe('steps between checkpoints'),
     gate: z
       .object({
         loss: z
@@ -190,25 +258,35 @@ const SftStage = z
 const RlStage = z
   .object({
     type: z.literal('rl'),
-    name: z.string().default('rl'),
-    steps: z.number().int().min(0).default(40),
-    promptsPerStep: z.number().int().min(1).default(16),
+    name: z.string().default('rl').describe('names the stage in --set, --stages, checkpoints and metrics'),
+    steps: z.number().int().min(0).default(40).describe('RL steps: rollout, reward, RoC, update'),
+    promptsPerStep: z
+      .number()
+      .int()
+      .min(1)
+      .default(16)
+      .describe('prompts per step (more than the data holds is refused)'),
     groupSize: z.number().int().min(2).default(8).describe('G: kept per prompt (down_sample_to_n)'),
     oversample: z.number().min(1).default(2).describe('rollouts per prompt = G × oversample when RoC is on'),
-    maxResponseTokens: z.number().int().min(16).default(640),
-    maxTurns: z.number().int().min(1).default(3),
-    temperature: z.number().min(0).default(1),
+    maxResponseTokens: z
+      .number()
+      .int()
+      .min(16)
+      .default(640)
+      .describe("a trajectory's token budget over all its turns, tool output included"),
+    maxTurns: z.number().int().min(1).default(3).describe('assistant turns per trajectory at most'),
+    temperature: z.number().min(0).default(1).describe("rollouts' sampling temperature"),
     topP: z
       .number()
       .gt(0)
       .max(1)
       .default(1)
       .describe("rollouts' nucleus sampling (verl's rollout.top_p); 1 = off, as the paper"),
-    lr: z.number().positive().default(3e-4),
+    lr: z.number().positive().default(3e-4).describe('AdamW learning rate'),
     ...lrSchedule,
-    warmupSteps: z.number().int().min(0).default(0),
-    clipLow: z.number().default(0.2),
-    clipHigh: z.number().default(0.28),
+    warmupSteps: z.number().int().min(0).default(0).describe('steps over which lr rises linearly from 0'),
+    clipLow: z.number().default(0.2).describe('PPO ratio clip below: 1 - clipLow'),
+    clipHigh: z.number().default(0.28).describe('PPO ratio clip above: 1 + clipHigh (clip-higher)'),
     miniBatches: z.number().int().min(1).default(1).describe('>1 takes several optimizer steps per RL step'),
     epochs: z
       .number()
@@ -282,7 +360,7 @@ const RlStage = z
       ),
     roc: RocSchema.default(RocSchema.parse({})),
     data: DataSchema.default(DataSchema.parse({})),
-    checkpointEvery: z.number().int().min(1).default(5),
+    checkpointEvery: z.number().int().min(1).default(5).describe('steps between checkpoints'),
     evalEvery: z
       .number()
       .int()
@@ -294,8 +372,12 @@ const RlStage = z
 
 export const RecipeSchema = z
   .object({
-    name: z.string().default('recipe'),
-    seed: z.number().int().default(1),
+    name: z.string().default('recipe').describe("the default run directory's name: runs/NAME-roc-TIME"),
+    seed: z
+      .number()
+      .int()
+      .default(1)
+      .describe('seeds initialisation, demo mixing, batches and sampling (--seed overrides)'),
     logger: z
       .preprocess(
         // "tensorboard,wandb" from --logger or --set; jsonl is always written (resume and the dashboard read it)
@@ -331,7 +413,7 @@ export const RecipeSchema = z
           .describe(
             "how model.path loads: 'native' (built-in Qwen2/Qwen3) or 'transformers' (AutoModelForCausalLM, other architectures; needs transformers; trains and scores only, so RL rolls out on --engines)",
           ),
-        threads: z.number().int().min(1).default(2),
+        threads: z.number().int().min(1).default(2).describe("the policy worker's torch CPU threads"),
         precision: z
           .enum(PRECISIONS)
           .default('fp32')
@@ -437,17 +519,29 @@ export const RecipeSchema = z
       .object({
         ...FileFields,
         n: z.number().int().min(1).default(200).describe('problems (the first n of files, or generated)'),
-        seed: z.number().int().default(1),
-        levels: Levels.default([0, 1, 2, 3]),
+        seed: z.number().int().default(1).describe("the task generator's seed for generated problems"),
+        levels: Levels.default([0, 1, 2, 3]).describe(
+          'generated problems: difficulty levels (0 = smallest numbers)',
+        ),
         kinds: z
           .array(z.enum(TASK_KINDS))
           .min(1)
-          .default([...TASK_KINDS]),
-        temperature: z.number().min(0).default(0),
+          .default([...TASK_KINDS])
+          .describe('generated problems: the kinds to draw from'),
+        temperature: z
+          .number()
+          .min(0)
+          .default(0)
+          .describe('sampling temperature of held-out samples (0 = greedy)'),
         topP: z.number().gt(0).max(1).default(1).describe('nucleus sampling of held-out samples; 1 = off'),
         samples: z.number().int().min(1).default(1).describe('samples per problem: accuracy is avg@k pass@1'),
-        maxResponseTokens: z.number().int().min(16).default(640),
-        maxTurns: z.number().int().min(1).default(3),
+        maxResponseTokens: z
+          .number()
+          .int()
+          .min(16)
+          .default(640)
+          .describe("a held-out sample's token budget over all its turns"),
+        maxTurns: z.number().int().min(1).default(3).describe('assistant turns per held-out sample at most'),
       })
       .strict()
       .default({
@@ -523,8 +617,8 @@ export const RecipeSchema = z
       .default({ profile: 'strict', timeoutMs: 1000, module: null }),
     sandbox: z
       .object({
-        workers: z.number().int().min(1).default(2),
-        timeoutMs: z.number().int().min(100).default(4000),
+        workers: z.number().int().min(1).default(2).describe('sandbox slots: tool calls run at once'),
+        timeoutMs: z.number().int().min(100).default(4000).describe("a tool call's wall-clock limit"),
         memoryMb: z
           .number()
           .int()
