@@ -17,9 +17,24 @@ if (files.length === 0) {
   process.exit(1);
 }
 const concurrency = process.env.TEST_CONCURRENCY ?? '2';
+// No test may hang the suite: a test without its own timeout gets 10 minutes, a file's process ends when its
+// tests have (a leaked handle cannot hold it), and test-deadline.mjs ends a file past its deadline and kills what
+// the file started and left running.
+const deadline = new URL('./test-deadline.mjs', import.meta.url).href;
 const r = spawnSync(
   process.execPath,
-  ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-reporter=spec', ...files],
+  [
+    '--import',
+    'tsx',
+    '--import',
+    deadline,
+    '--test',
+    `--test-concurrency=${concurrency}`,
+    '--test-timeout=600000',
+    '--test-force-exit',
+    '--test-reporter=spec',
+    ...files,
+  ],
   { stdio: 'inherit' },
 );
 process.exit(r.status ?? 1);

@@ -124,7 +124,9 @@ class PiecesTest(unittest.TestCase):
             else:  # a torch that compiles on this CPU, or says why not
                 self.assertIn(got, ("on", "unavailable"))
                 self.assertEqual(bool(M.PIECES), got == "on")
-            self.assertLessEqual(err.getvalue().count("\n"), 1)
+            # said at most once; torch's own warnings (a deprecation inside its compiler on 2.13) are not ours
+            ours = [ln for ln in err.getvalue().splitlines() if ln.startswith("rstar2 worker:")]
+            self.assertLessEqual(len(ours), 1, err.getvalue())
         finally:
             M.PIECES.clear()
 
