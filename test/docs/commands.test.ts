@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { type Command, CommanderError } from 'commander';
@@ -141,6 +141,23 @@ function runnable(path: string, args: string[]): string[] {
     return args;
   return [...path.split(' '), '--help'];
 }
+
+test('every relative link and image in the docs points to a file that exists', () => {
+  const bad: string[] = [];
+  for (const file of DOCS) {
+    const md = readFileSync(join(ROOT, file), 'utf8');
+    for (const m of md.matchAll(/\]\(([^)#\s]+)(#[^)]*)?\)/g)) {
+      const target = m[1];
+      if (/^[a-z]+:/.test(target)) continue;
+      if (!existsSync(join(ROOT, dirname(file), target))) bad.push(`${file}: ${target}`);
+    }
+  }
+  assert.deepEqual(bad, []);
+});
+
+test('the README stays a page: at most 200 lines', () => {
+  assert.ok(readFileSync(join(ROOT, 'README.md'), 'utf8').split('\n').length <= 200);
+});
 
 test('the docs have commands to check', () => {
   assert.ok(
