@@ -474,12 +474,19 @@ export class Comparer {
     if (g.t === 'tuple') {
       if (p.t !== 'list' && p.t !== 'set') return neq('shape');
       if (g.open !== '(' || g.close !== ')') return neq('interval-vs-list');
+      // `y = 1, x = 2` against `(2, 1)`: the names fix the order, not where they were written.
+      const named = this.o.mathVerify ? null : byName(p);
+      if (named) return this.ordered(g.items, named, 'tuple-by-name');
       return this.ordered(g.items, p.items, 'tuple-in-written-order');
     }
     if (g.t === 'list' || g.t === 'set') {
       if (p.t === 'list' || p.t === 'set') return this.unordered(g.items, p.items, 'set');
-      if (p.t === 'tuple' && p.open === '(' && p.close === ')')
+      if (p.t === 'tuple' && p.open === '(' && p.close === ')') {
+        // A gold `a = 1, b = 2` is the pair (a, b), so `(2, 1)` is wrong; a list of values is a set.
+        const named = this.o.mathVerify || g.t !== 'list' ? null : byName(g);
+        if (named) return this.ordered(named, p.items, 'tuple-by-name');
         return this.unordered(g.items, p.items, 'set');
+      }
       return neq('shape');
     }
     return neq('shape');
@@ -744,6 +751,24 @@ function assignedValue(n: Extract<Node, { t: 'rel' }>): Node | null {
   if (n.ops.every((o) => o === '=') || (n.ops.length === 1 && n.ops[0] === 'in'))
     return n.parts.at(-1) ?? null;
   return null;
+}
+
+/** A list of assignments to distinct plain variables (`y = 1, x = 2`), by variable name; else null. */
+function assignments(n: Extract<Node, { t: 'list' }>): Map<string, Node> | null {
+  const out = new Map<string, Node>();
+  for (const x of n.items) {
+    if (x.t !== 'rel' || x.ops.length !== 1 || x.ops[0] !== '=' || x.parts[0].t !== 'sym') return null;
+    if (out.has(x.parts[0].name)) return null; // `x = 1, x = 2`: two roots, a set
+    out.set(x.parts[0].name, x.parts[1]);
+  }
+  return out;
+}
+
+/** A list of assignments as its values in the order of their names (coordinates: x before y, a before b). */
+function byName(n: Node): Node[] | null {
+  const m = n.t === 'list' ? assignments(n) : null;
+  if (!m || m.size < 2) return null;
+  return [...m.keys()].sort().map((k) => m.get(k) as Node);
 }
 
 /** `>`/`>=` chains rewritten with `<`/`<=` so `a > b` and `b < a` compare equal. */
