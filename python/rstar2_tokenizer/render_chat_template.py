@@ -7,6 +7,8 @@ stdout: JSON list of rendered strings.
 """
 
 import json
+import resource
+import signal
 import sys
 
 import jinja2
@@ -22,8 +24,28 @@ def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
 
+# A template is untrusted input: bound the render's time and memory, and say which limit stopped it.
+TIME_LIMIT_S = 30
+MEMORY_LIMIT_BYTES = 2 << 30
+
+
+def on_alarm(_signum, _frame):
+    raise TimeoutError(f"chat template render took over {TIME_LIMIT_S} s")
+
+
 def main():
-    req = json.load(sys.stdin)
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(TIME_LIMIT_S)
+    try:
+        render(json.load(sys.stdin))
+    except MemoryError:
+        sys.exit(f"chat template render needed over {MEMORY_LIMIT_BYTES >> 30} GiB")
+    except TimeoutError as e:
+        sys.exit(str(e))
+
+
+def render(req):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception

@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { Template } from '@huggingface/jinja';
+import { RenderLimitError, renderBounded } from './bounded.js';
 import { TEMPLATE_NAMES, TEMPLATES, type TemplateName } from './templates.js';
 import type { Tokenizer } from './tokenizer.js';
 import type { ToolSpec } from './tools.js';
@@ -80,8 +81,8 @@ export class ChatTemplate {
   /** The template stored in a tokenizer (its tokenizer_config.json `chat_template`). */
   static fromTokenizer(tokenizer: Tokenizer): ChatTemplate {
     const src = tokenizer.chatTemplate;
-    if (src === undefined) throw new Error('tokenizer_config.json has no chat_template');
-    return new ChatTemplate(src, 'tokenizer');
+    if (src === undefined) throw new Error(`${tokenizer.source}: tokenizer_config.json has no chat_template`);
+    return new ChatTemplate(src, `tokenizer (${tokenizer.source})`);
   }
 
   /**
@@ -128,16 +129,22 @@ export class ChatTemplate {
   // No message validation: the reference renders `[{}]` to find the system block.
   private renderRaw(messages: readonly object[], opts: RenderOptions): string {
     // raise_exception is a built-in of @huggingface/jinja; render errors are reported with the template's name.
+    const vars = {
+      bos_token: '',
+      eos_token: '<|im_end|>',
+      ...opts.vars,
+      messages,
+      tools: opts.tools && opts.tools.length > 0 ? opts.tools : undefined,
+      add_generation_prompt: opts.addGenerationPrompt ?? false,
+    };
     try {
-      return this.compiled.render({
-        bos_token: '',
-        eos_token: '<|im_end|>',
-        ...opts.vars,
-        messages,
-        tools: opts.tools && opts.tools.length > 0 ? opts.tools : undefined,
-        add_generation_prompt: opts.addGenerationPrompt ?? false,
-      });
+      return renderBounded(this.compiled, vars);
     } catch (e) {
+      if (e instanceof RenderLimitError) {
+        throw new Error(
+          `chat template ${this.name}: rendering stopped: it ${e.message}; a chat template is code that comes with the model: check it, or use a shipped template (${TEMPLATE_NAMES.join(', ')})`,
+        );
+      }
       throw new Error(`chat template ${this.name}: ${(e as Error).message}`);
     }
   }

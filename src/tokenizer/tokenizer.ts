@@ -62,7 +62,12 @@ export class Tokenizer {
   private readonly cleanUp: boolean;
   private readonly idToToken: string[];
 
-  constructor(tokenizerJson: Record<string, unknown>, config: TokenizerConfig = {}, source = '<memory>') {
+  constructor(
+    tokenizerJson: Record<string, unknown>,
+    config: TokenizerConfig = {},
+    /** Where it was loaded from (its tokenizer.json), for messages. */
+    readonly source = '<memory>',
+  ) {
     const model = tokenizerJson.model as Record<string, unknown> | undefined;
     if (!model || typeof model !== 'object' || !('vocab' in model)) {
       throw new Error(`tokenizer ${source}: missing "model" section (not a Hugging Face tokenizer.json?)`);
