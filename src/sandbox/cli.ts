@@ -148,7 +148,7 @@ export function registerSandboxCommands(program: Command): void {
       )
       .option(
         '--max-sessions-per-client <n>',
-        'live stateful sessions one session key may hold (0 = only the pool limit)',
+        'live stateful sessions one client (peer address; every local process is one) may hold (0 = only the pool limit)',
         nonNegativeInt(),
         4,
       )

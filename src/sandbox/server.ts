@@ -65,17 +65,21 @@ export interface SandboxServerOptions {
   requestTimeoutMs?: number;
   /** A body that sends nothing for this long is cut with 408 (default 10 s, at most requestTimeoutMs). */
   bodyIdleTimeoutMs?: number;
-  /** Items in one request at most (413 past it). */
+  /** Items in one request at most (413 past it, as soon as the body has shown that many). */
   maxBatchItems?: number;
+  /** JSON structure one body may hold: its brackets, commas and colons, counted as it arrives (413 past it). Parsing
+   * costs by that count, not by bytes: a million empty items blocked the event loop for seconds. */
+  maxBodyTokens?: number;
   /** Output (stdout, stderr, fetched files; as the answer's JSON) one answer carries: the items that finish after
    * it is full are answered without their output, flagged `truncated` and saying why. */
   maxBatchOutputBytes?: number;
   /** Output held by all answers still being assembled or sent; past it the answer holding the most gives up its
    * items' output first (default 4 x maxBatchOutputBytes). */
   maxOutputBytesHeld?: number;
-  /** Live stateful sessions one session key (x-rstar2-session-key) may hold; 0 = no limit of its own. */
+  /** Live stateful sessions one client may hold, whatever session keys it sends; a client is the peer address of
+   * its connection (see clientOf); 0 = no limit of its own. */
   maxSessionsPerClient?: number;
-  /** How long an idle session counts against its key (the runner's session TTL). */
+  /** How long an idle session counts against its client (the runner's session TTL). */
   sessionTtlMs?: number;
   maxCodeBytes?: number;
   /** Wall limit applied to code-judge submissions (its MAX_EXECUTION_TIME; rStar2 uses 4 s). */
@@ -435,8 +439,8 @@ export class SandboxServer {
   private readonly bodies = new Set<BodyHold>();
   private readonly bodyIdleMs: number;
   private readonly held: OutputHeld;
-  /** live sessions per session key: runner-side name -> last used (ms) */
-  private readonly sessionsByKey = new Map<string, Map<string, number>>();
+  /** live sessions per client (peer address): runner-side name -> last used (ms) */
+  private readonly sessionsByClient = new Map<string, Map<string, number>>();
   private readonly sessionSweep: NodeJS.Timeout;
   private readonly guard: (req: IncomingMessage, url: URL) => Refusal | null;
 
@@ -452,6 +456,7 @@ export class SandboxServer {
       maxBodyBytesInFlight: 128 << 20,
       requestTimeoutMs: 30_000,
       maxBatchItems: 4096,
+      maxBodyTokens: 1 << 18,
       maxBatchOutputBytes: 64 << 20,
       maxSessionsPerClient: 4,
       sessionTtlMs: 300_000,
@@ -463,7 +468,7 @@ export class SandboxServer {
     checkBind(this.o.host, this.o.token, 'sandbox service');
     if (this.o.maxBodyBytesInFlight < this.o.maxBodyBytes)
       throw new Error('maxBodyBytesInFlight must be at least maxBodyBytes, or the largest bodies never fit');
-    for (const k of ['maxBatchItems', 'maxBatchOutputBytes'] as const)
+    for (const k of ['maxBatchItems', 'maxBatchOutputBytes', 'maxBodyTokens'] as const)
       if (!Number.isInteger(this.o[k]) || this.o[k] <= 0) throw new Error(`${k} must be a positive integer`);
     this.bodyIdleMs = Math.min(opts.bodyIdleTimeoutMs ?? 10_000, this.o.requestTimeoutMs);
     const heldCap = opts.maxOutputBytesHeld ?? 4 * this.o.maxBatchOutputBytes;
@@ -507,9 +512,9 @@ export class SandboxServer {
     this.http.keepAliveTimeout = 65_000;
     // keys that never come back would keep their expired sessions' names
     this.sessionSweep = setInterval(() => {
-      for (const [key, live] of this.sessionsByKey) {
+      for (const [peer, live] of this.sessionsByClient) {
         this.expireSessions(live);
-        if (live.size === 0) this.sessionsByKey.delete(key);
+        if (live.size === 0) this.sessionsByClient.delete(peer);
       }
     }, 60_000);
     this.sessionSweep.unref();
@@ -553,8 +558,10 @@ export class SandboxServer {
    * has sent, not those it declares, so a client that declares much and sends nothing holds nothing. When a
    * chunk does not fit, the body holding the most is refused (503): each connection keeps its share, and one
    * that takes more than the others loses it first. A body that stalls for bodyIdleTimeoutMs is cut (408).
-   * A refused body is drained unread, so the client still gets the answer. */
-  private readBody(req: IncomingMessage, res: ServerResponse): Promise<unknown> {
+   * A refused body is drained unread, so the client still gets the answer. Its items (batch routes) and its JSON
+   * structure are counted as it arrives (JsonCount), so a body past maxBatchItems or maxBodyTokens is refused
+   * before any of it is parsed. */
+  private readBody(req: IncomingMessage, res: ServerResponse, batch: boolean): Promise<unknown> {
     const max = this.o.maxBodyBytes;
     const tooBig = (n: number) =>
       new HttpError(413, `request body is ${n} bytes, over the ${max}-byte limit per request`);
@@ -562,6 +569,7 @@ export class SandboxServer {
     if (declared > max) return Promise.reject(tooBig(declared));
     return new Promise((resolve, reject) => {
       const chunks: Buffer[] = [];
+      const count = new JsonCount();
       let size = 0;
       let idle: NodeJS.Timeout | undefined;
       const hold: BodyHold = { bytes: 0, refuse: (e) => fail(e) };
@@ -596,6 +604,16 @@ export class SandboxServer {
         size += c.length;
         if (size > max) return fail(tooBig(size));
         if (!this.charge(hold, c.length)) return fail(this.bodiesBusy());
+        count.add(c);
+        if (batch && count.items > this.o.maxBatchItems)
+          return fail(this.tooManyItems(`at least ${count.items}`));
+        if (count.tokens > this.o.maxBodyTokens)
+          return fail(
+            new HttpError(
+              413,
+              `request body holds over ${this.o.maxBodyTokens} JSON brackets, commas and colons (maxBodyTokens); send fewer or smaller items per request`,
+            ),
+          );
         chunks.push(c);
       });
       req.on('error', (e) => fail(e));
@@ -674,7 +692,7 @@ export class SandboxServer {
       if (req.method !== 'POST') throw new HttpError(405, `method ${req.method} not allowed`);
       const route = ROUTES[url];
       if (!route) throw new HttpError(404, `no route POST ${url}`);
-      const body = await this.readBody(req, res);
+      const body = await this.readBody(req, res, BATCH_ROUTES.has(url));
       const sessionKey = req.headers['x-rstar2-session-key'];
       const answers: Answer<unknown>[] = [];
       res.on('close', () => {
@@ -682,7 +700,12 @@ export class SandboxServer {
       });
       const out = await route(
         this,
-        { client, sessionKey: typeof sessionKey === 'string' ? sessionKey : undefined, answers },
+        {
+          client,
+          peer: clientOf(req),
+          sessionKey: typeof sessionKey === 'string' ? sessionKey : undefined,
+          answers,
+        },
         body,
       );
       items = out.items;
@@ -725,11 +748,7 @@ export class SandboxServer {
     queueWaitMs: number,
     shape: (r: RunResult, i: number) => T,
   ): Promise<T[] | null> {
-    if (reqs.length > this.o.maxBatchItems)
-      throw new HttpError(
-        413,
-        `request has ${reqs.length} items, over the limit of ${this.o.maxBatchItems} per request (maxBatchItems, --max-batch-items); split it`,
-      );
+    if (reqs.length > this.o.maxBatchItems) throw this.tooManyItems(String(reqs.length));
     const runnable = reqs.filter((r) => 'code' in r).length;
     if (!this.scheduler.canAdmit(runnable)) return null;
     const answer = new Answer(shape, reqs.length, this.o.maxBatchOutputBytes, this.held);
@@ -744,35 +763,42 @@ export class SandboxServer {
     return answer.results;
   }
 
-  /** Counts a session against its key; the result to answer instead when the key holds its limit already. */
-  openSession(key: string, name: string): RunResult | null {
+  tooManyItems(n: string): HttpError {
+    return new HttpError(
+      413,
+      `request has ${n} items, over the limit of ${this.o.maxBatchItems} per request (maxBatchItems, --max-batch-items); split it`,
+    );
+  }
+
+  /** Counts a session against its client; the result to answer instead when the client holds its limit already. */
+  openSession(peer: string, name: string): RunResult | null {
     const limit = this.o.maxSessionsPerClient;
     if (limit === 0) return null;
-    const live = this.sessionsByKey.get(key) ?? new Map<string, number>();
-    this.sessionsByKey.set(key, live);
+    const live = this.sessionsByClient.get(peer) ?? new Map<string, number>();
+    this.sessionsByClient.set(peer, live);
     this.expireSessions(live);
     if (!live.has(name) && live.size >= limit)
       return failedResult(
         'busy',
-        `session limit per client reached: this x-rstar2-session-key holds ${live.size} live sessions (limit ${limit}, --max-sessions-per-client); close one or let it expire`,
+        `session limit per client reached: this client (${peer}) holds ${live.size} live sessions, whatever its session keys (limit ${limit}, --max-sessions-per-client); close one or let it expire`,
       );
     live.set(name, Date.now());
     return null;
   }
 
-  /** After a session call: a session the runner lost or never opened no longer counts against its key. */
-  sessionAnswered(key: string, name: string, r: RunResult): void {
-    const live = this.sessionsByKey.get(key);
+  /** After a session call: a session the runner lost or never opened no longer counts against its client. */
+  sessionAnswered(peer: string, name: string, r: RunResult): void {
+    const live = this.sessionsByClient.get(peer);
     if (!live?.has(name)) return;
     if (r.status === 'busy' || /^session \S+ (lost|was closed)/.test(r.error ?? ''))
-      this.closedSession(key, name);
+      this.closedSession(peer, name);
     else live.set(name, Date.now());
   }
 
-  closedSession(key: string, name: string): void {
-    const live = this.sessionsByKey.get(key);
+  closedSession(peer: string, name: string): void {
+    const live = this.sessionsByClient.get(peer);
     live?.delete(name);
-    if (live?.size === 0) this.sessionsByKey.delete(key);
+    if (live?.size === 0) this.sessionsByClient.delete(peer);
   }
 
   private expireSessions(live: Map<string, number>): void {
@@ -820,9 +846,58 @@ export class SandboxServer {
 
 /** busy: refused at admission (503); status: another HTTP status than 200 for the answer. */
 type RouteResult = { body: unknown; items: number; busy?: boolean; status?: number };
-/** client: the fair-queue key; sessionKey: the x-rstar2-session-key header; answers: those the request
- * assembles, released once its response is sent. */
-type Ctx = { client: string; sessionKey?: string; answers: Answer<unknown>[] };
+/** client: the fair-queue key; peer: who holds the request's sessions (clientOf); sessionKey: the
+ * x-rstar2-session-key header; answers: those the request assembles, released once its response is sent. */
+type Ctx = { client: string; peer: string; sessionKey?: string; answers: Answer<unknown>[] };
+
+/** The client a session quota counts against: the connection's peer address, which a client cannot choose the way
+ * it chooses headers (x-rstar2-client, session keys: one client with 4 keys took all 16 sessions). The service's
+ * token, where set, is one for every client, so it names none. Every process on one host is one client. */
+function clientOf(req: IncomingMessage): string {
+  const a = req.socket.remoteAddress ?? 'unknown';
+  return a.startsWith('::ffff:') ? a.slice(7) : a;
+}
+
+/** Counts, as a JSON body arrives and before it is parsed, its structural characters outside strings ({ [ , :)
+ * and the elements of the arrays directly inside its top-level object (a batch's items). */
+class JsonCount {
+  tokens = 0;
+  items = 0;
+  private depth = 0;
+  private inString = false;
+  private escaped = false;
+  /** whether the container at depth 2 is an array that has shown an element */
+  private inItems = false;
+  private itemsOpen = false;
+
+  add(c: Buffer): void {
+    for (let i = 0; i < c.length; i++) {
+      const b = c[i];
+      if (this.inString) {
+        if (this.escaped) this.escaped = false;
+        else if (b === 0x5c) this.escaped = true;
+        else if (b === 0x22) this.inString = false;
+        continue;
+      }
+      if (b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09) continue;
+      if (this.itemsOpen && this.depth === 2) {
+        // the first thing after `[` at depth 2 that is not `]` starts the first item
+        this.itemsOpen = false;
+        if (b !== 0x5d) this.items++;
+      }
+      if (b === 0x22) this.inString = true;
+      else if (b === 0x7b || b === 0x5b) {
+        this.tokens++;
+        this.depth++;
+        if (this.depth === 2) this.itemsOpen = this.inItems = b === 0x5b;
+      } else if (b === 0x7d || b === 0x5d) this.depth--;
+      else if (b === 0x2c || b === 0x3a) {
+        this.tokens++;
+        if (b === 0x2c && this.depth === 2 && this.inItems) this.items++;
+      }
+    }
+  }
+}
 type Route = (s: SandboxServer, ctx: Ctx, body: unknown) => Promise<RouteResult>;
 
 const SESSION_ID = /^[\x21-\x7e]{1,200}$/;
@@ -846,13 +921,13 @@ async function runNative(s: SandboxServer, ctx: Ctx, reqs: RunRequest[]): Promis
     if (!SESSION_ID.test(r.session))
       return failedResult('invalid_input', 'session must be 1-200 printable ASCII characters without spaces');
     const name = sessionName(ctx.sessionKey, r.session);
-    return s.openSession(ctx.sessionKey as string, name) ?? s.checkItem({ ...r, session: name });
+    return s.openSession(ctx.peer, name) ?? s.checkItem({ ...r, session: name });
   });
   return s.runItems(ctx, items, s.options.longQueueWaitMs, (r, i) => {
     const it = items[i];
     const id = reqs[i].session;
     if (!('code' in it) || it.session === undefined || id === undefined) return r;
-    s.sessionAnswered(ctx.sessionKey as string, it.session, r);
+    s.sessionAnswered(ctx.peer, it.session, r);
     return r.error === undefined ? r : { ...r, error: r.error.replaceAll(it.session, id) };
   });
 }
@@ -923,6 +998,15 @@ const runCode: Route = async (s, ctx, body) => {
   return { body: out, items: 1, status: r.status === 'queue_timeout' ? 504 : 200 };
 };
 
+/** Routes whose body is a list of items, counted as it arrives (JsonCount). */
+const BATCH_ROUTES = new Set([
+  '/run/batch',
+  '/judge/batch',
+  '/run/long-batch',
+  '/judge/long-batch',
+  '/v1/batch',
+]);
+
 const ROUTES: Record<string, Route> = {
   '/run': codeJudgeSingle(false),
   '/judge': codeJudgeSingle(true),
@@ -942,7 +1026,7 @@ const ROUTES: Record<string, Route> = {
     if (!s.options.runner.closeSession) throw new HttpError(501, 'this backend has no stateful sessions');
     const name = sessionName(ctx.sessionKey, session);
     const closed = await s.options.runner.closeSession(name);
-    s.closedSession(ctx.sessionKey as string, name);
+    s.closedSession(ctx.peer, name);
     return { body: { session, closed }, items: 0 };
   },
   '/v1/batch': async (s, ctx, body) => {

@@ -55,7 +55,7 @@ test('a batch over maxBatchItems is refused whole with 413 before anything runs'
   assert.equal(cj.status, 413);
   assert.match(
     cj.body.error,
-    /request has 4500 items, over the limit of 4096 per request.*--max-batch-items/,
+    /request has (at least )?\d+ items, over the limit of 4096 per request.*--max-batch-items/,
   );
   const native = await post(url, '/v1/batch', { requests: subs.map((x) => ({ code: x.solution })) });
   assert.equal(native.status, 413);
@@ -64,6 +64,60 @@ test('a batch over maxBatchItems is refused whole with 413 before anything runs'
   const ok = await post(url, '/v1/batch', { requests: subs.slice(0, 4096).map(() => ({ code: 'x' })) });
   assert.equal(ok.status, 200);
   assert.equal(ok.body.results.length, 4096);
+});
+
+/** Sends `body` to `path` while /ping is asked every 10 ms; the answer and the slowest /ping's milliseconds. */
+async function pingWhile(
+  url: string,
+  path: string,
+  body: string,
+): Promise<{ status: number; error: string; worstPingMs: number }> {
+  let worst = 0;
+  let sending = true;
+  const pinger = (async () => {
+    while (sending) {
+      const t0 = performance.now();
+      await (await fetch(`${url}/ping`)).text();
+      worst = Math.max(worst, performance.now() - t0);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  })();
+  try {
+    const r = await fetch(url + path, {
+      method: 'POST',
+      body,
+      headers: { 'content-type': 'application/json' },
+    });
+    const answer = (await r.json()) as { error: string };
+    return { status: r.status, error: answer.error, worstPingMs: worst };
+  } finally {
+    sending = false;
+    await pinger;
+  }
+}
+
+test('a million invalid items are refused as they arrive, and /ping is answered meanwhile', {
+  timeout: 60_000,
+}, async () => {
+  const { url, runner } = await start();
+  const items = `[${Array(1_000_000).fill('{}').join(',')}]`;
+  for (const [path, body] of [
+    ['/v1/batch', `{"requests":${items}}`],
+    ['/run/long-batch', `{"type":"batch","submissions":${items}}`],
+  ]) {
+    const r = await pingWhile(url, path, body);
+    assert.equal(r.status, 413, `${path}: ${r.error}`);
+    assert.match(r.error, /request has at least \d+ items, over the limit of 4096 per request/);
+    // the old code parsed and validated all of them: ~8 s with /ping waiting
+    assert.ok(r.worstPingMs < 1000, `${path}: /ping waited ${r.worstPingMs.toFixed(0)} ms`);
+  }
+  // a body whose structure is huge inside few items (a million keys in one item's files) is refused by its count
+  const keys = Array.from({ length: 1_000_000 }, (_, i) => `"f${i}":1`).join(',');
+  const r = await pingWhile(url, '/v1/run', `{"code":"x","files":{${keys}}}`);
+  assert.equal(r.status, 413, r.error);
+  assert.match(r.error, /over 262144 JSON brackets, commas and colons \(maxBodyTokens\)/);
+  assert.ok(r.worstPingMs < 1000, `/ping waited ${r.worstPingMs.toFixed(0)} ms`);
+  assert.equal(runner.seen.length, 0, 'nothing ran');
 });
 
 test('a batch answer carries at most maxBatchOutputBytes of output; later items say why theirs is missing', async () => {
@@ -261,30 +315,70 @@ test('a body that stops sending is cut after bodyIdleTimeoutMs, long before requ
   assert.equal((await fetch(`${url}/ping`)).status, 200);
 });
 
-test('one client (session key) holds at most maxSessionsPerClient live sessions; others keep theirs', async () => {
+/** A native /v1/run call from a connection bound to `from` (a loopback address of its own: another client). */
+async function runFrom(
+  url: string,
+  from: string,
+  key: string,
+  body: Record<string, unknown>,
+): Promise<RunResult> {
+  const u = new URL(`${url}/v1/run`);
+  const req = request({
+    host: u.hostname,
+    port: u.port,
+    path: u.pathname,
+    method: 'POST',
+    localAddress: from,
+    headers: { 'content-type': 'application/json', 'x-rstar2-session-key': key },
+  });
+  req.end(JSON.stringify(body));
+  const [res] = (await once(req, 'response')) as [IncomingMessage];
+  return (await readAnswer(res)).body as RunResult;
+}
+
+test('one client (peer address) holds at most maxSessionsPerClient live sessions, whatever keys it sends; another keeps its own', async () => {
   const runner = new SessionRunner();
   const { url } = await start({ runner: runner as unknown as FakeRunner, maxSessionsPerClient: 2 });
-  const a = new SandboxClient({ url });
-  const b = new SandboxClient({ url });
-  assert.equal((await a.run({ code: 'set 1', session: 's1' })).status, 'ok');
-  assert.equal((await a.run({ code: 'set 2', session: 's2' })).status, 'ok');
-  const third = await a.run({ code: 'set 3', session: 's3' });
-  assert.equal(third.status, 'busy');
-  assert.match(third.error ?? '', /session limit per client reached: .* holds 2 live sessions \(limit 2/);
+  const keys = ['a'.repeat(16), 'b'.repeat(16), 'c'.repeat(16), 'd'.repeat(16)];
+  // client A (127.0.0.2) sends a fresh session key with each session: its keys do not make it more clients
+  const a = (k: number, code: string, session: string) =>
+    runFrom(url, '127.0.0.2', keys[k], { code, session });
+  const b = (code: string, session: string) => runFrom(url, '127.0.0.3', 'e'.repeat(16), { code, session });
+  assert.equal((await a(0, 'set 1', 's1')).status, 'ok');
+  assert.equal((await a(1, 'set 2', 's2')).status, 'ok');
+  for (const k of [2, 3]) {
+    const more = await a(k, 'set 3', 's3');
+    assert.equal(more.status, 'busy');
+    assert.match(
+      more.error ?? '',
+      /session limit per client reached: this client \(127\.0\.0\.2\) holds 2 live sessions, whatever its session keys \(limit 2/,
+    );
+  }
   assert.equal(runner.state.size, 2, 'the third never reached the runner');
-  // a call in a session the key already holds still runs
-  assert.equal((await a.run({ code: 'again', session: 's1' })).status, 'ok');
+  // a call in a session the client already holds still runs
+  assert.equal((await a(0, 'again', 's1')).status, 'ok');
   // another client is not refused for the first one's sessions
-  assert.equal((await b.run({ code: 'b', session: 's1' })).status, 'ok');
-  assert.equal((await b.run({ code: 'b', session: 's2' })).status, 'ok');
+  assert.equal((await b('b', 's1')).status, 'ok');
+  assert.equal((await b('b', 's2')).status, 'ok');
   // closing one frees its place
-  assert.equal(await a.closeSession('s1'), true);
-  assert.equal((await a.run({ code: '3', session: 's3' })).status, 'ok');
+  const u = new URL(`${url}/v1/session/close`);
+  const close = request({
+    host: u.hostname,
+    port: u.port,
+    path: u.pathname,
+    method: 'POST',
+    localAddress: '127.0.0.2',
+    headers: { 'content-type': 'application/json', 'x-rstar2-session-key': keys[0] },
+  });
+  close.end(JSON.stringify({ session: 's1' }));
+  const [closed] = (await once(close, 'response')) as [IncomingMessage];
+  assert.equal((await readAnswer(closed)).body.closed, true);
+  assert.equal((await a(2, '3', 's3')).status, 'ok');
   // stateless calls are never counted
-  assert.equal((await a.run({ code: 'plain' })).status, 'ok');
+  assert.equal((await runFrom(url, '127.0.0.2', keys[3], { code: 'plain' })).status, 'ok');
 });
 
-test('sessions expire from their key after sessionTtlMs idle, as the runner expires them', async () => {
+test('sessions expire from their client after sessionTtlMs idle, as the runner expires them', async () => {
   const runner = new SessionRunner();
   const { url } = await start({
     runner: runner as unknown as FakeRunner,
