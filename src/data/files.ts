@@ -2,7 +2,7 @@ import { closeSync, existsSync, openSync, readFileSync, readSync, statSync } fro
 import { resolve } from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import { inflateRawSync, unzipSync } from 'node:zlib';
-import type { AsyncBuffer, FileMetaData } from 'hyparquet';
+import type { AsyncBuffer, Compressors, FileMetaData } from 'hyparquet';
 import { globSync, isDynamicPattern } from 'tinyglobby';
 import { stripBom } from '../util/jsonl.js';
 
@@ -100,18 +100,26 @@ function* jsonlRows(file: string, start: number): Generator<SourceRow> {
 }
 
 // Parquet INT64 arrives as BigInt; JSON-shaped records want numbers (or strings where a number would round).
-function plain(v: unknown): unknown {
+// `cost` adds up the text a file's values hold: a dictionary page stores a value once for any number of rows.
+function plain(v: unknown, cost: Cost): unknown {
+  if (typeof v === 'string') {
+    cost.charge(v.length, 'values hold');
+    return v;
+  }
   if (typeof v === 'bigint') {
     return v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= BigInt(Number.MIN_SAFE_INTEGER)
       ? Number(v)
       : String(v);
   }
-  if (Array.isArray(v)) return v.map(plain);
+  if (Array.isArray(v)) return v.map((x) => plain(x, cost));
   if (v instanceof Date) return v.toISOString();
-  if (v instanceof Uint8Array) return Buffer.from(v).toString('utf8');
+  if (v instanceof Uint8Array) {
+    cost.charge(v.length, 'values hold');
+    return Buffer.from(v).toString('utf8');
+  }
   if (typeof v === 'object' && v !== null) {
     const o: Record<string, unknown> = {};
-    for (const [k, x] of Object.entries(v)) if (x !== undefined) o[k] = plain(x);
+    for (const [k, x] of Object.entries(v)) if (x !== undefined) o[k] = plain(x, cost);
     return o;
   }
   return v;
@@ -127,10 +135,103 @@ function gunzipPage(input: Uint8Array, length: number): Uint8Array {
 }
 
 /**
- * Rows of every file in order. Parquet is read one row group at a time, so stopping early (a limit) reads
- * only the groups needed and a large file is never held twice in memory.
+ * What reading one Parquet file may cost, in bytes decoded. Two accounts: its pages once decompressed (and a slot
+ * per value), by default 250 × the file, and the text its rows' values hold, by default 2500 × the file (a
+ * dictionary value stands for any number of rows, as in DAPO-Math-17k's 100 copies of each problem); each at least
+ * 256 MiB. A gzip page holds up to a thousand times its size, zstd's more. An explicit `maxParquetBytes` or
+ * RSTAR2_PARQUET_MAX_BYTES bounds both accounts.
  */
-export async function* readRows(files: string[]): AsyncGenerator<SourceRow> {
+export const PARQUET_BOUND = {
+  pageRatio: 250,
+  valueRatio: 2500,
+  floorBytes: 256 * 2 ** 20,
+  env: 'RSTAR2_PARQUET_MAX_BYTES',
+};
+
+export interface ReadOptions {
+  /** Bytes one Parquet file may decode to, in pages and in the text of its values; default PARQUET_BOUND. */
+  maxParquetBytes?: number;
+}
+
+/** A Parquet file past its bound: the message names the file, the sizes and how to raise the limit. */
+export class ParquetTooLarge extends Error {}
+
+const mib = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
+
+interface Limit {
+  bytes: number;
+  how: string;
+}
+
+function parquetLimits(fileBytes: number, explicit?: number): { pages: Limit; values: Limit } {
+  const raise = `raise it with ${PARQUET_BOUND.env}=<bytes>`;
+  const raw = explicit ?? process.env[PARQUET_BOUND.env];
+  if (raw !== undefined && raw !== '') {
+    const n = Number(raw);
+    const name = explicit === undefined ? PARQUET_BOUND.env : 'maxParquetBytes';
+    if (!Number.isSafeInteger(n) || n <= 0) {
+      throw new Error(`${name} must be a positive whole number of bytes, got ${JSON.stringify(raw)}`);
+    }
+    const limit = { bytes: n, how: `${name}=${n}; ${raise}` };
+    return { pages: limit, values: limit };
+  }
+  const floor = PARQUET_BOUND.floorBytes;
+  const of = (ratio: number) => ({
+    bytes: Math.max(floor, ratio * fileBytes),
+    how: `${ratio} × the file, at least ${mib(floor)}; ${raise}`,
+  });
+  return { pages: of(PARQUET_BOUND.pageRatio), values: of(PARQUET_BOUND.valueRatio) };
+}
+
+class Cost {
+  used = 0;
+  constructor(
+    private readonly file: string,
+    private readonly fileBytes: number,
+    private readonly limit: Limit,
+  ) {}
+
+  charge(bytes: number, what: string): void {
+    this.used += bytes;
+    if (this.used > this.limit.bytes) {
+      throw new ParquetTooLarge(
+        `${this.file}: refused: a Parquet file of ${mib(this.fileBytes)} whose ${what} ${mib(this.used)} or more, ` +
+          `over its limit of ${mib(this.limit.bytes)} (${this.limit.how})`,
+      );
+    }
+  }
+}
+
+// The metadata's own account, checked before any page is read: each value also takes a slot in memory.
+function declaredBytes(metadata: FileMetaData): number {
+  let n = 0;
+  for (const group of metadata.row_groups) {
+    for (const c of group.columns) {
+      n += Number(c.meta_data?.total_uncompressed_size ?? 0n) + 8 * Number(c.meta_data?.num_values ?? 0n);
+    }
+  }
+  return n;
+}
+
+// Every decompression charges the size its page header declares before it runs: the output never exceeds it.
+function counted(compressors: Compressors, cost: Cost): Compressors {
+  const out: Compressors = {};
+  for (const [codec, fn] of Object.entries(compressors)) {
+    if (!fn) continue;
+    out[codec as keyof Compressors] = (input, length) => {
+      cost.charge(length, 'pages decompress to');
+      return fn(input, length);
+    };
+  }
+  return out;
+}
+
+/**
+ * Rows of every file in order. Parquet is read one row group at a time, so stopping early (a limit) reads
+ * only the groups needed and a large file is never held twice in memory; a file whose pages or values
+ * would cost more than its bound (`ReadOptions`) is refused with ParquetTooLarge.
+ */
+export async function* readRows(files: string[], opts: ReadOptions = {}): AsyncGenerator<SourceRow> {
   let index = 0;
   for (const file of files) {
     if (!isParquet(file)) {
@@ -142,7 +243,6 @@ export async function* readRows(files: string[]): AsyncGenerator<SourceRow> {
     }
     // loaded on first use: every rstar2 command imports this module, few read Parquet
     const { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects } = await import('hyparquet');
-    const compressors = { ...(await import('hyparquet-compressors')).compressors, GZIP: gunzipPage };
     let buffer: AsyncBuffer;
     let metadata: FileMetaData;
     try {
@@ -151,6 +251,17 @@ export async function* readRows(files: string[]): AsyncGenerator<SourceRow> {
     } catch (e) {
       throw new Error(`${file}: not a readable Parquet file (${(e as Error).message})`);
     }
+    const limits = parquetLimits(buffer.byteLength, opts.maxParquetBytes);
+    new Cost(file, buffer.byteLength, limits.pages).charge(declaredBytes(metadata), 'metadata declares');
+    // The metadata may lie: each page is charged again as it is decompressed, against the same bound.
+    const { compressors: all, decompressZstd } = await import('hyparquet-compressors');
+    // fzstd sizes its output from the frame unless given a buffer: a page header of 1 KB could decompress to GBs
+    const zstd = (input: Uint8Array, length: number) => decompressZstd(input, new Uint8Array(length));
+    const compressors = counted(
+      { ...all, GZIP: gunzipPage, ZSTD: zstd },
+      new Cost(file, buffer.byteLength, limits.pages),
+    );
+    const values = new Cost(file, buffer.byteLength, limits.values);
     let rowStart = 0;
     for (const group of metadata.row_groups) {
       const rowEnd = rowStart + Number(group.num_rows);
@@ -158,10 +269,12 @@ export async function* readRows(files: string[]): AsyncGenerator<SourceRow> {
       try {
         rows = await parquetReadObjects({ file: buffer, metadata, rowStart, rowEnd, compressors });
       } catch (e) {
+        if (e instanceof ParquetTooLarge) throw e;
         throw new Error(`${file}: cannot read rows ${rowStart}-${rowEnd - 1} (${(e as Error).message})`);
       }
       for (let i = 0; i < rows.length; i++) {
-        yield { row: plain(rows[i]) as Record<string, unknown>, where: `${file} row ${rowStart + i}`, index };
+        const row = plain(rows[i], values) as Record<string, unknown>;
+        yield { row, where: `${file} row ${rowStart + i}`, index };
         index++;
       }
       rowStart = rowEnd;
