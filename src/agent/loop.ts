@@ -20,7 +20,8 @@ export interface AgentTemplate {
   stopTokenIds: number[];
   /** Ids a full template render puts after an end-of-turn token before the next turn ('\n'). */
   turnSeparatorIds?: number[];
-  /** The tools the prompt shows, by name: the default executor runs calls to these (a recipe's tool.name). */
+  /** The tools the prompt shows, by name: the default executor runs calls to these (a recipe's tool.name). None
+   *  (an empty list): no tool call is parsed, so a trajectory is one turn. */
   toolNames?: string[];
 }
 
@@ -110,8 +111,10 @@ export async function runTrajectory(
   const maxCalls = opts.maxParallelCalls ?? 1;
   const maxAttempts = opts.maxAttempts ?? 3;
   const maxResumes = opts.maxResumes ?? 3;
-  const exec =
-    opts.executeTool ?? defaultPythonExecutor(opts.toolOptions, opts.toolNames ?? template.toolNames);
+  const names = opts.toolNames ?? template.toolNames;
+  const exec = opts.executeTool ?? defaultPythonExecutor(opts.toolOptions, names);
+  // a prompt that shows no tool: a <tool_call> the model writes anyway is text of its answer
+  const parse: typeof parseToolCalls = names?.length === 0 ? () => [] : parseToolCalls;
   const base: SamplingParams = { ...DEFAULT_SAMPLING, ...opts.sampling };
   const stopTokenIds = [...new Set([...base.stopTokenIds, ...template.stopTokenIds])];
 
@@ -228,7 +231,7 @@ export async function runTrajectory(
 
       // reference order: budget, then turn limit, then parse
       if (traj.responseIds.length >= budget) return end('length');
-      const calls = parseToolCalls(template.decode(traj.responseIds.slice(start, genEnd))).slice(0, maxCalls);
+      const calls = parse(template.decode(traj.responseIds.slice(start, genEnd))).slice(0, maxCalls);
       if (calls.length === 0) return end(out.finishReason === 'length' ? 'length' : 'answered');
       if (turn >= maxTurns) return end('max_turns');
 

@@ -36,7 +36,7 @@ import type {
   TrainStats,
   WorkerStartOptions,
 } from '../worker/types.js';
-import { type Recipe, recipeTool } from './config.js';
+import { type Recipe, recipeTools } from './config.js';
 import { checkEngines } from './engine-check.js';
 import type { HeldoutScore, PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
 import { BroadcastSync, resolveSyncDtype, type WeightSyncOptions } from './weight-sync.js';
@@ -90,7 +90,7 @@ async function recipeCorpus(recipe: Recipe): Promise<string[]> {
   const t = recipe.tokenizer.template;
   const out: string[] = [
     ChatTemplate.named(t === 'model' ? 'rstar2' : t).render([{ role: 'user', content: '' }], {
-      tools: [recipeTool(recipe)],
+      tools: recipeTools(recipe),
       addGenerationPrompt: true,
     }),
   ];
@@ -233,7 +233,7 @@ export class EmbeddedBackend implements PolicyBackend {
         engines: engines.length > 0 ? engines : [new EmbeddedEngine(worker)],
         tokenizer,
         template: template === 'model' ? 'tokenizer' : template,
-        tools: [recipeTool(recipe)],
+        tools: recipeTools(recipe),
         sandbox: opts.runner ?? 'embedded',
         sandboxOptions: {
           slots: recipe.sandbox.workers,
@@ -264,7 +264,7 @@ export class EmbeddedBackend implements PolicyBackend {
         sftRenderer({
           rl: stack.chat,
           tokenizer,
-          rolloutTools: [recipeTool(recipe)],
+          rolloutTools: recipeTools(recipe),
           toolCallStyle: recipe.tokenizer.toolCallStyle,
         }),
         remote,

@@ -499,6 +499,12 @@ export const RecipeSchema = z
       .default({ template: 'compact', kind: 'char', vocabSize: 1024, toolCallStyle: 'compact' }),
     tool: z
       .object({
+        enabled: z
+          .boolean()
+          .default(true)
+          .describe(
+            'false: no tool at all: prompts carry no tool schema and no tool call is parsed or run, so every sample is one turn (plain single-turn tasks)',
+          ),
         name: z
           .string()
           .default(PYTHON_TOOL_NAME)
@@ -514,7 +520,7 @@ export const RecipeSchema = z
           ),
       })
       .strict()
-      .default({ name: PYTHON_TOOL_NAME, schema: null }),
+      .default({ enabled: true, name: PYTHON_TOOL_NAME, schema: null }),
     eval: z
       .object({
         ...FileFields,
@@ -542,6 +548,12 @@ export const RecipeSchema = z
           .default(640)
           .describe("a held-out sample's token budget over all its turns"),
         maxTurns: z.number().int().min(1).default(3).describe('assistant turns per held-out sample at most'),
+        atStart: z
+          .boolean()
+          .default(true)
+          .describe(
+            "an eval before an RL stage's first step (the baseline its gain is measured from); false skips it",
+          ),
       })
       .strict()
       .default({
@@ -559,6 +571,7 @@ export const RecipeSchema = z
         samples: 1,
         maxResponseTokens: 640,
         maxTurns: 3,
+        atStart: true,
       }),
     health: z
       .object({
@@ -975,6 +988,11 @@ export function runConfig(raw: unknown): unknown {
 /** The tool a recipe's rollouts serve, as its prompts show it (recipe `tool`). */
 export function recipeTool(recipe: Recipe): ToolSchema {
   return rolloutToolSchema(recipe.tool.name, recipe.tool.schema);
+}
+
+/** The tools prompts show and rollouts run: the recipe's tool, or none with `tool.enabled: false`. */
+export function recipeTools(recipe: Recipe): ToolSchema[] {
+  return recipe.tool.enabled ? [recipeTool(recipe)] : [];
 }
 
 /** What a recipe needs before it can train (or dry-run), beyond its schema; `--print-config` shows it anyway. */

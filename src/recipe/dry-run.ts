@@ -10,7 +10,7 @@ import { parameterCount, plan } from '../worker/plan.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
 import type { ModelConfig } from '../worker/types.js';
 import { recipeTokenizerFiles } from './backend.js';
-import { type Recipe, recipeTool } from './config.js';
+import { type Recipe, recipeTool, recipeTools } from './config.js';
 import { rowFilters, sectionExamples, sectionProblems } from './data.js';
 import { checkEngines, reportLine } from './engine-check.js';
 import {
@@ -93,11 +93,12 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
   const t = recipe.tokenizer.template;
   const chat = t === 'model' ? ChatTemplate.fromTokenizer(tokenizer) : ChatTemplate.named(t);
   const tool = recipeTool(recipe);
-  const template = agentTemplate(tokenizer, { chat, tools: [tool] });
+  const tools = recipeTools(recipe);
+  const template = agentTemplate(tokenizer, { chat, tools });
   const sft = sftRenderer({
     rl: chat,
     tokenizer,
-    rolloutTools: [tool],
+    rolloutTools: tools,
     toolCallStyle: recipe.tokenizer.toolCallStyle,
   });
   log(
@@ -144,7 +145,7 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
       log(
         `[${st.name}] sft: ${exs.length} chat examples, template ${st.template}; the first ${first.ids.length} tokens, ${trained} trained`,
       );
-      const warning = unservedToolsWarning(toolUse(exs), tool.function.name);
+      const warning = recipe.tool.enabled ? unservedToolsWarning(toolUse(exs), tool.function.name) : null;
       if (warning) log(`[${st.name}] warning: ${warning}`);
       continue;
     }

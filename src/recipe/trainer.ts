@@ -938,7 +938,7 @@ export class Trainer {
     const pool = await this.rlPool(stage);
     const prompts = this.promptPicker(stage, pool, start);
     const reference = await this.referencePolicy(stage, start);
-    if (start === 0) await this.evaluate(stage.name, 0);
+    if (start === 0 && this.recipe.eval.atStart) await this.evaluate(stage.name, 0);
     const roc = { ...stage.roc, downSampleToN: stage.groupSize };
     const penalty: PenaltyOptions = {
       errorMatch: stage.roc.errorMatch,

@@ -38,6 +38,41 @@ test('a stack with the scripted fake engine and an in-process runner runs a traj
   }
 });
 
+test('no tools (a recipe with tool.enabled false): the prompt shows no tool schema, a call is answer text, one turn', async () => {
+  const runner = new FakeRunner();
+  const open = (tools?: []) => openRolloutStack({ engines: ['fake'], sandbox: runner, tools });
+  const withTool = await open();
+  const stack = await open([]);
+  try {
+    const q = 'What is 1+1?';
+    const tok = stack.tokenizer;
+    assert.match(tok.decode(withTool.template.promptIds(q)), /<tools>/);
+    const prompt = tok.decode(stack.template.promptIds(q));
+    assert.doesNotMatch(prompt, /<tools>|<tool_call>|python_code_with_standard_io/);
+    assert.match(prompt, /<\|im_start\|>user\n.*What is 1\+1\?<\|im_end\|>/s);
+    // the scripted engine writes a tool call: it ends the trajectory as the answer's text, never run
+    const [t] = await runRollouts({
+      problems: [{ id: 'a', question: q, gold: '2' }],
+      n: 1,
+      scheduler: stack.scheduler,
+      template: stack.template,
+      runner: stack.runner,
+    });
+    assert.equal(t.finish, 'answered', t.error);
+    assert.equal(t.numToolCalls, 0);
+    assert.deepEqual(
+      t.events.map((e) => e.kind),
+      ['generation'],
+    );
+    assert.ok(t.responseMask.every((m) => m === 1));
+    assert.match(t.text, /<tool_call>/);
+    assert.equal(runner.requests.length, 0);
+  } finally {
+    await stack.close();
+    await withTool.close();
+  }
+});
+
 test('close() closes only what the stack opened', { timeout: 60_000 }, async () => {
   const closed: string[] = [];
   const engine = new FakeEngine(() => ({ outputIds: [] }), { name: 'mine' });

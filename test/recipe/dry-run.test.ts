@@ -35,6 +35,15 @@ test('dry run of tiny-files: tokenizer, data counts after each filter, first pro
   assert.equal(out.at(-1), 'dry run ok: nothing was trained');
 });
 
+test('tool.enabled false: the first prompt shows no tool (default: the tool line of the template)', async () => {
+  const first = (out: string[]) => out.find((l) => l.startsWith('[rl] first prompt')) ?? '';
+  const on = first(await lines(loadRecipe('tiny-files')));
+  const off = first(await lines(loadRecipe('tiny-files', { set: ['tool.enabled=false'] })));
+  assert.match(on, /Tools: python_code_with_standard_io\(code, input\)/);
+  assert.match(off, /first prompt \d+ tokens: ".*<\|im_start\|>user\\n/);
+  assert.doesNotMatch(off, /Tools:|tool_call|python_code_with_standard_io/);
+});
+
 test('sandbox.preload: the dry run preloads what the recipe names and refuses what does not import', async () => {
   const ok = await lines(loadRecipe('tiny-files', { set: ['sandbox.preload=[json, decimal]'] }));
   assert.match(

@@ -234,3 +234,27 @@ test('lrSchedule cosine: each step gets lr on a half cosine to minLr over the st
   };
   assert.throws(() => parseRecipe(bad, 't'), /stage a: minLr 0.01 is above lr 0.001/);
 });
+
+test('eval.atStart false: no held-out eval before the first RL step, the stage still evaluates at its end', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rstar2-run-'));
+  const r = parseRecipe(
+    {
+      name: 't',
+      seed: 3,
+      eval: { n: 8, atStart: false },
+      stages: [{ type: 'rl', steps: 2, promptsPerStep: 4, groupSize: 4, lr: 0.5 }],
+    },
+    't',
+  );
+  assert.equal(parseRecipe({ stages: [{ type: 'rl' }] }).eval.atStart, true);
+  const { evals } = await new Trainer(r, dir, new FakeBackend(), quiet).run();
+  assert.deepEqual(
+    evals.map((e) => `${e.stage}:${e.step}`),
+    ['rl:2'],
+  );
+  const written = readJsonl<{ step: number }>(join(dir, 'evals.jsonl'));
+  assert.deepEqual(
+    written.map((e) => e.step),
+    [2],
+  );
+});
