@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU checks this repository's CPU machines cannot run (README: "GPU path"): (1) transformers-built Qwen2/Qwen3
+# GPU checks this repository's CPU machines cannot run (docs/RESULTS.md: "On GPUs"): (1) transformers-built Qwen2/Qwen3
 # models load into the worker with matching logits and SFT loss, the embedded engine generates as transformers
 # does, model.backend transformers scores and trains a Llama as transformers does, and the log-prob slices'
 # bf16 gradients match full fp32 logits, (2) bf16 training

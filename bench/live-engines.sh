@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Live SGLang and vLLM (README: "SGLang and vLLM"; issue 40). For each of the two that imports in $RSTAR2_PYTHON:
+# Live SGLang and vLLM (docs/ENGINES.md: "SGLang and vLLM"; issue 40). For each of the two that imports in $RSTAR2_PYTHON:
 # a tiny Qwen3 model directory (`rstar2 model init`) served on 127.0.0.1 as rstar2 needs it served, then
 # (a) bench/engine-probe.ts: what the server says of itself (version, bfloat16, logprobs mode, seeds, whether it
 #     can join a weight-update group) and a few timed points,
@@ -64,7 +64,7 @@ free_port() {
   node -e "const s = require('node:net').createServer().listen(0, '127.0.0.1', () => { console.log(s.address().port); s.close(); })"
 }
 
-# ENGINE DIR PORT LOG: the server in its own process group, serving DIR as rstar2 needs (README, src/engines/)
+# ENGINE DIR PORT LOG: the server in its own process group, serving DIR as rstar2 needs (docs/ENGINES.md, src/engines/)
 start_server() {
   local -a cmd
   if [ "$1" = sglang ]; then

@@ -1,5 +1,5 @@
 """The policy worker's train step against the plain loop a user would write with transformers, in one process on
-one GPU (bench/gpu-check.sh runs it; README "GPU path" reports it).
+one GPU (bench/gpu-check.sh runs it; docs/RESULTS.md "On GPUs" reports it).
 
     python -m rstar2_worker.train_bench [--cases 0.5b-bf16,0.5b-bf16-mixed,0.5b-packed,3b-bf16] [--variants]
                                         [--profile] [--out FILE.json]

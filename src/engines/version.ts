@@ -1,5 +1,5 @@
 // The oldest SGLang and vLLM the clients are written for, and the check each engine makes when it first reads its
-// server. README ("Supported engine versions") says why each is the minimum; test/engines/server-specs.ts cites the
+// server. docs/ENGINES.md ("SGLang and vLLM: supported versions") says why each is the minimum; test/engines/server-specs.ts cites the
 // upstream source of each.
 
 export const MIN_VERSION = {
