@@ -61,6 +61,11 @@ export function failureOf(
 ): string | undefined {
   if (t.failure !== undefined) return t.failure;
   if (t.finish === 'error') return t.error ?? 'engine error';
+  return sandboxFaultOf(t);
+}
+
+/** The first sandbox fault among a trajectory's tool results (the call never ran, for the sandbox's reasons). */
+export function sandboxFaultOf(t: { events?: TurnEvent[] }): string | undefined {
   for (const e of t.events ?? []) {
     if (e.kind === 'tool_result' && SANDBOX_FAULTS.has(e.status ?? ''))
       return `sandbox ${e.status}: ${/stderr: (.*)/.exec(e.text)?.[1] ?? e.text}`;

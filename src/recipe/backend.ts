@@ -327,6 +327,10 @@ export class EmbeddedBackend implements PolicyBackend {
     return this.stack.template.promptIds(question).length;
   }
 
+  sftTokens(example: ChatExample, template: SftTemplate = 'rl'): number {
+    return this.sftSequences([example], template)[0].ids.length;
+  }
+
   private encode(text: string): number[] {
     return this.stack.tokenizer.encode(text, { addSpecialTokens: false });
   }

@@ -159,6 +159,21 @@ const SftStage = z
       .default(300)
       .describe('optimizer steps (with a gate: the most it may take)'),
     batchSize: z.number().int().min(1).default(32).describe('examples per step'),
+    sampler: z
+      .enum(['epoch', 'independent'])
+      .default('epoch')
+      .describe(
+        "how a step's examples are drawn: 'epoch' walks a seeded shuffle of the examples without replacement, reshuffled each epoch, a short last batch dropped (verl's SFT dataloader), so every example is seen once an epoch; 'independent' draws each example of each step afresh, with replacement (what this project did before: of a large mix most is never seen)",
+      ),
+    maxTokens: z
+      .number()
+      .int()
+      .min(1)
+      .nullable()
+      .default(16384)
+      .describe(
+        'examples whose rendered conversation is longer than this many tokens are dropped before training, and the count said (verl max_length with filtering; a truncated example would teach a cut-off answer); null keeps all',
+      ),
     lr: z.number().positive().default(1e-3).describe('AdamW learning rate'),
     ...lrSchedule,
     warmupSteps: z.number().int().min(0).default(20).describe('steps over which lr rises linearly from 0'),
@@ -351,6 +366,12 @@ const RlStage = z
       .default('epoch')
       .describe(
         "how a step's prompts are drawn: 'epoch' walks a seeded shuffle of the pool without replacement, reshuffled each epoch, a short last batch dropped (verl's shuffled dataloader); 'independent' draws each step's prompts afresh",
+      ),
+    sandboxFaults: z
+      .enum(['drop', 'keep'])
+      .default('drop')
+      .describe(
+        "a sample with a tool call the sandbox failed to run (internal_error, busy, queue_timeout): 'drop' leaves it out of its group and counts it in `failed` (an outage is not the policy's doing); 'keep' scores and trains it on its text like any other, as the reference does (code-judge's failure text is the tool's answer). A sample the engine failed is always left out",
       ),
     emptyStep: z
       .enum(['skip', 'redraw'])
@@ -972,14 +993,18 @@ export function withPlaceholders(recipe: Recipe): { shown: unknown; missing: str
 
 /**
  * A run directory's config.json as a recipe to parse: a run written before an option existed or was renamed keeps
- * what it did then (RL stages drew prompts independently before `sampler`; lossAgg 'verl' computed what is now
- * 'micro-mean-batch'), where a recipe written today gets the new default or the rename's error.
+ * what it did then (stages drew prompts and examples independently before `sampler`, and SFT kept examples of any
+ * length before `maxTokens`; lossAgg 'verl' computed what is now 'micro-mean-batch'), where a recipe written today
+ * gets the new default or the rename's error.
  */
 export function runConfig(raw: unknown): unknown {
-  const r = structuredClone(raw) as { stages?: { type?: string; sampler?: string; lossAgg?: string }[] };
+  const r = structuredClone(raw) as {
+    stages?: { type?: string; sampler?: string; lossAgg?: string; maxTokens?: number | null }[];
+  };
   for (const s of Array.isArray(r?.stages) ? r.stages : []) {
-    if (s?.type !== 'rl') continue;
+    if (s?.type !== 'rl' && s?.type !== 'sft') continue;
     if (s.sampler === undefined) s.sampler = 'independent';
+    if (s.type === 'sft' && s.maxTokens === undefined) s.maxTokens = null;
     if (s.lossAgg === 'verl') s.lossAgg = 'micro-mean-batch';
   }
   return r;

@@ -10,7 +10,7 @@ import {
 } from 'node:fs';
 import { availableParallelism, hostname } from 'node:os';
 import { join } from 'node:path';
-import { failureOf, type Trajectory } from '../agent/trajectory.js';
+import { failureOf, sandboxFaultOf, type Trajectory } from '../agent/trajectory.js';
 import {
   type ChatExample,
   type FilterResult,
@@ -108,6 +108,8 @@ export interface PolicyBackend {
   reinit?(seed: number): Promise<void>;
   /** Prompt length in tokens (the maxPromptTokens filter); absent = question characters. */
   promptTokens?(question: string): number;
+  /** Tokens an SFT example renders to (the stage's maxTokens); without it, no example is dropped for length. */
+  sftTokens?(example: ChatExample, template?: SftTemplate): number;
   /** Model, tokenizer and optimizer state (for exact resume). */
   save(dir: string): Promise<void>;
   load(dir: string): Promise<void>;
@@ -359,7 +361,46 @@ export class Trainer {
         });
       }),
     ];
-    return sectionExamples(files, d.limit, d.files ? d.weights : null);
+    const all = await sectionExamples(files, d.limit, d.files ? d.weights : null);
+    const count = this.backend.sftTokens?.bind(this.backend);
+    if (stage.maxTokens === null || !count) return all;
+    const kept = all.filter((ex) => count(ex, stage.template) <= stage.maxTokens!);
+    if (kept.length < all.length)
+      this.log(
+        `[${stage.name}] dropped ${all.length - kept.length} of ${all.length} examples: longer than maxTokens ${stage.maxTokens}`,
+      );
+    if (kept.length === 0)
+      throw new Error(
+        `stage ${stage.name}: every example is longer than maxTokens ${stage.maxTokens} tokens`,
+      );
+    return kept;
+  }
+
+  /**
+   * Step s's examples (s from 1): the epoch sampler's draw s - 1, or (sampler 'independent') draws with replacement
+   * seeded by the step. Either depends only on s, so a resumed stage goes on exactly.
+   */
+  private sftBatches(stage: SftStageConfig, demos: ChatExample[]): (step: number) => ChatExample[] {
+    const weights = stage.data.files ? stage.data.weights : null;
+    if (stage.sampler === 'independent') {
+      const pick = weightedPicker(demos, weights);
+      return (step) => {
+        const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'batch'));
+        return Array.from({ length: stage.batchSize }, () => pick(rng));
+      };
+    }
+    const n = drawable(demos, weights);
+    if (n < stage.batchSize)
+      throw new Error(
+        `stage ${stage.name}: batchSize ${stage.batchSize} is more than the ${n} training examples, and sampler 'epoch' draws a step's examples without replacement: lower batchSize or set sampler: independent`,
+      );
+    const sampler = new EpochSampler(
+      demos,
+      weights,
+      stage.batchSize,
+      seedFor(this.recipe.seed, stage.name, 'sft'),
+    );
+    return (step) => sampler.draw(step - 1);
   }
 
   private filtered<T>(stage: string, r: FilterResult<T>): T[] {
@@ -580,11 +621,10 @@ export class Trainer {
       (this.opts.progress ?? true) && !process.env.RSTAR2_NO_PROGRESS,
     );
     bar.set(start);
-    const pick = weightedPicker(demos, stage.data.files ? stage.data.weights : null);
+    const batchOf = this.sftBatches(stage, demos);
     for (let step = start + 1; step <= stage.steps; step++) {
       const t0 = Date.now();
-      const rng = new Rng(seedFor(this.recipe.seed, stage.name, step, 'batch'));
-      const batch = Array.from({ length: stage.batchSize }, () => pick(rng));
+      const batch = batchOf(step);
       this.beat('sft', stage.name, step);
       const st = await this.backend.sftStep(
         batch,
@@ -598,6 +638,7 @@ export class Trainer {
         loss: round(st.loss),
         grad_norm: round(st.gradNorm),
         lr: st.lr,
+        epoch: round((step * stage.batchSize) / demos.length, 3), // passes over the training examples, as HF logs it
         tokens_per_s: Math.round(st.tokensPerS),
         time_update_s: round((Date.now() - t0) / 1000, 3),
       };
@@ -892,8 +933,10 @@ export class Trainer {
       Object.assign(t, { gold: p.answer, reward: r.reward, correct: r.correct });
       t.verify = { extracted: r.extracted, matchedBy: r.matchedBy };
       // an engine or sandbox failure is not the policy's doing: as a negative it would be trained against
+      // (sandboxFaults 'keep' trains on a sandbox fault's text as the reference does; an engine error is always out)
       const why = failureOf(t);
-      if (why === undefined) groups[byId.get(t.promptId)!].push(t);
+      const kept = why === undefined || (stage.sandboxFaults === 'keep' && why === sandboxFaultOf(t));
+      if (kept) groups[byId.get(t.promptId)!].push(t);
       else failures.push(why);
     }
     const t2 = Date.now();

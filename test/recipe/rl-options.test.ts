@@ -94,3 +94,52 @@ test("kl.reference 'initial' keeps the first RL stage's start for every later st
     `with KL the tool logit ends nearer the reference (${on.b.p.tool} vs ${off.b.p.tool}, reference ${ref})`,
   );
 });
+
+test("sandboxFaults: 'drop' leaves a sample whose call the sandbox failed out of its group; 'keep' trains it, as the reference", async () => {
+  // every sample 0 met a sandbox fault in a tool call (its code never ran); sample 1 an engine error
+  class Faulty extends FakeBackend {
+    override async rollout(...a: Parameters<FakeBackend['rollout']>) {
+      const out = await super.rollout(...a);
+      for (const t of out)
+        if (t.sample === 0) {
+          const text = 'Tool call failure\nreason: internal_error\nstderr: worker lost';
+          t.events = [
+            ...(t.events ?? []),
+            {
+              kind: 'tool_result',
+              turn: 0,
+              text,
+              error: true,
+              status: 'internal_error',
+              ms: 1,
+              start: 0,
+              end: 1,
+            },
+          ];
+        } else if (t.sample === 1) Object.assign(t, { finish: 'error', error: 'engine down' });
+      return out;
+    }
+  }
+  const run = async (sandboxFaults?: string) => {
+    const dir = mkdtempSync(join(tmpdir(), 'rstar2-faults-'));
+    const b = new Faulty();
+    await new Trainer(
+      recipe([{ steps: 2, oversample: 1, ...(sandboxFaults ? { sandboxFaults } : {}) }]),
+      dir,
+      b,
+      quiet,
+    ).run();
+    const m = readJsonl<{ stage: string; failed?: number; roc?: { before: number } }>(
+      join(dir, 'metrics.jsonl'),
+    );
+    const trained = b.updates.flatMap((u) => u.items.map((i) => i.trajectory.sample));
+    return { rl: m.filter((r) => r.stage === 'rl1' && r.roc), trained };
+  };
+  const drop = await run();
+  for (const r of drop.rl) assert.deepEqual([r.failed, r.roc!.before], [16, 16]); // 8 prompts x (4 - 2 faulted)
+  assert.ok(!drop.trained.includes(0) && !drop.trained.includes(1));
+  const keep = await run('keep');
+  for (const r of keep.rl) assert.deepEqual([r.failed, r.roc!.before], [8, 24]); // only the engine errors out
+  assert.ok(!keep.trained.includes(1));
+  assert.throws(() => recipe([{ sandboxFaults: 'retry' }]), /sandboxFaults/);
+});
