@@ -12,7 +12,8 @@ import type { SftTemplate } from './layouts.js';
 // - 'rl': each example as a rollout of the recipe's RL template (its system prompt, the example's tools or else
 //   the rollout tool, one user turn, tool turns as the agent loop appends them), so SFT teaches exactly what RL
 //   samples. One prompt per example: a user message after the first answer is refused.
-// - 'model': the model directory's own chat template (tokenizer_config.json), the conversation rendered whole;
+// - 'model': the model directory's own chat template (chat_template.jinja or tokenizer_config.json), the conversation
+//   rendered whole;
 // - 'qwen': the Qwen2.5 template, rendered whole.
 // Rendered whole, every assistant message is trained from the end of its generation prompt to its end-of-turn
 // token; the rest (system, user, tool turns, the template's own text) is read, not trained. Under any template

@@ -20,6 +20,7 @@ import type { CodeRunner } from '../sandbox/types.js';
 import {
   buildCharTokenizer,
   ChatTemplate,
+  savedChatTemplates,
   saveTokenizer,
   type TemplateName,
   type TokenizerFiles,
@@ -62,7 +63,10 @@ export interface EmbeddedBackendOptions {
   launch?: LaunchOptions;
 }
 
-/** tokenizer.json and tokenizer_config.json of a model directory, copied into every checkpoint as they are. */
+/**
+ * tokenizer.json and tokenizer_config.json of a model directory, copied into every checkpoint as they are, with the
+ * chat template a chat_template.jinja beside them holds (transformers 5 saves it there only, and reads it first).
+ */
 function readTokenizerFiles(dir: string): TokenizerFiles {
   const read = (name: string, required: boolean) => {
     const p = join(dir, name);
@@ -78,7 +82,10 @@ function readTokenizerFiles(dir: string): TokenizerFiles {
     }
   };
   if (!existsSync(dir)) throw new Error(`model.path ${dir}: no such directory`);
-  return { tokenizerJson: read('tokenizer.json', true), config: read('tokenizer_config.json', false) };
+  const config = read('tokenizer_config.json', false);
+  const saved = savedChatTemplates(dir);
+  if (saved !== undefined) config.chat_template = saved;
+  return { tokenizerJson: read('tokenizer.json', true), config };
 }
 
 /**

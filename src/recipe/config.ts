@@ -501,7 +501,9 @@ export const RecipeSchema = z
         template: z
           .enum(['compact', 'rstar2', 'qwen', 'quick', 'model'])
           .default('compact')
-          .describe("chat template; 'model' = the model directory's own (tokenizer_config.json)"),
+          .describe(
+            "chat template; 'model' = the model directory's own (chat_template.jinja, else tokenizer_config.json's)",
+          ),
         kind: z
           .enum(['char', 'bpe'])
           .default('char')

@@ -2,7 +2,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 import { TEMPLATES, type TemplateName } from './templates.js';
-import { Tokenizer, type TokenizerConfig } from './tokenizer.js';
+import { QWEN2_SPLIT_PATTERN, Tokenizer, type TokenizerConfig } from './tokenizer.js';
 
 // Tiny tokenizers for from-scratch models, in the same format as Qwen's (byte-level BPE, Qwen2 split regex, added
 // tokens for the chat markers), so everything that loads a Qwen tokenizer.json loads these too.
@@ -20,9 +20,7 @@ export const MARKER_TOKENS = [
   '</answer>',
 ] as const;
 
-// Qwen2's pre-tokenizer regex: digits are split one by one, which keeps arithmetic learnable.
-export const QWEN2_SPLIT_PATTERN =
-  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+export { QWEN2_SPLIT_PATTERN };
 
 /** GPT-2 byte-to-unicode table: every byte gets a printable character, printable ASCII maps to itself. */
 export function byteToUnicode(): string[] {
@@ -94,7 +92,8 @@ function assemble(
   };
   const tpl = opts.template ?? 'compact';
   const config: TokenizerConfig = {
-    tokenizer_class: 'Qwen2Tokenizer',
+    // loaded by transformers from tokenizer.json as it is (Qwen2Tokenizer would add NFC: see asTransformersLoads)
+    tokenizer_class: 'PreTrainedTokenizerFast',
     add_bos_token: false,
     add_prefix_space: false,
     bos_token: null,

@@ -78,10 +78,13 @@ export class ChatTemplate {
     return new ChatTemplate(TEMPLATES[name as TemplateName], name);
   }
 
-  /** The template stored in a tokenizer (its tokenizer_config.json `chat_template`). */
+  /** The template stored with a tokenizer (chat_template.jinja, or tokenizer_config.json's `chat_template`). */
   static fromTokenizer(tokenizer: Tokenizer): ChatTemplate {
     const src = tokenizer.chatTemplate;
-    if (src === undefined) throw new Error(`${tokenizer.source}: tokenizer_config.json has no chat_template`);
+    if (src === undefined)
+      throw new Error(
+        `${tokenizer.source}: the model has no chat template (no chat_template.jinja beside it, no chat_template in its tokenizer_config.json): name one (${TEMPLATE_NAMES.join(', ')}) or a .jinja file`,
+      );
     return new ChatTemplate(src, `tokenizer (${tokenizer.source})`);
   }
 

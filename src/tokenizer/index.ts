@@ -30,7 +30,14 @@ export {
   TEMPLATE_NAMES,
   type TemplateName,
 } from './templates.js';
-export { type DecodeOptions, StreamDecoder, Tokenizer, type TokenizerConfig } from './tokenizer.js';
+export {
+  asTransformersLoads,
+  type DecodeOptions,
+  StreamDecoder,
+  savedChatTemplates,
+  Tokenizer,
+  type TokenizerConfig,
+} from './tokenizer.js';
 export {
   PYTHON_TOOL_NAME,
   PYTHON_TOOL_SCHEMA,

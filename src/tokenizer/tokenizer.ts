@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { Tokenizer as HfTokenizer } from '@huggingface/tokenizers';
 
@@ -49,6 +49,61 @@ function readJsonFile(path: string, what: string): Record<string, unknown> {
 }
 
 /**
+ * The chat templates saved beside tokenizer_config.json, which transformers reads before the config's own:
+ * chat_template.jinja (where transformers 5 writes the template, and nowhere else) as the default, and
+ * additional_chat_templates/NAME.jinja by name. Undefined when the directory has none.
+ */
+export function savedChatTemplates(dir: string): TokenizerConfig['chat_template'] {
+  const file = join(dir, 'chat_template.jinja');
+  const extra = join(dir, 'additional_chat_templates');
+  const named = existsSync(extra)
+    ? readdirSync(extra)
+        .filter((f) => f.endsWith('.jinja'))
+        .sort()
+        .map((f) => ({ name: f.slice(0, -'.jinja'.length), template: readFileSync(join(extra, f), 'utf8') }))
+    : [];
+  const main = existsSync(file) ? readFileSync(file, 'utf8') : undefined;
+  if (named.length === 0) return main;
+  return main === undefined ? named : [{ name: 'default', template: main }, ...named];
+}
+
+// Qwen2's pre-tokenizer regex (transformers' Qwen2Tokenizer PRETOKENIZE_REGEX): digits are split one by one, which
+// keeps arithmetic learnable.
+export const QWEN2_SPLIT_PATTERN = String.raw`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`;
+
+/**
+ * tokenizer.json as transformers tokenizes with it. transformers 5 builds a tokenizer class that has its own
+ * constructor (Qwen2Tokenizer) from tokenizer.json's vocabulary, merges, added tokens and post-processor only;
+ * its normalizer, pre-tokenizer and decoder are the class's (for Qwen2Tokenizer: NFC, the Qwen2 split, byte-level),
+ * whatever the file says. SGLang and vLLM tokenize through transformers, so prompts and SFT ids follow it.
+ * A class that loads the file as it is (PreTrainedTokenizerFast, as rstar2's own tokenizers declare) is unchanged.
+ */
+export function asTransformersLoads(
+  tokenizerJson: Record<string, unknown>,
+  config: TokenizerConfig,
+): Record<string, unknown> {
+  const cls = config.tokenizer_class;
+  if (cls !== 'Qwen2Tokenizer' && cls !== 'Qwen2TokenizerFast') return tokenizerJson;
+  const byteLevel = {
+    type: 'ByteLevel',
+    add_prefix_space: config.add_prefix_space === true,
+    use_regex: false,
+  };
+  return {
+    ...tokenizerJson,
+    normalizer: { type: 'NFC' },
+    pre_tokenizer: {
+      type: 'Sequence',
+      pretokenizers: [
+        { type: 'Split', pattern: { Regex: QWEN2_SPLIT_PATTERN }, behavior: 'Isolated', invert: false },
+        { ...byteLevel, trim_offsets: true },
+      ],
+    },
+    decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
+  };
+}
+
+/**
  * A Hugging Face tokenizer (tokenizer.json + optional tokenizer_config.json), loaded with
  * @huggingface/tokenizers. Ids in, ids out; no BOS is added unless the config asks for it (`add_bos_token`).
  */
@@ -75,7 +130,10 @@ export class Tokenizer {
     const added = (tokenizerJson.added_tokens ?? []) as AddedTokenJson[];
     if (!Array.isArray(added)) throw new Error(`tokenizer ${source}: "added_tokens" must be an array`);
     try {
-      this.hf = new HfTokenizer({ ...tokenizerJson, added_tokens: added }, config);
+      this.hf = new HfTokenizer(
+        { ...asTransformersLoads(tokenizerJson, config), added_tokens: added },
+        config,
+      );
     } catch (e) {
       throw new Error(`tokenizer ${source}: cannot build tokenizer: ${(e as Error).message}`);
     }
@@ -97,7 +155,13 @@ export class Tokenizer {
       config.pad_token,
       config.unk_token as TokenizerConfig['eos_token'],
     ];
-    const extra = Array.isArray(config.additional_special_tokens) ? config.additional_special_tokens : [];
+    // transformers 5 saves them as extra_special_tokens (a list, or named ones in an object)
+    const listed = config.extra_special_tokens ?? config.additional_special_tokens;
+    const extra = Array.isArray(listed)
+      ? listed
+      : listed && typeof listed === 'object'
+        ? Object.values(listed)
+        : [];
     for (const t of [...named, ...extra]) {
       const name = tokenContent(t as TokenizerConfig['eos_token']);
       const id = name === undefined ? undefined : this.hf.token_to_id(name);
@@ -116,11 +180,8 @@ export class Tokenizer {
     const config = existsSync(configPath)
       ? (readJsonFile(configPath, 'tokenizer_config.json') as TokenizerConfig)
       : {};
-    // Newer transformers save the template beside the config instead of inside it.
-    const jinjaPath = join(isDir ? path : join(path, '..'), 'chat_template.jinja');
-    if (config.chat_template === undefined && existsSync(jinjaPath)) {
-      config.chat_template = readFileSync(jinjaPath, 'utf8');
-    }
+    const saved = savedChatTemplates(isDir ? path : join(path, '..'));
+    if (saved !== undefined) config.chat_template = saved;
     return new Tokenizer(json, config, jsonPath);
   }
 
@@ -213,7 +274,7 @@ export class Tokenizer {
     return [...new Set(ids.filter((x): x is number => x !== undefined))];
   }
 
-  /** The chat template from tokenizer_config.json (the default one when several are named), if any. */
+  /** The chat template from chat_template.jinja or tokenizer_config.json (the default one when several are named). */
   get chatTemplate(): string | undefined {
     const t = this.config.chat_template;
     if (t === undefined || typeof t === 'string') return t;
