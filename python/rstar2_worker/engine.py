@@ -225,7 +225,8 @@ class Engine:
                 "usedTokens": b.used, "capacityTokens": b.capacity, "blockTokens": b.block_size,
                 "decodeSteps": st["decode_steps"], "generatedTokens": st["generated"],
                 "prefillTokens": st["prefill_tokens"], "cachedTokens": st["cached_tokens"], "retractions": st["retractions"],
-                "slot": os.environ.get("RSTAR2_ENGINE") or None, "device": str(self.policy.device)}
+                "slot": os.environ.get("RSTAR2_ENGINE") or None, "device": str(self.policy.device),
+                "maxLen": self.max_len}
 
     # ---- one step --------------------------------------------------------------------------------
 

@@ -99,6 +99,13 @@ class Generating:
         if op == "engine_load":
             write_frame(self.out, {"id": rid, "result": self.engine.load()})
             return True
+        if op == "flush_cache":  # as SGLang's /flush_cache: refused while requests run, whose KV it would drop
+            if self.engine.has_work():
+                write_frame(self.out, {"id": rid, "error": "flush_cache: requests are running or waiting; the cache was not flushed"})
+            else:
+                self.engine.invalidate()
+                write_frame(self.out, {"id": rid, "result": {}})
+            return True
         if op != "generate":
             return False
         self.last = max(self.last, rid)
@@ -197,7 +204,7 @@ def handle(policy, h, a):
             return {}, None
         policy.weight_group = weight_sync.join(
             h["addr"], int(h["port"]), int(h["worldSize"]), h.get("groupName") or "weight_update_group",
-            h.get("backend") or "nccl", float(h.get("timeoutS") or 600),
+            h.get("backend") or "nccl", float(h.get("timeoutS") or 600), float(h.get("opTimeoutS") or 0) or None,
         )
         return weight_sync.meta(named), None
     if op == "weights_broadcast":  # per update, while each engine receives (the names weights_join returned)
@@ -208,6 +215,32 @@ def handle(policy, h, a):
         if policy.weight_group is None:
             raise RuntimeError("no weight-update group: call weights_join first")
         return weight_sync.broadcast(policy.weight_group, named, policy.device), None
+    if op == "weights_engine_join":  # `rstar2 serve`: joins a trainer's weight-update group as an engine rank
+        policy._need_model()
+        policy.recv_group = None
+        policy.recv_group = weight_sync.join_as_engine(
+            h["addr"], int(h["port"]), int(h["rank"]), int(h["worldSize"]), h["groupName"],
+            h.get("backend") or "nccl", float(h.get("timeoutS") or 600),
+        )
+        policy.staged = weight_sync.Staged()
+        return {"rank": int(h["rank"])}, None
+    if op == "weights_receive":  # one bucket; `commit` (the last) swaps them all in and drops cached prefixes
+        policy._need_model()
+        g = getattr(policy, "recv_group", None)
+        if g is None or g.name != h.get("groupName"):
+            raise ValueError(f"no weight-update group {h.get('groupName')!r} joined (or its last receive failed): "
+                             "join one with /init_weights_update_group")
+        try:
+            policy.staged.receive(g, policy.model, h["names"], h["dtypes"], h["shapes"], policy.device)
+        except Exception:
+            # the old weights serve on; the group's stream is out of step, so it is left
+            policy.staged, policy.recv_group = weight_sync.Staged(), None
+            raise
+        if not h.get("commit"):
+            return {"staged": len(policy.staged.tensors), "applied": 0}, None
+        n = policy.staged.apply(policy.model)
+        policy.engine.invalidate()
+        return {"staged": 0, "applied": n}, None
     if op == "bare_bench":  # bench/worker.ts baseline, not part of the client API
         from .bare_bench import BareBench
 

@@ -23,7 +23,9 @@ class WeightSyncExtension:
         url = f"tcp://{s['master_address']}:{s['master_port']}"
         rank = int(s["rank_offset"]) + int(getattr(self, "rank", 0))
         timeout = datetime.timedelta(seconds=float(s.get("timeout_s", 600)))
-        self._rstar2_group = custom_group(s.get("backend", "nccl"), url, rank, int(s["world_size"]), s["group_name"], timeout)
+        # each receive waits as long as the trainer waits for a bucket, not the join's long wait
+        op = datetime.timedelta(seconds=float(s["op_timeout_s"])) if s.get("op_timeout_s") else None
+        self._rstar2_group = custom_group(s.get("backend", "nccl"), url, rank, int(s["world_size"]), s["group_name"], timeout, op)
         return {"rank": rank}
 
     def update_weights_from_distributed(self, spec):

@@ -30,25 +30,38 @@ class Group:
         self.pg, self.name, self.world = pg, name, world
 
 
-def join(addr, port, world_size, group_name, backend, timeout_s):
-    """Rank 0 of `world_size` ranks; returns once every engine rank has joined (or raises at timeout)."""
+def join(addr, port, world_size, group_name, backend, timeout_s, op_timeout_s=None):
+    """Rank 0 of `world_size` ranks; returns once every engine rank has joined (or raises at timeout_s). Each
+    broadcast of a tensor then waits at most op_timeout_s (default timeout_s) for the engines."""
     if world_size < 2:
         raise ValueError(f"a weight-update group needs the engines too: world_size {world_size} < 2")
     timeout = datetime.timedelta(seconds=timeout_s)
-    pg = custom_group(backend, f"tcp://{addr}:{port}", 0, world_size, group_name, timeout)
+    op = datetime.timedelta(seconds=op_timeout_s) if op_timeout_s else None
+    pg = custom_group(backend, f"tcp://{addr}:{port}", 0, world_size, group_name, timeout, op)
     return Group(pg, group_name, world_size)
 
 
-def custom_group(backend, url, rank, world_size, group_name, timeout):
-    """A group of `world_size` ranks meeting at `url` (rank 0 hosts the store), beside the default group."""
+def custom_group(backend, url, rank, world_size, group_name, timeout, op_timeout=None):
+    """A group of `world_size` ranks meeting at `url` (rank 0 hosts the store), beside the default group. The
+    join waits `timeout`; each collective `op_timeout` (default the same): an engine that stops receiving part-way
+    through an update fails the sender's broadcast that soon, not after the join's long wait."""
     from torch.distributed import distributed_c10d as c10d
 
+    # a group of this name left from an earlier run (a trainer restarted against a served engine) goes first:
+    # torch refuses a second group under one name, and the new trainer's keys use the same name
+    for old, name in list(c10d._world.pg_names.items()) if hasattr(c10d, "_world") else []:
+        if name == group_name:
+            try:
+                dist.destroy_process_group(old)
+            except Exception:  # noqa: BLE001 - a broken old group may not tear down; its name is what matters
+                c10d._world.pg_names.pop(old, None)
     store, rank, world = next(c10d.rendezvous(url, rank, world_size, timeout=timeout))
     store.set_timeout(timeout)
     store = c10d.PrefixStore(group_name, store)
     params = inspect.signature(c10d._new_process_group_helper).parameters
     kw = {"backend_options" if "backend_options" in params else "pg_options": None}
-    pg = c10d._new_process_group_helper(world, rank, [], c10d.Backend(backend), store, group_name=group_name, timeout=timeout, **kw)
+    pg = c10d._new_process_group_helper(world, rank, [], c10d.Backend(backend), store, group_name=group_name,
+                                        timeout=op_timeout or timeout, **kw)
     if isinstance(pg, tuple):  # torch >= 2.1 returns (group, store)
         pg = pg[0]
     ranks = {i: i for i in range(world)}  # the group's ranks are its global ranks (collectives map through this)
@@ -104,3 +117,50 @@ def broadcast(group, named, device):
             nbytes += t.numel() * t.element_size()
             del t
     return {"tensors": len(named), "bytes": nbytes, "timeS": time.time() - t0}
+
+
+# ---- the engine's side: `rstar2 serve` receives what a trainer's rank 0 broadcasts ----------------------
+
+
+def join_as_engine(addr, port, rank, world_size, group_name, backend, timeout_s):
+    """Joins a trainer's weight-update group as rank `rank` (SGLang's /init_weights_update_group); the join and
+    each receive wait at most timeout_s."""
+    if not (1 <= rank < world_size):
+        raise ValueError(f"rank_offset {rank} is outside the group's engine ranks 1..{world_size - 1}")
+    timeout = datetime.timedelta(seconds=timeout_s)
+    return Group(custom_group(backend, f"tcp://{addr}:{port}", rank, world_size, group_name, timeout), group_name, world_size)
+
+
+class Staged:
+    """The buckets of one update as they arrive, applied together once the last is in: until then the model
+    serves its old weights, and an update that fails part-way leaves them untouched (SGLang loads each bucket
+    as it comes). On a GPU the received tensors wait on the host, so staging never holds a second model there."""
+
+    def __init__(self):
+        self.tensors = {}
+
+    def receive(self, group, model, names, dtypes, shapes, device):
+        own = model.state_dict()
+        # every announced tensor is checked before any is received: a bad bucket fails whole
+        for name, dtype, shape in zip(names, dtypes, shapes, strict=True):
+            if name not in own:
+                raise ValueError(f"the served model has no weight {name!r}")
+            if list(own[name].shape) != list(shape):
+                raise ValueError(f"{name}: shape {list(shape)} sent, the served model's is {list(own[name].shape)}")
+            if dtype not in DTYPE_NAMES.values():
+                raise ValueError(f"{name}: dtype {dtype!r} is not one of {sorted(DTYPE_NAMES.values())}")
+        with torch.no_grad():
+            for name, dtype, shape in zip(names, dtypes, shapes):
+                t = torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+                dist.broadcast(t, src=0, group=group.pg)
+                self.tensors[name] = t.cpu() if t.is_cuda else t
+
+    def apply(self, model):
+        """Copies every staged tensor into the model (cast to its dtype); returns how many."""
+        own = model.state_dict()
+        with torch.no_grad():
+            for name, t in self.tensors.items():
+                own[name].copy_(t)
+        n = len(self.tensors)
+        self.tensors = {}
+        return n

@@ -27,7 +27,8 @@ for line in sys.stdin:
         if req["op"] == "init":
             url = f"tcp://{req['master_address']}:{req['master_port']}"
             timeout = datetime.timedelta(seconds=float(req.get("timeout_s", 30)))
-            groups[req["group_name"]] = custom_group(req["backend"], url, req["rank_offset"], req["world_size"], req["group_name"], timeout)
+            op = datetime.timedelta(seconds=float(req["op_timeout_s"])) if req.get("op_timeout_s") else None
+            groups[req["group_name"]] = custom_group(req["backend"], url, req["rank_offset"], req["world_size"], req["group_name"], timeout, op)
         else:
             got, held, free = {}, 0, req.get("free_bytes")
             for name, dtype, shape in zip(req["names"], req["dtypes"], req["shapes"]):

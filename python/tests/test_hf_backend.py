@@ -1,7 +1,8 @@
-"""model.backend 'transformers' on the CPU machines, where transformers is not installed: the clear error, and
-the policy's plumbing through HFCausalLM with a stand-in `transformers` module whose AutoModelForCausalLM
-builds the Llama-style layout (`model` + `lm_head`) around the built-in decoder. The real library is checked by
-bench/gpu-check.sh (gpu_check.py parity). Run: python -m unittest tests.test_hf_backend (from python/)."""
+"""model.backend 'transformers': the clear error where transformers is not installed, and the policy's plumbing
+through HFCausalLM with a stand-in `transformers` module whose AutoModelForCausalLM builds the Llama-style layout
+(`model` + `lm_head`) around the built-in decoder. The real library is checked by tests/test_transformers_parity.py
+on CPU and bench/gpu-check.sh (gpu_check.py parity) on a GPU. Run: python -m unittest tests.test_hf_backend (from
+python/)."""
 import importlib.util
 import os
 import tempfile

@@ -1,7 +1,8 @@
 """The worker against transformers itself on CPU, random-init tiny models (skipped where transformers is not
 importable): Qwen2, Qwen2 with YaRN and Qwen3 on the built-in model, Llama on model.backend 'transformers'. Each
 model is built and saved by transformers; the worker loads it, and its logits, log-probs and one SFT step's loss
-are transformers' own; the worker's save (in shards) is loaded back by from_pretrained to the same logits.
+are transformers' own; the worker's save (in shards) is loaded back by from_pretrained to the same logits; greedy
+generation is transformers' generate.
 bench/gpu-check.sh runs the same comparison on a GPU (gpu_check.py parity). Run: python -m unittest
 tests.test_transformers_parity (from python/)."""
 import importlib.util
@@ -73,6 +74,22 @@ class TransformersParity(unittest.TestCase):
 
     def test_llama_on_the_transformers_backend(self):
         self.check("llama", backend="transformers")
+
+    def test_greedy_generation_is_transformers_generate(self):
+        # the engine's paged KV cache and batched decode (two prompt lengths) against transformers' generate
+        tf = self.tf
+        torch.manual_seed(0)
+        hf = tf.Qwen3ForCausalLM(tf.Qwen3Config(**SMALL, head_dim=16)).float().eval()
+        prompts = [torch.randint(0, SMALL["vocab_size"], (n,)).tolist() for n in (17, 40)]
+        with tempfile.TemporaryDirectory() as d:
+            hf.save_pretrained(d)
+            p = Policy()
+            p.load(d)
+        ours, _, _ = p.generate(prompts, {"temperature": 0.0, "maxNewTokens": 24})
+        for prompt, got in zip(prompts, ours):
+            with torch.no_grad():
+                ref = hf.generate(torch.tensor([prompt]), max_new_tokens=24, min_new_tokens=24, do_sample=False)
+            self.assertEqual(got, ref[0, len(prompt):].tolist())
 
 
 if __name__ == "__main__":

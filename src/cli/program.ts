@@ -3,6 +3,7 @@ import { registerAgentCommands } from '../agent/cli.js';
 import { registerChatCommands } from '../chat/cli.js';
 import { registerDashboardCommands } from '../dashboard/cli.js';
 import { registerDataCommands } from '../data/cli.js';
+import { registerServeCommand } from '../engines/cli.js';
 import { registerEvalCommands } from '../eval/cli.js';
 import { registerRecipeCommands } from '../recipe/cli.js';
 import { registerRewardCommands } from '../reward/cli.js';
@@ -31,6 +32,7 @@ export function buildProgram(): Command {
   registerRecipeCommands(program);
   registerEvalCommands(program);
   registerChatCommands(program);
+  registerServeCommand(program);
   registerDashboardCommands(program);
   registerEnvCommand(program);
   return program;

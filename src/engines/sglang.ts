@@ -76,7 +76,8 @@ export class SGLangEngine implements WeightSyncEngine {
         (await getIfServed<Record<string, unknown>>(this.http, '/server_info')) ??
         (await getIfServed<Record<string, unknown>>(this.http, '/get_server_info'));
       if (!info) throw new Error(`${this.name}: serves neither /server_info nor /get_server_info`);
-      const note = checkVersion(this.name, 'sglang', info.version);
+      // `rstar2 serve` (engines/serve.ts) reports its own version, not SGLang's, and serves what this client sends
+      const note = info.engine === 'rstar2' ? undefined : checkVersion(this.name, 'sglang', info.version);
       if (note) {
         this.notes.push(note);
         this.log(`warning: ${note}`);

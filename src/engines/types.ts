@@ -61,7 +61,10 @@ export interface WeightGroup {
   worldSize: number;
   groupName: string;
   backend: 'nccl' | 'gloo'; // gloo: CPU engines and the tests
-  timeoutS?: number; // the join's and every collective's timeout (default 600)
+  timeoutS?: number; // the join's timeout, and every collective's without bucketTimeoutS (default 600)
+  /** How long one bucket of an update may take (each collective's timeout, where the engine takes one): a push that
+   *  stalls part-way fails this soon, not after the join's long wait. */
+  bucketTimeoutS?: number;
 }
 
 /** The tensors one broadcast carries, in order: Hugging Face names, torch dtype names, shapes. */

@@ -1,3 +1,5 @@
+import { existsSync, realpathSync } from 'node:fs';
+import { resolve } from 'node:path';
 import {
   ContextCap,
   type ContextLimit,
@@ -210,10 +212,31 @@ export class VllmEngine implements WeightSyncEngine {
     return load;
   }
 
-  /** Re-reads weights from the path the server was started with (dev-mode /collective_rpc). */
-  async updateWeightsFromDisk(_path: string): Promise<void> {
+  /**
+   * Re-reads weights from the path the server was started with (dev-mode /collective_rpc), which must be `path`:
+   * vLLM's reload takes no path, so a server started on another directory would reload its old weights and the
+   * run would go on training against a policy that never changes. Refused then, naming both.
+   */
+  async updateWeightsFromDisk(path: string): Promise<void> {
+    const root = await this.modelRoot();
+    if (!samePath(root, path))
+      throw new Error(
+        `${this.name}: serves ${root}, not the sync directory ${path}: vLLM reloads the directory it was started ` +
+          `with, so it would serve its old weights. Start it with --model ${path} (a copy of the model at first)`,
+      );
     await this.http.json('POST', '/collective_rpc', { method: 'reload_weights' });
     await this.resetPrefixCache();
+  }
+
+  /** The directory the served model was loaded from: /v1/models' `root` of its card (vLLM's --model). */
+  async modelRoot(): Promise<string> {
+    type Card = { id?: string; root?: string | null };
+    const cards = (await this.http.json<{ data?: Card[] }>('GET', '/v1/models')).data ?? [];
+    const name = this.model ?? cards[0]?.id;
+    const root = cards.find((c) => c.id === name)?.root;
+    if (typeof root !== 'string' || root === '')
+      throw new Error(`${this.name}: /v1/models gives no root for ${name}: cannot tell what its reload reads`);
+    return root;
   }
 
   // Cached prefixes hold the old weights' KV; builds without the route have no prefix cache to drop. vLLM does
@@ -254,11 +277,13 @@ export class VllmEngine implements WeightSyncEngine {
     await this.once.post('/collective_rpc', { method, args: [JSON.stringify(arg)] });
   }
 
-  // the extension's group waits timeout_s for the other ranks and in each collective (600 s when not sent)
+  // the extension's group waits timeout_s for the other ranks (600 s when not sent), and op_timeout_s (else the
+  // same) in each collective
   async initWeightsUpdateGroup(g: WeightGroup, rankOffset: number): Promise<void> {
     await this.rpc('init_weight_update_group', {
       ...groupRequest(g, rankOffset),
       timeout_s: g.timeoutS ?? 600,
+      ...(g.bucketTimeoutS ? { op_timeout_s: g.bucketTimeoutS } : {}),
     });
   }
 
@@ -307,6 +332,12 @@ export class VllmEngine implements WeightSyncEngine {
   }
 
   async close(): Promise<void> {}
+}
+
+/** Whether two directory paths name the same place: as written, resolved, or through their symlinks. */
+function samePath(a: string, b: string): boolean {
+  const real = (p: string) => (existsSync(p) ? realpathSync(p) : resolve(p));
+  return resolve(a) === resolve(b) || real(a) === real(b);
 }
 
 export function parseVllm(c: VllmChoice | undefined): GenerateResult {

@@ -44,10 +44,16 @@ export async function checkEngines(
       if (st.type !== 'rl' || st.oldLogprobs !== 'engine') continue;
       const topP = (st as { topP?: number }).topP ?? 1;
       if (r.logprobsMode === undefined) {
-        log(
-          `warning: stage ${st.name}: the PPO ratio's denominator is ${e.name}'s logprobs, whose mode it does not ` +
-            'report; they are right only with --logprobs-mode processed_logprobs (or oldLogprobs: recompute)',
-        );
+        // a server that cannot say (vLLM before 0.11.0, or without dev mode) runs vLLM's default, raw_logprobs,
+        // unless shown otherwise: those are the sampled distribution's only at temperature 1 without top-p
+        const why = logprobsMismatch('raw_logprobs', st.temperature, topP);
+        if (why)
+          throw new Error(
+            `stage ${st.name}: oldLogprobs 'engine' takes the PPO ratio's denominator from ${e.name}, which cannot ` +
+              `report its --logprobs-mode (vLLM before 0.11.0, or started without VLLM_SERVER_DEV_MODE=1), and ` +
+              `vLLM's default mode is raw: ${why}; start it in dev mode with --logprobs-mode processed_logprobs ` +
+              `(vLLM 0.11.0 on), or set stages.${st.name}.oldLogprobs=recompute`,
+          );
         continue;
       }
       const why = logprobsMismatch(r.logprobsMode, st.temperature, topP);

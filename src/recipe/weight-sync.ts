@@ -27,6 +27,10 @@ const DTYPE_BYTES: Record<string, number> = { float32: 4, bfloat16: 2, float16: 
  */
 export const DEFAULT_BUCKET_MIB = 512;
 
+/** How long one bucket may take to reach every engine by default: a 512 MiB bucket takes well under a second over
+ *  NCCL and a few over gloo, so an engine that stopped receiving is found in a minute, not after the join's 600 s. */
+export const DEFAULT_BUCKET_TIMEOUT_S = 60;
+
 /** The engines' dtype for `setting` 'auto': the one the engines that report theirs agree on (vLLM reports it;
  *  SGLang only a `--dtype` other than auto), else as both read `--dtype auto`: the model's own, except that a float32
  *  checkpoint is served in float16 (vLLM's `_get_and_verify_dtype`, SGLang's `model_config.py`), so start them with
@@ -161,7 +165,9 @@ export interface WeightSyncOptions {
   mode?: WeightSyncMode; // default 'auto'
   backend?: WeightGroup['backend']; // default 'nccl'; 'gloo' for CPU engines and tests
   master?: string; // ADDR[:PORT] the engines reach the trainer at; default: detected, any free port
-  timeoutS?: number; // the group's join and collective timeout (default 600)
+  timeoutS?: number; // the group's join timeout (default 600)
+  /** Each bucket's deadline, and each collective's timeout (default DEFAULT_BUCKET_TIMEOUT_S). */
+  bucketTimeoutS?: number;
   /** The dtype the worker sends (its RSTAR2_WEIGHT_SYNC_DTYPE): an engine that reports another is synced through
    *  disk. Unset: whatever the worker announces, unchecked. */
   dtype?: SyncDtype;
@@ -289,15 +295,19 @@ export class BroadcastSync {
       }
       if (!this.joined || this.joined.restarts !== this.worker.restarts) await this.join();
       const { meta, parts, groupName } = this.joined as NonNullable<typeof this.joined>;
-      // one call per bucket, each once the one before it is loaded; rank 0 sends the tensors in the same order
+      // one call per bucket, each once the one before it is loaded; rank 0 sends the tensors in the same order.
+      // Each bucket has its own deadline: an engine that stops part-way fails the push that soon (rank 0's send
+      // times out as soon, each collective's timeout being the same), and a disk sync replaces what it got
+      const limitS = this.opts.bucketTimeoutS ?? DEFAULT_BUCKET_TIMEOUT_S;
       const [sent] = await Promise.all([
         this.worker.broadcastWeights(),
         ...this.engines.map(async (e) => {
           for (const [i, part] of parts.entries())
-            await e.updateWeightsFromDistributed?.(part, groupName, {
-              version,
-              last: i === parts.length - 1,
-            });
+            await deadline(
+              e.updateWeightsFromDistributed?.(part, groupName, { version, last: i === parts.length - 1 }),
+              limitS,
+              `${e.name}: bucket ${i + 1} of ${parts.length} did not arrive within ${limitS} s`,
+            );
         }),
       ]);
       this.log(
@@ -328,6 +338,7 @@ export class BroadcastSync {
       groupName: `rstar2_weights_${++this.joins}`,
       backend: this.opts.backend ?? 'nccl',
       timeoutS: this.opts.timeoutS ?? 600,
+      bucketTimeoutS: this.opts.bucketTimeoutS ?? DEFAULT_BUCKET_TIMEOUT_S,
     };
     const restarts = this.worker.restarts;
     let offset = 1;
@@ -347,5 +358,18 @@ export class BroadcastSync {
     this.log(
       `weight sync: joined ${g.groupName} (${g.backend}, ${g.worldSize} ranks) at ${g.masterAddress}:${g.masterPort}`,
     );
+  }
+}
+
+/** `p`, or a rejection with `why` once `seconds` have passed without it settling. */
+async function deadline<T>(p: Promise<T> | undefined, seconds: number, why: string): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, rej) => {
+    timer = setTimeout(() => rej(new Error(why)), seconds * 1000);
+  });
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
   }
 }

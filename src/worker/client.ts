@@ -45,6 +45,9 @@ export type EngineStats = Required<EngineLoad> & {
   /** "i/n" when the worker is built-in engine i of n started side by side (agent/stack.ts), and its device. */
   slot: string | null;
   device: string;
+  /** The longest prompt + new tokens a request may have (the KV pool or the model's positions); absent before
+   *  the pool is built. */
+  maxLen?: number;
 };
 
 interface Pending {
@@ -506,8 +509,12 @@ export class PolicyWorker {
    */
   async joinWeightGroup(g: WeightGroup, timeoutS = 600): Promise<WeightMeta> {
     return this.enqueue(async () => {
-      const { masterAddress: addr, masterPort: port, worldSize, groupName, backend } = g;
-      const f = await this.send('weights_join', { addr, port, worldSize, groupName, backend, timeoutS }, {});
+      const { masterAddress: addr, masterPort: port, worldSize, groupName, backend, bucketTimeoutS } = g;
+      const f = await this.send(
+        'weights_join',
+        { addr, port, worldSize, groupName, backend, timeoutS, opTimeoutS: bucketTimeoutS },
+        {},
+      );
       return f.header.result as WeightMeta;
     });
   }
@@ -518,6 +525,34 @@ export class PolicyWorker {
       const f = await this.send('weights_broadcast', {}, {});
       return f.header.result as { tensors: number; bytes: number; timeS: number };
     });
+  }
+
+  /** `rstar2 serve`: joins a trainer's weight-update group `g` as its rank `rank` (the trainer joins at once). */
+  async joinWeightGroupAsEngine(g: WeightGroup, rank: number): Promise<void> {
+    await this.enqueue(async () => {
+      const { masterAddress: addr, masterPort: port, worldSize, groupName, backend, timeoutS } = g;
+      await this.send(
+        'weights_engine_join',
+        { addr, port, rank, worldSize, groupName, backend, timeoutS },
+        {},
+      );
+    });
+  }
+
+  /** One bucket of a trainer's broadcast, held until `commit`, which swaps every held bucket in at once and drops
+   *  the cached prefixes. A bucket that fails drops what was held and leaves the group; the old weights serve on. */
+  async receiveWeights(meta: WeightMeta, groupName: string, commit: boolean): Promise<{ applied: number }> {
+    return this.enqueue(async () => {
+      const f = await this.send('weights_receive', { ...meta, groupName, commit }, {});
+      return f.header.result as { applied: number };
+    });
+  }
+
+  /** Drops the engine's cached prefixes; refused while requests run or wait (as SGLang's /flush_cache). */
+  async flushCache(): Promise<void> {
+    if (this.closed) throw new Error('policy worker is closed');
+    if (this.dead) await this.enqueue(() => this.send('flush_cache', {}, {}));
+    else await this.ranks[0].call(this.nextId++, { op: 'flush_cache' }, {});
   }
 
   /** Bench hook: runs the bare PyTorch baseline loop inside the worker (bench/worker.ts). */

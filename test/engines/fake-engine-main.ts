@@ -22,6 +22,7 @@ if (api === 'sglang') {
   f.devMode = process.env.VLLM_SERVER_DEV_MODE === '1';
   f.logprobsMode = flag('--logprobs-mode') ?? 'raw_logprobs';
   f.dtype = flag('--dtype') ?? 'bfloat16';
+  f.modelPath = flag('--model') ?? f.modelPath;
 }
 console.log(`fake ${api} on ${f.url}`);
 process.on('SIGTERM', () => void f.close().then(() => process.exit(0)));

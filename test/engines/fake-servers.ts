@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -48,8 +49,14 @@ export interface Fake {
   /** vLLM: --logprobs-mode (default raw_logprobs, vLLM's own default) and the served dtype. */
   logprobsMode: string;
   dtype: string;
-  /** What the fake model samples for a prompt, before the request's max new tokens cut it; default OUT. */
+  /** What the fake model samples for a prompt, before the request's max new tokens cut it; default OUT, or with
+   *  a sampling_seed on a deterministic SGLang (only there is it honoured) ids drawn from the seed and the prompt. */
   sample?: (inputIds: number[]) => number[];
+  /** vLLM: the --model directory, /v1/models' root; reload_weights reads its model.safetensors (default
+   *  'tiny-model', which holds none: a reload fails as vLLM's does on a missing file). */
+  modelPath: string;
+  /** vLLM: sha256 of each model.safetensors reload_weights read, in order. */
+  reloads: string[];
   /** Generate as a batching engine with these step times, on timers; unset: every request is answered at once. */
   timing?: StepTiming;
   close(): Promise<void>;
@@ -127,6 +134,15 @@ class GroupRank {
 }
 
 export const OUT = [11, 12, 13];
+
+/** A deterministic SGLang's sample for a seed: reproducible, and another seed draws other ids. */
+export function seededSample(seed: number, input: number[]): number[] {
+  let h = (seed * 2654435761 + input.length) >>> 0;
+  return OUT.map(() => {
+    h = (h * 1103515245 + 12345) >>> 0;
+    return 20 + (h % 200);
+  });
+}
 export const LPS = [-0.1, -0.2, -0.3];
 
 function generateBody(
@@ -274,6 +290,8 @@ export async function fakeServer(api: Api, spec?: ServerSpec, port = 0): Promise
       | 'devMode'
       | 'logprobsMode'
       | 'dtype'
+      | 'modelPath'
+      | 'reloads'
     > = {
     modes: [],
     requests: [],
@@ -289,6 +307,8 @@ export async function fakeServer(api: Api, spec?: ServerSpec, port = 0): Promise
     devMode: true,
     logprobsMode: 'raw_logprobs',
     dtype: 'bfloat16',
+    modelPath: 'tiny-model',
+    reloads: [],
   };
   const enqueue = batchingEngine(() => f.timing as StepTiming);
   let rank: GroupRank | undefined;
@@ -378,7 +398,11 @@ export async function fakeServer(api: Api, spec?: ServerSpec, port = 0): Promise
           return json(400, {
             error: { message: refusal, type: 'BadRequestError', param: 'max_tokens', code: 400 },
           });
-        const sampled = f.sample?.(input) ?? OUT;
+        // SGLang reads sampling_seed only under --enable-deterministic-inference: then the seed decides the sample
+        const seed = api === 'sglang' ? (body.sampling_params as Record<string, unknown>).sampling_seed : undefined;
+        const sampled =
+          f.sample?.(input) ??
+          (typeof seed === 'number' && f.deterministic ? seededSample(seed, input) : OUT);
         // ignore_eos: the model goes on past its own end, up to max new tokens
         const ignoreEos =
           (api === 'sglang'
@@ -428,7 +452,7 @@ export async function fakeServer(api: Api, spec?: ServerSpec, port = 0): Promise
         const card = {
           id,
           object: 'model',
-          root: id,
+          root: api === 'vllm' ? f.modelPath : id,
           ...(f.publishesContext ? { max_model_len: f.context } : {}),
         };
         // vLLM's card of a LoRA adapter carries no max_model_len and names the base model as its parent
@@ -553,7 +577,15 @@ export async function fakeServer(api: Api, spec?: ServerSpec, port = 0): Promise
         if (body.method === 'rstar2_weight_sync_ranks') return json(200, { results: [{ rank: 0 }] });
         if (body.method === 'init_weight_update_group') return rpc('init');
         if (body.method === 'update_weights_from_distributed') return rpc('update');
-        return json(200, {});
+        if (body.method === 'reload_weights') {
+          // every worker reloads the --model directory (its model_config), taking no path
+          const file = join(f.modelPath, 'model.safetensors');
+          if (!existsSync(file))
+            return json(500, { error: `FileNotFoundError: no safetensors weights in ${f.modelPath}` });
+          f.reloads.push(createHash('sha256').update(readFileSync(file)).digest('hex'));
+          return json(200, { results: [null] });
+        }
+        return json(400, { error: `the fake vLLM has no worker method ${String(body.method)}` });
       }
       if (api === 'vllm' && path === '/reset_prefix_cache') {
         res.writeHead(200);

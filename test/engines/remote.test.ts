@@ -1,4 +1,7 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { remoteEngine } from '../../src/engines/factory.js';
 import { LlamaCppEngine } from '../../src/engines/llamacpp.js';
@@ -162,13 +165,27 @@ test('weight-update hooks call the documented endpoints', async () => {
     await new SGLangEngine(sg.url).updateWeightsFromDisk('/ckpt/step-5', 'v5');
     const u = sg.requests.find((q) => q.path === '/update_weights_from_disk');
     assert.deepEqual(u?.body, { model_path: '/ckpt/step-5', weight_version: 'v5' });
-    await new VllmEngine(vl.url).updateWeightsFromDisk('/ckpt');
+    // vLLM reloads the directory it was started with: only that one may be the sync directory
+    const served = mkdtempSync(join(tmpdir(), 'rstar2-vllm-model-'));
+    writeFileSync(join(served, 'model.safetensors'), 'weights v1');
+    vl.modelPath = served;
+    await assert.rejects(
+      new VllmEngine(vl.url).updateWeightsFromDisk('/ckpt'),
+      new RegExp(`serves ${served}, not the sync directory /ckpt: .*Start it with --model /ckpt`),
+    );
+    assert.equal(vl.requests.filter((q) => q.path === '/collective_rpc').length, 0);
+    vl.requests.length = 0;
+    await new VllmEngine(vl.url).updateWeightsFromDisk(`${served}/`);
     assert.deepEqual(
       vl.requests.map((q) => q.path),
-      ['/collective_rpc', '/reset_prefix_cache'],
+      ['/v1/models', '/collective_rpc', '/reset_prefix_cache'],
       'the old weights’ cached prefixes are dropped after the reload',
     );
-    assert.deepEqual(vl.requests[0].body, { method: 'reload_weights' });
+    assert.deepEqual(vl.requests[1].body, { method: 'reload_weights' });
+    writeFileSync(join(served, 'model.safetensors'), 'weights v2');
+    await new VllmEngine(vl.url).updateWeightsFromDisk(served);
+    assert.equal(vl.reloads.length, 2);
+    assert.notEqual(vl.reloads[0], vl.reloads[1]); // each reload read what the directory held then
     // broadcast sync covers tensor-parallel ranks; data-parallel servers are refused by name
     assert.equal(await new SGLangEngine(sg.url).weightGroupRanks(), 1);
     assert.equal(await new VllmEngine(vl.url).weightGroupRanks(), 1);

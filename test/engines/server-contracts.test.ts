@@ -118,8 +118,9 @@ test('SGLang without --enable-deterministic-inference: a seeded request warns on
     const e = new SGLangEngine(f.url, { ...FAST, log: (l) => lines.push(l) });
     await e.generate([1, 2], S); // no seed, no warning
     assert.deepEqual(lines, []);
-    await e.generate([1, 2], { ...S, seed: 1 });
-    await e.generate([1, 2], { ...S, seed: 2 });
+    const one = await e.generate([1, 2], { ...S, seed: 1 });
+    const two = await e.generate([1, 2], { ...S, seed: 2 });
+    assert.deepEqual(one.outputIds, two.outputIds); // the seed changes nothing there
     assert.equal(lines.length, 1);
     assert.match(
       lines[0],
@@ -132,7 +133,10 @@ test('SGLang without --enable-deterministic-inference: a seeded request warns on
     f.deterministic = true;
     const quiet: string[] = [];
     const d = new SGLangEngine(f.url, { ...FAST, log: (l) => quiet.push(l) });
-    await d.generate([1, 2], { ...S, seed: 1 });
+    // there the seed decides the sample: the same again for its seed, another for another seed
+    const [a, b, c] = [1, 1, 2].map((seed) => d.generate([1, 2], { ...S, seed }));
+    assert.deepEqual((await a).outputIds, (await b).outputIds);
+    assert.notDeepEqual((await a).outputIds, (await c).outputIds);
     assert.deepEqual(quiet, []);
     assert.equal((await d.describe()).seeds, true);
   } finally {

@@ -352,7 +352,8 @@ test('an update SGLang cannot hold fails as on the server: out of memory, then d
     sg.freeBytes = Math.ceil(whole.bytes / 3);
     const sync = new BroadcastSync(worker, [new SGLangEngine(sg.url)], {
       backend: 'gloo',
-      timeoutS: 5, // rank 0 is left sending the tensor the engine never received until this runs out
+      timeoutS: 30,
+      bucketTimeoutS: 5, // rank 0 is left sending the tensor the engine never received until this runs out
       bucketBytes: whole.bytes, // one call with everything, as before buckets
       log: (l) => lines.push(l),
     });

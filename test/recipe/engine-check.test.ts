@@ -32,10 +32,17 @@ test('vLLM with raw logprobs: refused for a stage that samples at another temper
     vl.logprobsMode = 'processed_logprobs';
     await checkEngines([engine()], rl({ temperature: 0.8 }), log);
     assert.deepEqual(lines, []);
-    // without dev mode the mode cannot be read: a warning, not a refusal
+    // without dev mode the mode cannot be read: vLLM's default, raw, is assumed, and refused the same way unless
+    // the stage samples at temperature 1 or recomputes its old logprobs
     vl.devMode = false;
-    await checkEngines([engine()], rl({ temperature: 0.8 }), log);
-    assert.match(lines.join('\n'), /warning: stage rl: .* whose mode it does not report/);
+    await assert.rejects(
+      checkEngines([engine()], rl({ temperature: 0.8 }), log),
+      /stage rl: .*cannot report its --logprobs-mode .*this stage samples at temperature 0\.8; .*or set stages\.rl\.oldLogprobs=recompute/,
+    );
+    await assert.rejects(checkEngines([engine()], rl({ temperature: 1, topP: 0.9 }), log), /top-p 0\.9/);
+    await checkEngines([engine()], rl({ temperature: 1 }), log);
+    await checkEngines([engine()], rl({ temperature: 0.8, oldLogprobs: 'recompute' }), log);
+    assert.deepEqual(lines, []);
     // a run refuses to start: nothing is spawned before the check
     vl.devMode = true;
     vl.logprobsMode = 'raw_logprobs';

@@ -5,7 +5,8 @@ import { findPython, PYTHON_DIR } from '../../src/util/python.js';
 
 // The worker against transformers on CPU (python/tests/test_transformers_parity.py): Qwen2, Qwen2 with YaRN and
 // Qwen3 on the built-in model and Llama on model.backend transformers, logits, log-probs and an SFT loss, and its
-// sharded save read back by from_pretrained. CI installs transformers (scripts/setup.sh); elsewhere it is skipped.
+// sharded save read back by from_pretrained, greedy generation as transformers' generate. CI installs transformers
+// (scripts/setup.sh); elsewhere it is skipped.
 
 const PY = findPython();
 const hasTransformers = spawnSync(PY, ['-c', 'import transformers'], { stdio: 'ignore' }).status === 0;
@@ -23,6 +24,6 @@ test("python: the worker gives transformers' logits, log-probs and loss; from_pr
     timeout: 110_000,
   });
   assert.equal(r.status, 0, r.error?.message ?? r.stderr);
-  assert.match(r.stderr, /Ran 4 tests/);
+  assert.match(r.stderr, /Ran 5 tests/);
   assert.doesNotMatch(r.stderr, /skipped/);
 });
