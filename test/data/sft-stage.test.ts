@@ -61,7 +61,7 @@ test('a mixed SFT stage: three files of three layouts drawn 165 : 30 : 27, each 
 test('stage template and rollout tool: defaults as before, choices checked, a schema file read into the recipe', () => {
   const quick = loadRecipe('quickstart');
   for (const st of quick.stages) if (st.type === 'sft') assert.equal(st.template, 'rl');
-  assert.deepEqual(quick.tool, { name: 'python_code_with_standard_io', schema: null });
+  assert.deepEqual(quick.tool, { enabled: true, name: 'python_code_with_standard_io', schema: null });
   assert.equal(recipeTool(quick).function.name, 'python_code_with_standard_io');
   assert.throws(
     () => recipe({ template: 'chatml' }),
