@@ -27,8 +27,8 @@ import { FakeRunner } from '../agent/helpers.js';
 // transformers itself against rstar2's tokenizer and chat templates (python/tests/hf_reference.py): token ids of
 // AutoTokenizer, apply_chat_template's text and ids, on Qwen3's shipped tokenizer, on a directory transformers 5
 // saved (template only in chat_template.jinja, the tokenizer rebuilt from its class), and on rstar2's own
-// tokenizers. Then that directory everywhere a model directory is loaded: train, dry run, rollout (what eval and
-// chat open), the worker.
+// tokenizers. Then that directory everywhere a model directory is loaded: train (its worker too), dry run, rollout
+// (what eval and chat open).
 
 process.env.RSTAR2_NO_PROGRESS = '1';
 const PY = findPython();
@@ -221,9 +221,9 @@ test('a transformers 5 directory loads for a dry run and trains (SFT and RL, its
   const ckpt = join(run, 'checkpoints', 'rl-step-000001');
   assert.equal(Tokenizer.load(ckpt).chatTemplate, tok.chatTemplate);
 
-  // what rollout, eval and chat open: the model directory for weights, tokenizer and its template
+  // what rollout, eval and chat open from --model DIR --template tokenizer (the worker's load is the run's above)
   const stack = await openRolloutStack({
-    engines: ['embedded'],
+    engines: ['fake'],
     model: HF5,
     template: 'tokenizer',
     sandbox: new FakeRunner(),
@@ -234,10 +234,11 @@ test('a transformers 5 directory loads for a dry run and trains (SFT and RL, its
       scheduler: stack.scheduler,
       template: stack.template,
       runner: stack.runner,
-      maxResponseTokens: 4,
     });
-    assert.notEqual(r.finish, 'error', r.error);
+    assert.equal(r.finish, 'answered', r.error);
+    assert.equal(r.numToolCalls, 1);
     assert.match(stack.tokenizer.decode(r.promptIds), /<\|im_start\|>user\nWhat is 1\+1\?<\|im_end\|>/);
+    assert.match(r.text, /<\|im_start\|>user\n<tool_response>\n/);
   } finally {
     await stack.close();
   }
