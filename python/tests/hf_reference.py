@@ -2,9 +2,10 @@
 
 stdin: {"save": {"dir", "tokenizer"} (optional: a tiny random-init Qwen3 saved by transformers with that
 tokenizer, as a user's fine-tune would be), "dirs": [tokenizer directories], "texts": [str],
-"chats": [{"dir", "messages", "tools", "add_generation_prompt"}]}
+"chats": [{"dir", "messages", "tools", "add_generation_prompt"}], "models": [model directories]}
 stdout: {"transformers": version, "classes": {dir: class name}, "ids": {dir: [ids of each text]},
-"decoded": {dir: [decode(ids) of each text]}, "chats": [{"text", "ids"}]}
+"decoded": {dir: [decode(ids) of each text]}, "chats": [{"text", "ids"}],
+"models": {dir: {"missing_keys", "unexpected_keys", "mismatched_keys": as from_pretrained reports them}}}
 """
 import json
 import sys
@@ -44,6 +45,10 @@ def main():
         text = tok.apply_chat_template(c["messages"], tokenize=False, **kw)
         ids = tok.apply_chat_template(c["messages"], tokenize=True, return_dict=True, **kw)["input_ids"]
         out["chats"].append({"text": text, "ids": list(ids)})
+    out["models"] = {}
+    for d in req.get("models", []):
+        _, info = transformers.AutoModelForCausalLM.from_pretrained(d, output_loading_info=True)
+        out["models"][d] = {k: sorted(map(str, info.get(k, []))) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
     json.dump(out, sys.stdout)
 
 

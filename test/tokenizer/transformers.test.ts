@@ -79,6 +79,7 @@ interface Reference {
   ids: Record<string, number[][]>;
   decoded: Record<string, string[]>;
   chats: { text: string; ids: number[] }[];
+  models: Record<string, Record<'missing_keys' | 'unexpected_keys' | 'mismatched_keys', string[]>>;
 }
 
 // Qwen3's tokenizer.json takes ~0.5 s to load: once per directory
@@ -104,21 +105,25 @@ function ref(): Reference {
   saveTokenizer({ ...old, config: { ...old.config, tokenizer_class: 'Qwen2Tokenizer' } }, dirs.qwen2Class);
   for (const dir of [QWEN3_DIR, HF5, dirs.char])
     for (const c of CHATS) chatCases.push({ dir, ...c, tools: c.tools });
+  reference = transformersSays({
+    save: { dir: HF5, tokenizer: QWEN3_DIR },
+    dirs: Object.values(dirs),
+    texts: TEXTS,
+    chats: chatCases,
+  });
+  return reference;
+}
+
+function transformersSays(req: object): Reference {
   const r = spawnSync(PY, [join(PYTHON_DIR, 'tests', 'hf_reference.py')], {
-    input: JSON.stringify({
-      save: { dir: HF5, tokenizer: QWEN3_DIR },
-      dirs: Object.values(dirs),
-      texts: TEXTS,
-      chats: chatCases,
-    }),
+    input: JSON.stringify(req),
     encoding: 'utf8',
     timeout: 120_000,
     maxBuffer: 64 << 20,
     env: { ...process.env, OMP_NUM_THREADS: '1', HF_HUB_OFFLINE: '1' },
   });
   assert.equal(r.status, 0, r.error?.message ?? r.stderr);
-  reference = JSON.parse(r.stdout) as Reference;
-  return reference;
+  return JSON.parse(r.stdout) as Reference;
 }
 
 test('the directory transformers 5 saved: the template only in chat_template.jinja, read as transformers reads it', {
@@ -174,7 +179,7 @@ test('chat templates render as apply_chat_template does, text and ids: tools, to
   });
 });
 
-test('a transformers 5 directory loads for a dry run and trains (SFT and RL, its own template), and rolls out', {
+test('a transformers 5 directory loads for a dry run, trains (SFT and RL, its own template) to a checkpoint transformers loads, and rolls out', {
   skip,
   timeout: 300_000,
 }, async () => {
@@ -219,7 +224,23 @@ test('a transformers 5 directory loads for a dry run and trains (SFT and RL, its
   const tok = load(HF5);
   assert.match(tok.decode(t.promptIds), /^<\|im_start\|>system\n# Tools\n/);
   const ckpt = join(run, 'checkpoints', 'rl-step-000001');
-  assert.equal(Tokenizer.load(ckpt).chatTemplate, tok.chatTemplate);
+  const saved = Tokenizer.load(ckpt);
+  assert.equal(saved.chatTemplate, tok.chatTemplate);
+  // and transformers reads the checkpoint back whole: every weight, the same ids, the same template render
+  const back = transformersSays({
+    dirs: [ckpt],
+    texts: TEXTS,
+    chats: [{ dir: ckpt, ...CHATS[0] }],
+    models: [ckpt],
+  });
+  assert.deepEqual(back.models[ckpt], { missing_keys: [], unexpected_keys: [], mismatched_keys: [] });
+  assert.deepEqual(back.ids[ckpt], ref().ids[HF5]);
+  const text = ChatTemplate.fromTokenizer(saved).render(CHATS[0].messages, {
+    tools: [PYTHON_TOOL_SCHEMA],
+    addGenerationPrompt: true,
+    vars: saved.templateVars(),
+  });
+  assert.equal(back.chats[0].text, text);
 
   // what rollout, eval and chat open from --model DIR --template tokenizer (the worker's load is the run's above)
   const stack = await openRolloutStack({
