@@ -8,6 +8,7 @@ from . import PROTOCOL_VERSION
 
 
 def main():
+    die_with_parent()
     # frames go to a copy of fd 1, and fd 1 itself becomes stderr: stray prints, and C libraries writing to
     # stdout (NCCL_DEBUG's log does), must never land in the frame stream
     sys.stdout.flush()
@@ -38,7 +39,7 @@ def main():
 
     try:
         r = dist.from_env()
-        dist.init(r)
+        dist.init(r, report=lambda why: (hello_error(out, version, why), out.flush()))
         from .policy import pick_backend
 
         pick_backend(os.environ.get("RSTAR2_MODEL_BACKEND") or "native")  # transformers missing: say so now
@@ -54,8 +55,11 @@ def main():
         write_frame(out, {"op": "hello", "id": 0, "version": version, "torch": torch.__version__, "world": r.world, "device": dev})
     try:
         serve(inp, out, r)
-    except Exception:
+    except Exception as e:
         traceback.print_exc()
+        gone = dist.peer_gone(r, e)  # a follower waiting on rank 0 for the next request
+        if gone:
+            print(f"rstar2_worker: rank {r.rank}: {gone}", file=sys.stderr)
         return 2
     if r.world > 1:
         # the client closed us and rank 0 passed it on: the work is done. Tearing down the process group at exit,
@@ -65,6 +69,20 @@ def main():
         sys.stderr.flush()
         os._exit(0)
     return 0
+
+
+def die_with_parent():
+    """The kernel kills this rank when the process that started it dies (the launcher, torchrun, slurmstepd), even
+    by kill -9: a rank other than 0 reads no stdin and would otherwise wait on its peers, holding its ports, until a
+    collective timed out. Linux only; elsewhere rank 0 still ends at its stdin's EOF."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return
+    import signal
+
+    # a launcher that died before this line leaves this rank to end at its stdin's EOF (rank 0) or the join timeout
+    libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
 
 
 def keep_freed_memory():

@@ -7,7 +7,13 @@ connection to the client.
 """
 import contextlib
 import datetime
+import fcntl
 import os
+import re
+import socket
+import struct
+import sys
+import threading
 
 import torch
 import torch.distributed as dist
@@ -21,6 +27,8 @@ class Rank:
         self.sharding, self.offload = sharding, offload
         self.fsdp = None  # "fsdp2" | "fsdp1" when sharding == "fsdp"
         self.control = None  # gloo group that carries requests from rank 0
+        self.address = None  # the address gloo binds (dist.pick_gloo_interface)
+        self.peers = None  # every rank's (node, host, address) once joined, to name a lost peer
 
 
 def env_int(name, default):
@@ -84,8 +92,15 @@ def fsdp_flavour(version):
     raise RuntimeError(f"sharding: fsdp needs torch >= 2.2 (FSDP2 from 2.4); this torch is {major}.{minor}")
 
 
-def init(r):
-    """Joins the process group (NCCL when this rank has a GPU, else gloo) and the gloo control group."""
+# How long ranks wait for each other to join (the store, gloo's connections, the agreement below). A wrong --master,
+# a port nobody listens on or a node never started then fails within a minute of the start, naming the fix; nodes
+# started by hand further apart raise RSTAR2_DIST_JOIN_TIMEOUT_S. Collectives afterwards get RSTAR2_DIST_TIMEOUT_S.
+JOIN_TIMEOUT_S = 45
+
+
+def init(r, report=None):
+    """Joins the process group (NCCL when this rank has a GPU, else gloo) and the gloo control group. A rank
+    that has not joined within the join timeout passes why to report(message) (default: stderr) and exits."""
     cuda = torch.cuda.is_available()
     if cuda:
         if not hasattr(torch, "set_default_device"):
@@ -95,26 +110,166 @@ def init(r):
         torch.set_default_device(f"cuda:{r.local_rank}")
     if r.world == 1 and r.sharding == "ddp":
         return
-    timeout = datetime.timedelta(seconds=env_int("RSTAR2_DIST_TIMEOUT_S", 600))
+    work = datetime.timedelta(seconds=env_int("RSTAR2_DIST_TIMEOUT_S", 600))
+    idle = datetime.timedelta(days=7)  # followers wait on the control group between requests, maybe hours apart
+    settable = hasattr(dist.distributed_c10d, "_set_pg_timeout")
+    join = datetime.timedelta(seconds=env_int("RSTAR2_DIST_JOIN_TIMEOUT_S", JOIN_TIMEOUT_S)) if settable else work
     # CPU tensors get gloo beside NCCL: under optimizer offload the gradient norm is reduced from the CPU
     backend = "cuda:nccl,cpu:gloo" if cuda else "gloo"
     if r.world == 1 and not os.environ.get("MASTER_ADDR"):  # FSDP on one rank started by hand
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=work)
+        return
+    iface = pick_gloo_interface(r)
+    # gloo does not always keep to the timeout: a rank listening for a peer that never connects waited 25 s
+    # past a 5 s one (torch 2.13). Past it, the rank says why and ends (rank 0's client reads it from stderr).
+    late = threading.Timer(join.total_seconds() + 2, joined_late, (r, join, iface, report))
+    late.daemon = True
+    late.start()
+    try:
+        dist.init_process_group(backend, rank=r.rank, world_size=r.world, timeout=join)
+        every = [(alike(r, cuda), here(r))]
+        if r.world > 1:
+            r.control = dist.new_group(backend="gloo", timeout=join)
+            every = [None] * r.world
+            dist.all_gather_object(every, (alike(r, cuda), here(r)), group=r.control)
+    except Exception as e:  # noqa: BLE001 - whatever torch raised, the rank could not join: say what to check
+        raise RuntimeError(join_failure(r, e, join, iface)) from e
+    finally:
+        late.cancel()
+    r.peers = [p for _, p in every]
+    if settable:
+        dist.distributed_c10d._set_pg_timeout(work)
+        if r.control is not None:
+            dist.distributed_c10d._set_pg_timeout(idle, r.control)
+    # nodes launched by hand can disagree; find out now, not in the first step
+    mine = alike(r, cuda)
+    odd = next((i for i, (x, _) in enumerate(every) if tuple(x) != mine), None)
+    if odd is not None:
+        names = ("sharding", "offload", "fsdp", "torch", "cuda")
+        diff = ", ".join(f"{n} {a!r} vs {b!r}" for n, a, b in zip(names, mine, every[odd][0]) if a != b)
+        raise ValueError(
+            f"rank {r.rank} ({where(r, r.rank)}) and rank {odd} ({where(r, odd)}) differ: {diff}. Start every node "
+            "alike: the same torch (bash scripts/setup.sh on each, or the same RSTAR2_PYTHON), the same recipe and "
+            "flags, GPUs on all or none"
+        )
+
+
+def alike(r, cuda):
+    """What every rank must agree on: a node on torch 2.3 would run FSDP1 beside FSDP2 elsewhere, a node without a
+    GPU gloo beside NCCL: other collectives."""
+    return (r.sharding, r.offload, r.fsdp, torch.__version__.split("+")[0], cuda)
+
+
+def here(r):
+    """This rank's node and address, to name a peer in errors: (node, host, address gloo uses)."""
+    return (env_int("GROUP_RANK", 0), socket.gethostname(), r.address)
+
+
+def where(r, rank):
+    node, host, addr = r.peers[rank]
+    return f"node {node}, {host}" + (f" at {addr}" if addr else "")
+
+
+def peer_gone(r, e):
+    """For an error in a collective: what gloo lost, naming the peer's node from the address gloo gives, or None
+    when the error is not a lost connection."""
+    text = str(e)
+    if not re.search(r"connection (closed|reset) by peer|remote process exited|broken pipe|connection refused", text, re.I):
+        return None
+    m = re.search(r"\[([0-9a-fA-F:.]+)\]:\d+", text)
+    addr = m.group(1) if m else None
+    ranks = [i for i, p in enumerate(r.peers or []) if addr and p[2] == addr and i != r.rank]
+    if not ranks or addr == r.address:  # unknown, or a rank of this very node (it shares this address)
+        return f"a peer rank is gone ({first_line(e)})"
+    node, host, _ = r.peers[ranks[0]]
+    return (f"node {node} ({host} at {addr}, rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}) is gone: "
+            "it died or lost the network")
+
+
+def first_line(e):
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+
+
+def joined_late(r, join, iface, report):
+    why = f"RuntimeError: {join_failure(r, TimeoutError('the join did not end'), join, iface)}"
+    if report:
+        report(why)
     else:
-        dist.init_process_group(backend, rank=r.rank, world_size=r.world, timeout=timeout)
-    # followers wait here between requests, which may be hours apart (rollouts only use rank 0)
-    r.control = dist.new_group(backend="gloo", timeout=datetime.timedelta(days=7)) if r.world > 1 else None
-    if r.control is not None:  # nodes launched by hand can disagree; find out now, not in the first step
-        # a node on torch 2.3 would run FSDP1 beside FSDP2 elsewhere, a node without a GPU gloo: other collectives
-        mine = (r.sharding, r.offload, r.fsdp, torch.__version__.split("+")[0], cuda)
-        every = [None] * r.world
-        dist.all_gather_object(every, mine, group=r.control)
-        odd = next((i for i, x in enumerate(every) if tuple(x) != mine), None)
-        if odd is not None:
-            raise ValueError(
-                f"rank {r.rank} has (sharding, offload, fsdp, torch, cuda) {mine} but rank {odd} has {tuple(every[odd])}: "
-                "start every node alike"
-            )
+        print(f"rstar2_worker rank {r.rank}: {why}", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def join_failure(r, e, join, iface):
+    env = os.environ
+    s = int(join.total_seconds())
+    how = f"gloo binds {iface}" if iface else "gloo binds the address this host's name resolves to"
+    if r.address and (r.address.startswith("127.") or r.address == "::1"):
+        how += f" (loopback: {env['MASTER_ADDR']} is this host; nodes on other machines need node 0's network address)"
+    return (
+        f"rank {r.rank} of {r.world} could not join the job at {env['MASTER_ADDR']}:{env['MASTER_PORT']} within {s} s "
+        f"({first_line(e)}). Check that --master (MASTER_ADDR:MASTER_PORT) is node 0's address and a port free there "
+        f"that every node reaches, that every node was started with the same --nnodes and --nproc-per-node, and that "
+        f"{how}, an interface the other nodes reach (set GLOO_SOCKET_IFNAME to choose it); nodes started more than "
+        f"{s} s apart need a larger RSTAR2_DIST_JOIN_TIMEOUT_S"
+    )
+
+
+def pick_gloo_interface(r):
+    """Left to itself gloo binds the address the host's name resolves to, which on many hosts (Debian's
+    /etc/hosts, containers) is loopback: a peer on another node then never connects and the job hangs. Unless the
+    user set GLOO_SOCKET_IFNAME, gloo binds the interface this host reaches MASTER_ADDR through (the one that holds
+    the address a packet to it leaves from; on node 0, the interface holding the master address itself). Returns
+    the interface gloo will use (None: gloo's own choice), and keeps the address in r.address."""
+    env = os.environ
+    addr, port = env["MASTER_ADDR"], int(env["MASTER_PORT"])
+    try:
+        family, _, _, _, sa = socket.getaddrinfo(addr, port, type=socket.SOCK_DGRAM)[0]
+    except OSError as e:
+        raise ValueError(f"MASTER_ADDR {addr!r} (--master) does not resolve here: {e}") from None
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(sa)  # UDP: no packet is sent, the kernel only picks the route and the source address
+            src = s.getsockname()[0]
+        except OSError:
+            src = None  # no route: the join fails and says so
+    spans_nodes = env_int("LOCAL_WORLD_SIZE", r.world) < r.world
+    if env.get("GLOO_SOCKET_IFNAME"):
+        r.address = src
+        return env["GLOO_SOCKET_IFNAME"]
+    iface = interface_of(src) if src else None
+    if iface:
+        os.environ["GLOO_SOCKET_IFNAME"] = iface  # read by ProcessGroupGloo when the group is made
+        if spans_nodes and r.local_rank == 0:
+            print(f"rstar2_worker: node {env_int('GROUP_RANK', 0)}: gloo uses {iface} ({src}), the route to "
+                  f"{addr}; set GLOO_SOCKET_IFNAME to choose another", file=sys.stderr)
+    r.address = src
+    return iface
+
+
+def interface_of(addr):
+    """The name of the interface holding addr, or None."""
+    if ":" in addr:
+        want = socket.inet_pton(socket.AF_INET6, addr.split("%")[0]).hex()
+        try:
+            with open("/proc/net/if_inet6") as f:
+                for line in f:
+                    cols = line.split()
+                    if cols and cols[0] == want:
+                        return cols[-1]
+        except OSError:
+            return None
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                got = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:
+                continue  # no IPv4 address
+            if socket.inet_ntoa(got[20:24]) == addr:
+                return name
+    return None
 
 
 def forward_request(r, frame):

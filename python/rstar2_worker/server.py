@@ -59,7 +59,8 @@ def serve(inp, out, r):
                 # join, and the shards may be out of step. A bad request (ValueError, found before any collective,
                 # alike on every rank) and a file error (after them) are answered; here the process ends, and
                 # the client, seeing a rank die, fails the call and restarts every rank
-                print(f"rstar2_worker: rank {r.rank}: {err}; exiting so that every rank restarts", file=sys.stderr)
+                gone = dist.peer_gone(r, e)
+                print(f"rstar2_worker: rank {r.rank}: {gone or err}; exiting so that every rank restarts", file=sys.stderr)
                 sys.stderr.flush()
                 os._exit(3)
         if shared:  # a rank that failed where rank 0 did not (a file missing on one node) must not pass silently
