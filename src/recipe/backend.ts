@@ -259,6 +259,8 @@ export class EmbeddedBackend implements PolicyBackend {
         bucketBytes: recipe.weightSync.bucketMiB * 2 ** 20,
         ...opts.weightSync,
       });
+      // dirty from the start: an engine serves whatever it was started with, so the first rollout of a run pushes
+      // the trainer's weights to it (issue 52 item 3), by broadcast or disk like every later sync
       const remote =
         engines.length > 0
           ? { engines, broadcast, dir: opts.syncDir as string, version: 0, dirty: true }

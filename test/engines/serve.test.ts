@@ -8,11 +8,14 @@ import { EmbeddedEngine } from '../../src/engines/embedded.js';
 import { ServeEngine, type ServeWorker } from '../../src/engines/serve.js';
 import { SGLangEngine } from '../../src/engines/sglang.js';
 import type { SamplingParams, WeightMeta } from '../../src/engines/types.js';
+import { EmbeddedBackend } from '../../src/recipe/backend.js';
+import { parseRecipe } from '../../src/recipe/config.js';
 import { BroadcastSync } from '../../src/recipe/weight-sync.js';
 import { Tokenizer } from '../../src/tokenizer/index.js';
 import { freePort } from '../../src/util/net.js';
 import { PolicyWorker } from '../../src/worker/index.js';
 import { initModelDir } from '../../src/worker/init-model.js';
+import { SpawnRunner } from '../sandbox/helpers.js';
 import { maxAbsDiff, sampling } from '../worker/helpers.js';
 
 // A real `rstar2 serve` process on a tiny random model, driven by the project's SGLang client and by plain fetch
@@ -468,4 +471,51 @@ test('chat: tool calls the model writes come back as tool_calls', async () => {
     ((plain.choices as Record<string, unknown>[])[0].message as { content: string }).content,
     said,
   );
+});
+
+test("a run's first sync pushes the trainer's weights before its first rollout, by disk and by broadcast", {
+  timeout: 300_000,
+}, async () => {
+  const client = new SGLangEngine(url, { log: () => {} });
+  const recipe = parseRecipe({ model: { path: m1, threads: 1 }, stages: [{ type: 'rl', steps: 1 }] });
+  const req = {
+    problems: [{ id: 'p', question: 'What is 1+1?', answer: '2' }],
+    n: 2,
+    maxResponseTokens: 12,
+    maxTurns: 1,
+    temperature: 1,
+    seed: 1,
+  };
+  for (const mode of ['disk', 'nccl'] as const) {
+    // the engine serves other weights than the trainer starts from: they must be replaced, never trusted
+    await client.updateWeightsFromDisk(m2, 'other');
+    const lines: string[] = [];
+    const backend = await EmbeddedBackend.create(recipe, {
+      engines: [new SGLangEngine(url, { log: () => {} })],
+      syncDir: join(dir, `sync-${mode}`),
+      runner: new SpawnRunner(),
+      log: (l) => lines.push(l),
+      weightSync: { mode, backend: 'gloo', timeoutS: 30, bucketTimeoutS: 10 },
+    });
+    try {
+      const trajs = await backend.rollout(req);
+      const info = (await (await fetch(`${url}/get_model_info`)).json()) as Record<string, unknown>;
+      assert.equal(info.weight_version, 'v1', lines.join('\n'));
+      if (mode === 'nccl')
+        assert.ok(
+          lines.some((l) => /^weight sync v1: broadcast/.test(l)),
+          lines.join('\n'),
+        );
+      else assert.equal(info.model_path, join(dir, 'sync-disk'));
+      // the first rollout ran on the trainer's weights: its logprobs are the trainer's own scoring of it
+      const scored = await backend.recomputeLogprobs(trajs, 1);
+      assert.equal(trajs.length, 2);
+      for (const [i, t] of trajs.entries()) {
+        assert.ok(t.responseIds.length > 0);
+        assert.ok(maxAbsDiff(t.responseLogprobs, scored[i]) < 1e-4, `${mode}: trajectory ${i}`);
+      }
+    } finally {
+      await backend.close();
+    }
+  }
 });
