@@ -55,7 +55,7 @@ export interface Fake {
   /** vLLM: the --model directory, /v1/models' root; reload_weights reads its model.safetensors (default
    *  'tiny-model', which holds none: a reload fails as vLLM's does on a missing file). */
   modelPath: string;
-  /** vLLM: sha256 of each model.safetensors reload_weights read, in order. */
+  /** sha256 of each model.safetensors a reload read (SGLang: update_weights_from_disk; vLLM: reload_weights). */
   reloads: string[];
   /** Generate as a batching engine with these step times, on timers; unset: every request is answered at once. */
   timing?: StepTiming;
@@ -514,8 +514,19 @@ export async function fakeServer(api: Api, spec?: ServerSpec, port = 0): Promise
           }),
         });
       }
-      if (api === 'sglang' && path === '/update_weights_from_disk')
-        return json(200, { success: true, message: 'ok' });
+      if (api === 'sglang' && path === '/update_weights_from_disk') {
+        // SGLang loads the directory's weights (model_runner.update_weights_from_disk), answering 400 when it cannot
+        const dir = String(body.model_path ?? '');
+        const file = join(dir, 'model.safetensors');
+        if (!existsSync(join(dir, 'config.json')) || !existsSync(file))
+          return json(400, {
+            success: false,
+            message: `Failed to get weights iterator: ${dir} (repository not found).`,
+            num_paused_requests: 0,
+          });
+        f.reloads.push(createHash('sha256').update(readFileSync(file)).digest('hex'));
+        return json(200, { success: true, message: 'Succeeded to update model weights.', num_paused_requests: 0 });
+      }
       if (api === 'vllm' && path === '/metrics') {
         res.writeHead(200, { 'content-type': 'text/plain' });
         // one sample per engine core, each core with its own pool (vLLM V1 under data parallelism)

@@ -162,9 +162,18 @@ test('weight-update hooks call the documented endpoints', async () => {
   const sg = await fakeServer('sglang');
   const vl = await fakeServer('vllm');
   try {
-    await new SGLangEngine(sg.url).updateWeightsFromDisk('/ckpt/step-5', 'v5');
+    const ckpt = mkdtempSync(join(tmpdir(), 'rstar2-ckpt-'));
+    writeFileSync(join(ckpt, 'config.json'), '{}');
+    writeFileSync(join(ckpt, 'model.safetensors'), 'weights v5');
+    await new SGLangEngine(sg.url).updateWeightsFromDisk(ckpt, 'v5');
     const u = sg.requests.find((q) => q.path === '/update_weights_from_disk');
-    assert.deepEqual(u?.body, { model_path: '/ckpt/step-5', weight_version: 'v5' });
+    assert.deepEqual(u?.body, { model_path: ckpt, weight_version: 'v5' });
+    assert.equal(sg.reloads.length, 1);
+    // a directory it cannot load is SGLang's 400, reported
+    await assert.rejects(
+      new SGLangEngine(sg.url).updateWeightsFromDisk('/ckpt/step-5', 'v5'),
+      /HTTP 400: .*Failed to get weights iterator: \/ckpt\/step-5/,
+    );
     // vLLM reloads the directory it was started with: only that one may be the sync directory
     const served = mkdtempSync(join(tmpdir(), 'rstar2-vllm-model-'));
     writeFileSync(join(served, 'model.safetensors'), 'weights v1');
