@@ -105,7 +105,8 @@ export function asTransformersLoads(
 
 /**
  * A Hugging Face tokenizer (tokenizer.json + optional tokenizer_config.json), loaded with
- * @huggingface/tokenizers. Ids in, ids out; no BOS is added unless the config asks for it (`add_bos_token`).
+ * @huggingface/tokenizers. Ids in, ids out; `encode` adds what tokenizer.json's post-processor adds (a BOS for
+ * Llama's, nothing for Qwen's byte-level one), as transformers 5 does whatever `add_bos_token` says.
  */
 export class Tokenizer {
   readonly config: TokenizerConfig;
@@ -113,7 +114,6 @@ export class Tokenizer {
   /** Ids skipped by `decode(ids, { skipSpecial: true })`. */
   readonly specialIds: ReadonlySet<number>;
   private readonly hf: HfTokenizer;
-  private readonly addSpecial: boolean;
   private readonly cleanUp: boolean;
   private readonly idToToken: string[];
 
@@ -138,7 +138,6 @@ export class Tokenizer {
       throw new Error(`tokenizer ${source}: cannot build tokenizer: ${(e as Error).message}`);
     }
     this.config = config;
-    this.addSpecial = config.add_bos_token === true;
     // HF's Python default cleans up " ." -> "." on decode, which breaks exact round trips; rstar2 only cleans
     // when the config explicitly asks for it.
     this.cleanUp = config.clean_up_tokenization_spaces === true;
@@ -188,7 +187,7 @@ export class Tokenizer {
   encode(text: string, opts: { addSpecialTokens?: boolean } = {}): number[] {
     if (typeof text !== 'string') throw new TypeError(`encode expects a string, got ${typeof text}`);
     if (text.length === 0) return [];
-    const enc = this.hf.encode(text, { add_special_tokens: opts.addSpecialTokens ?? this.addSpecial });
+    const enc = this.hf.encode(text, { add_special_tokens: opts.addSpecialTokens ?? true });
     for (let i = 0; i < enc.ids.length; i++) {
       if (enc.ids[i] === undefined)
         throw new Error(`encode: no id for piece ${JSON.stringify(enc.tokens[i])}`);

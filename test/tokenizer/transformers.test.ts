@@ -103,6 +103,17 @@ function ref(): Reference {
   dirs.qwen2Class = join(root, 'qwen2-class');
   const old = buildCharTokenizer();
   saveTokenizer({ ...old, config: { ...old.config, tokenizer_class: 'Qwen2Tokenizer' } }, dirs.qwen2Class);
+  // a post-processor that adds a BOS, as Llama's do, under add_bos_token false: transformers 5 adds it anyway
+  dirs.bos = join(root, 'bos');
+  const bos = '<|endoftext|>';
+  const single = [{ SpecialToken: { id: bos, type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }];
+  const post = {
+    type: 'TemplateProcessing',
+    single,
+    pair: single,
+    special_tokens: { [bos]: { id: bos, ids: [256], tokens: [bos] } },
+  };
+  saveTokenizer({ ...old, tokenizerJson: { ...old.tokenizerJson, post_processor: post } }, dirs.bos);
   for (const dir of [QWEN3_DIR, HF5, dirs.char])
     for (const c of CHATS) chatCases.push({ dir, ...c, tools: c.tools });
   reference = transformersSays({
@@ -159,6 +170,7 @@ test('token ids and decoded text as AutoTokenizer gives them: Qwen3, saved by tr
   const decomposed = load(dirs.char);
   assert.equal(decomposed.decode(decomposed.encode(TEXTS[1])), TEXTS[1]);
   assert.notEqual(load(dirs.qwen2Class).decode(r.ids[dirs.qwen2Class][1]), TEXTS[1]);
+  assert.equal(r.ids[dirs.bos][0][0], 256);
 });
 
 test('chat templates render as apply_chat_template does, text and ids: tools, tool turns, several turns', {
