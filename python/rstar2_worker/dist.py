@@ -326,7 +326,7 @@ def _resync(wrapped):
         wrapped.set_requires_gradient_sync(True)
 
 
-def wrap_fsdp(r, model):  # GPU path: checked by bench/gpu-check.sh, not by the CPU tests
+def wrap_fsdp(r, model):  # on CPUs over gloo in the tests (test/worker/distributed.test.ts), on GPUs by bench/gpu-check.sh
     layers = list(model.model.layers)
     if r.fsdp == "fsdp2":
         try:
@@ -378,14 +378,31 @@ def full_state_dict(r, model):
     return sd if r.rank == 0 else None
 
 
-def optimizer_state(wrapped, opt):
-    """This rank's shard of the optimizer state (FSDP); keyed by parameter name, so it reloads by name."""
+OPTIMIZER_DIR = "optimizer"  # in a checkpoint: the sharded optimizer state, one file per rank that saved it
+
+
+def save_optimizer_state(wrapped, opt, directory):
+    """FSDP: each rank writes its shard of the optimizer state (torch.distributed.checkpoint, keyed by parameter
+    name), so a run can resume on any number of ranks; every rank must call it."""
+    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    return get_optimizer_state_dict(wrapped, opt)
+    dcp.save({"optimizer": get_optimizer_state_dict(wrapped, opt)}, checkpoint_id=os.path.join(directory, OPTIMIZER_DIR))
 
 
-def load_optimizer_state(wrapped, opt, state):
+def load_optimizer_state(wrapped, opt, directory):
+    """Reads what save_optimizer_state wrote, by however many ranks, into this rank's shard; every rank must call
+    it. DCP fills the tensors of a state shaped as this rank holds it, so the optimizer's is made first."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    state = {"optimizer": get_optimizer_state_dict(wrapped, opt)}  # AdamW's state made by a zero step (lr 0)
+    dcp.load(state, checkpoint_id=os.path.join(directory, OPTIMIZER_DIR))
+    set_optimizer_state_dict(wrapped, opt, optim_state_dict=state["optimizer"])
+
+
+def set_optimizer_state(wrapped, opt, state):
+    """A state dict keyed by parameter name, whole or this rank's shard (an older checkpoint's optimizer-rank*.pt)."""
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
     set_optimizer_state_dict(wrapped, opt, optim_state_dict=state)

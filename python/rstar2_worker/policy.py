@@ -125,8 +125,15 @@ class Policy:
             # moves each tensor to its parameter's device
             st = torch.load(opt_path, map_location="cpu")
             self.pending_opt_state = st.get("optimizer")
-            if st.get("shards"):  # FSDP: this rank's part, written by the rank that held it
-                self.pending_opt_state = torch.load(self._opt_shard(directory, st["shards"]), weights_only=False)
+            if st.get("shards"):  # FSDP: read at the first step, into the shards this rank then holds
+                if self.r.sharding != "fsdp":
+                    raise ValueError(f"{directory}: its optimizer state is sharded (saved under sharding: fsdp); "
+                                     "resume it with sharding: fsdp, on any number of ranks")
+                if not os.path.isdir(os.path.join(directory, ranks.OPTIMIZER_DIR)):
+                    raise ValueError(f"{directory}: optimizer.pt says its optimizer state is sharded, but "
+                                     f"{ranks.OPTIMIZER_DIR}/ is missing (optimizer-rank*.pt files are the format before "
+                                     "it: load the weights alone, without optimizer.pt, or use the checkout that wrote them)")
+                self.pending_opt_state = {"sharded": directory}
             self.step = int(st.get("step", 0))
             torch.set_rng_state(st["torch_rng"])
             self.gen.set_state(st["gen_rng"])
@@ -150,9 +157,13 @@ class Policy:
         os.makedirs(directory, exist_ok=True)
         sd = ranks.full_state_dict(self.r, self.forward_module)
         sharded_opt = with_optimizer and self.r.sharding == "fsdp"
-        if sharded_opt:
-            part = ranks.optimizer_state(self.wrapped, self.opt) if self.opt is not None else self.pending_opt_state
-            torch.save(part, self._opt_shard(directory, self.world))
+        if sharded_opt and self.opt is not None:
+            ranks.save_optimizer_state(self.wrapped, self.opt, directory)
+        elif sharded_opt and "sharded" in (self.pending_opt_state or {}) and self.rank == 0:
+            # loaded, not yet stepped: the shards as they were saved, whatever number of ranks saved them
+            src = os.path.join(self.pending_opt_state["sharded"], ranks.OPTIMIZER_DIR)
+            if os.path.abspath(src) != os.path.abspath(os.path.join(directory, ranks.OPTIMIZER_DIR)):
+                shutil.copytree(src, os.path.join(directory, ranks.OPTIMIZER_DIR), dirs_exist_ok=True)
         if self.rank != 0:
             return {"dir": directory}
         if self.cfg.tie_word_embeddings:
@@ -178,11 +189,6 @@ class Policy:
             torch.save(st, tmp)
             os.replace(tmp, os.path.join(directory, "optimizer.pt"))
         return {"dir": directory, "files": files}
-
-    def _opt_shard(self, directory, world):
-        if world != self.world:
-            raise ValueError(f"{directory}: optimizer state is sharded over {world} ranks; resume with {world} ranks, not {self.world}")
-        return os.path.join(directory, f"optimizer-rank{self.rank:05d}-of-{world:05d}.pt")
 
     def _need_model(self):
         if self.model is None:
@@ -272,8 +278,10 @@ class Policy:
             fused = {"fused": True} if self.device.type == "cuda" and not self.r.offload else {}
             self.opt = torch.optim.AdamW(params, lr=o["lr"], betas=o["betas"], eps=o["eps"], weight_decay=o["weightDecay"], **fused)
             if self.pending_opt_state is not None:
-                if self.r.sharding == "fsdp":
-                    ranks.load_optimizer_state(self.wrapped, self.opt, self.pending_opt_state)
+                if "sharded" in self.pending_opt_state:
+                    ranks.load_optimizer_state(self.wrapped, self.opt, self.pending_opt_state["sharded"])
+                elif self.r.sharding == "fsdp":  # saved unsharded (DDP), resumed sharded
+                    ranks.set_optimizer_state(self.wrapped, self.opt, self.pending_opt_state)
                 else:
                     self.opt.load_state_dict(self.pending_opt_state)
                 self.pending_opt_state = None

@@ -66,6 +66,35 @@ test('2 gloo ranks under DDP give the same update as 1 rank on the same global b
   assertSame(await run(1), await run(2));
 });
 
+test('2 gloo ranks under FSDP2 give the 1-rank update for GRPO and SFT steps (loss within 1e-5, grad norm 1e-4)', {
+  timeout: 120_000,
+}, async () => {
+  // FSDP2 shards each layer's weights over the ranks, gathers them for each pass and reduce-scatters the gradients:
+  // other sums than DDP's, the same update to float rounding
+  const sft: TrainBatch = { loss: 'sft', sequences: batch.sequences.map(({ ids, mask }) => ({ ids, mask })) };
+  const both = async (ranks: number, sharding: 'ddp' | 'fsdp') => {
+    const w = await PolicyWorker.start({ ranks, threads: 1, sharding });
+    try {
+      await w.init(TEST_CONFIG, 4);
+      const stats = [];
+      for (const b of [batch, batch, sft, sft])
+        stats.push(await w.trainStep(b, { lr: 1e-2, microBatchTokens: 12 }));
+      return { stats, lp: (await w.logprobs(probe)).map((r) => r.logprobs) };
+    } finally {
+      await w.close();
+    }
+  };
+  const [one, two] = [await both(1, 'ddp'), await both(2, 'fsdp')];
+  one.stats.forEach((a, i) => {
+    const b = two.stats[i];
+    assert.ok(Math.abs(a.loss - b.loss) < 1e-5, `step ${i}: ${a.loss} vs ${b.loss}`);
+    assert.ok(Math.abs(a.gradNorm - b.gradNorm) < 1e-4, `step ${i} grad norm ${a.gradNorm} vs ${b.gradNorm}`);
+    assert.equal(a.trainedTokens, b.trainedTokens);
+  });
+  probe.forEach((_, j) => assert.ok(maxAbsDiff(one.lp[j], two.lp[j]) < 1e-5, `probe ${j}`));
+  assert.ok(one.stats[3].loss < one.stats[2].loss, 'the SFT steps trained');
+});
+
 test('under DDP, packed micro-batches with per-layer checkpointing give the same update as 1 padded rank', {
   timeout: 120_000,
 }, async () => {

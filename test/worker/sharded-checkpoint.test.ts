@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { findPython, PYTHON_DIR } from '../../src/util/python.js';
 import { PolicyWorker, type TrainBatch } from '../../src/worker/index.js';
-import { assertHfShards, TEST_CONFIG } from './helpers.js';
+import { assertHfShards, maxAbsDiff, TEST_CONFIG } from './helpers.js';
 
 const batch = (k: number): TrainBatch => ({
   loss: 'grpo',
@@ -60,6 +60,62 @@ test('HF shards saved by 2 ranks load bit-identically on 1 and 2 ranks; the opti
       } finally {
         await w.close();
       }
+    }
+  } finally {
+    rmSync(root, { recursive: true, force: true });
+  }
+});
+
+test('FSDP2: optimizer shards saved by 2 ranks resume exactly on 2 ranks and, resharded, on 1', {
+  timeout: 170_000,
+}, async () => {
+  const root = mkdtempSync(join(tmpdir(), 'rstar2-fsdpck-'));
+  const saved = join(root, 'saved');
+  // two steps on from the checkpoint: their gradient norms and the log-probs after them depend on the weights and
+  // on the restored Adam moments (an on-policy GRPO loss is -mean(advantage) whatever the weights)
+  const onwards = async (w: PolicyWorker) => {
+    const norms = [];
+    for (let k = 2; k < 4; k++) norms.push((await w.trainStep(batch(k), opts)).gradNorm);
+    return { norms, lp: (await w.logprobs(probe))[0].logprobs };
+  };
+  try {
+    let ref: number[];
+    let straight: Awaited<ReturnType<typeof onwards>>;
+    const a = await PolicyWorker.start({ ranks: 2, threads: 1, sharding: 'fsdp' });
+    try {
+      await a.init(TEST_CONFIG, 7);
+      for (let k = 0; k < 2; k++) await a.trainStep(batch(k), opts);
+      await a.save(saved, { optimizer: true });
+      ref = (await a.logprobs(probe))[0].logprobs;
+      straight = await onwards(a);
+    } finally {
+      await a.close();
+    }
+    for (const ranks of [2, 1]) {
+      const w = await PolicyWorker.start({ ranks, threads: 1, sharding: 'fsdp' });
+      try {
+        assert.equal((await w.load(saved)).restoredOptimizer, true);
+        assert.deepEqual((await w.logprobs(probe))[0].logprobs, ref);
+        const got = await onwards(w);
+        if (ranks === 2)
+          assert.deepEqual(got, straight); // the same ranks replay the same sums
+        else {
+          assert.ok(maxAbsDiff(got.norms, straight.norms) < 1e-5, `${got.norms} vs ${straight.norms}`);
+          assert.ok(maxAbsDiff(got.lp, straight.lp) < 1e-5, `1 rank: ${maxAbsDiff(got.lp, straight.lp)}`);
+        }
+      } finally {
+        await w.close();
+      }
+    }
+    // the same weights with a fresh optimizer: what a resume that lost the moments would give
+    const f = await PolicyWorker.start({ threads: 1, sharding: 'fsdp' });
+    try {
+      await f.load(saved);
+      await f.resetOptimizer();
+      const fresh = await onwards(f);
+      assert.ok(maxAbsDiff(fresh.lp, straight.lp) > 1e-4, 'the moments change the update');
+    } finally {
+      await f.close();
     }
   } finally {
     rmSync(root, { recursive: true, force: true });
