@@ -8,6 +8,7 @@ import sys
 import torch
 import torch.nn as nn
 
+from .checkpoint import check_weights, read_config
 from .model import CausalLM, next_tokens, predicting_hidden
 
 
@@ -85,10 +86,18 @@ class HFCausalLM(nn.Module):
 
 
 def load(directory):
-    """(config, model) for a Hugging Face model directory, in fp32 on the CPU (the policy places it)."""
+    """(config, model) for a Hugging Face model directory, in fp32 on the CPU (the policy places it). The directory is
+    checked first (its config and every weight file's header), and only local files are read: a missing or damaged
+    checkpoint is an error naming the file, never a download of a hub model of that name or a model from the cache."""
+    read_config(directory)
+    check_weights(directory)
     transformers = import_transformers()
     # `dtype` since transformers 4.56, where `torch_dtype` became its deprecated spelling
     new = tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (4, 56)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(directory, **{"dtype" if new else "torch_dtype": torch.float32})
+    kw = {"dtype" if new else "torch_dtype": torch.float32, "local_files_only": True}
+    try:
+        hf = transformers.AutoModelForCausalLM.from_pretrained(directory, **kw)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{directory}: transformers cannot load it: {e}") from None
     cfg = HFConfig(hf.config.to_dict())
     return cfg, HFCausalLM(hf, cfg)

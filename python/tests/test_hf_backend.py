@@ -93,7 +93,8 @@ class TransformersBackend(unittest.TestCase):
             hf.backend = "transformers"
             info = hf.load(d)
             self.assertEqual(FakeAuto.loaded[-1], d)
-            self.assertEqual(FakeAuto.kwargs[-1], {"dtype": torch.float32})  # torch_dtype is deprecated from 4.56
+            # torch_dtype is deprecated from 4.56; only the directory's own files, never the hub or its cache
+            self.assertEqual(FakeAuto.kwargs[-1], {"dtype": torch.float32, "local_files_only": True})
             self.assertIsInstance(hf.model, hf_model.HFCausalLM)
             self.assertEqual(info["params"], M.count_params(native.model))
             want, got = native.logprobs(ROWS), hf.logprobs(ROWS)
@@ -111,6 +112,29 @@ class TransformersBackend(unittest.TestCase):
                 hf.generate([[1, 2]], {"maxNewTokens": 2})
             with self.assertRaisesRegex(ValueError, "no packed micro-batches"):
                 hf.train_step("sft", ROWS, [[0] + [1] * (len(r) - 1) for r in ROWS], [None] * 3, [0.0] * 3, {"lr": 1e-2, "maxTokensPerMicroBatch": 64})
+
+    def test_a_missing_or_damaged_directory_is_named_and_nothing_else_is_loaded(self):
+        # issue 56 item 6: from_pretrained takes a path that does not exist for a hub id (a download, or a model of
+        # that name from the cache), and names no file when a shard is cut short
+        stub = types.ModuleType("transformers")
+        stub.AutoModelForCausalLM, stub.__version__ = FakeAuto, "5.0.0"
+        stubbed = mock.patch.object(hf_model, "import_transformers", lambda: stub)
+        with tempfile.TemporaryDirectory() as root, stubbed:
+            hf = Policy()
+            hf.backend = "transformers"
+            before = len(FakeAuto.loaded)
+            missing = os.path.join(root, "Qwen", "Qwen3-0.6B")
+            with self.assertRaisesRegex(FileNotFoundError, f"^{missing}: no such checkpoint directory$"):
+                hf.load(missing)
+            d = os.path.join(root, "cut")
+            native = Policy()
+            native.init({**CFG}, 3)
+            native.save(d, False)
+            weights = os.path.join(d, "model.safetensors")
+            os.truncate(weights, os.path.getsize(weights) - 100)
+            with self.assertRaisesRegex(ValueError, f"^{weights}: tensor \\S+ ends at byte \\d+ .*truncated file"):
+                hf.load(d)
+            self.assertEqual(len(FakeAuto.loaded), before, "from_pretrained was never asked")
 
 
 if __name__ == "__main__":

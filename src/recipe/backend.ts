@@ -27,6 +27,7 @@ import {
   tokenizerFromFiles,
   trainBpeTokenizer,
 } from '../tokenizer/index.js';
+import { readJson } from '../util/jsonl.js';
 import { PolicyWorker } from '../worker/client.js';
 import type { LaunchOptions } from '../worker/launch.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
@@ -206,9 +207,8 @@ export class EmbeddedBackend implements PolicyBackend {
       engines.length > 0 ? await checkEngines(engines, recipe, opts.log ?? ((l) => console.error(l))) : null;
     const syncDtype = resolveSyncDtype(
       recipe.weightSync.dtype,
-      dir && existsSync(join(dir, 'config.json'))
-        ? JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'))
-        : {},
+      // a bad config.json is named here; a missing one is the worker's load to report, naming the directory
+      dir && existsSync(join(dir, 'config.json')) ? readJson(join(dir, 'config.json')) : {},
       engines.map((e) => reports?.get(e)?.dtype),
     );
     const worker = await PolicyWorker.start({

@@ -128,6 +128,36 @@ test('broken model directories are reported with the file and the problem', { ti
     /model-00001-of-00002.safetensors: tensor \S+ ends at byte \d+ .*truncated file/,
   );
 
+  // issue 56 item 6: a directory that is not there, a header that lies about a tensor, a config that is no JSON
+  const gone = join(root, 'never-saved');
+  await assert.rejects(w.load(gone), new RegExp(`${gone}: no such checkpoint directory`));
+  const damaged = variant('damaged');
+  const second = join(damaged, 'model-00002-of-00002.safetensors');
+  const bytes = readFileSync(second);
+  const n = Number(bytes.readBigUInt64LE(0));
+  const header = JSON.parse(bytes.subarray(8, 8 + n).toString('utf8'));
+  const name = Object.keys(header).find((k) => k !== '__metadata__') as string;
+  assert.equal(header[name].dtype, 'F32');
+  header[name].dtype = 'F16'; // its offsets hold twice the bytes that makes
+  const text = Buffer.from(JSON.stringify(header).padEnd(n, ' '));
+  assert.equal(text.length, n, 'the damaged header fits where the old one was');
+  writeFileSync(second, Buffer.concat([bytes.subarray(0, 8), text, bytes.subarray(8 + n)]));
+  await assert.rejects(
+    w.load(damaged),
+    new RegExp(
+      `${second}: tensor ${name} holds \\d+ bytes, but its shape \\[.*\\] of \\w+ needs \\d+ \\(damaged header\\)`,
+    ),
+  );
+  const badJson = variant('bad-json');
+  writeFileSync(join(badJson, 'config.json'), '{"model_type": "qwen3",');
+  await assert.rejects(w.load(badJson), new RegExp(`${badJson}/config.json: not valid JSON`));
+  writeFileSync(join(badJson, 'config.json'), '[1, 2]');
+  await assert.rejects(
+    w.load(badJson),
+    /config.json: not a model config \(a JSON object expected, got list\)/,
+  );
+  assert.equal((await w.logprobs(probe))[0].logprobs.length, 6, 'the model loaded before is still there');
+
   const llama = variant('llama');
   writeFileSync(join(llama, 'config.json'), JSON.stringify({ ...qwen3, model_type: 'llama' }));
   await assert.rejects(w.load(llama), /llama\/config.json: model_type 'llama' is not supported/);
