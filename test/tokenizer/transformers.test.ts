@@ -114,8 +114,7 @@ function ref(): Reference {
     special_tokens: { [bos]: { id: bos, ids: [256], tokens: [bos] } },
   };
   saveTokenizer({ ...old, tokenizerJson: { ...old.tokenizerJson, post_processor: post } }, dirs.bos);
-  for (const dir of [QWEN3_DIR, HF5, dirs.char])
-    for (const c of CHATS) chatCases.push({ dir, ...c, tools: c.tools });
+  for (const dir of [QWEN3_DIR, HF5, dirs.char]) for (const c of CHATS) chatCases.push({ dir, ...c });
   reference = transformersSays({
     save: { dir: HF5, tokenizer: QWEN3_DIR },
     dirs: Object.values(dirs),
