@@ -1,9 +1,11 @@
 """model.compile's path (a decoder layer as two pieces around its attention, the log-prob slices' arithmetic as
 functions) against the modules' own forward. The pieces run uncompiled here, as compile_pieces falls back to
-them where torch.compile does not work; on a GPU bench/gpu-check.sh runs them compiled. Run by
-test/worker/memory.test.ts (python -m unittest)."""
+them where torch.compile does not work, and compiled by inductor on this CPU where it has a C++ compiler; on a
+GPU bench/gpu-check.sh runs them compiled. Run by test/worker/memory.test.ts (python -m unittest)."""
 import contextlib
 import io
+import os
+import shutil
 import unittest
 
 import torch
@@ -121,9 +123,30 @@ class PiecesTest(unittest.TestCase):
                 self.assertEqual(got, "unavailable")
                 self.assertEqual(M.PIECES, {})
                 self.assertRegex(err.getvalue(), r"model\.compile: torch 1\.\d+\S* has no torch\.compile")
-            else:  # a torch that compiles on this CPU, or says why not
+            elif not shutil.which(os.environ.get("CXX") or "g++") and not shutil.which("c++"):
+                # inductor's CPU code needs a C++ compiler: without one it says why not
                 self.assertIn(got, ("on", "unavailable"))
                 self.assertEqual(bool(M.PIECES), got == "on")
+            else:  # CI's case (issue 51 item 7): compiled for real, and the compiled pieces give the modules' numbers
+                self.assertEqual(got, "on", err.getvalue())
+                # on the shapes compile_pieces tried (a real model's would compile each piece again: ~50 s more here)
+                torch.manual_seed(0)
+                x = torch.randn(1, 4, 8, requires_grad=True)
+                w = lambda *shape: torch.randn(*shape, requires_grad=True)  # noqa: E731
+                cos = torch.ones(1, 4, 1, 4)
+                t = torch.zeros(4, dtype=torch.long)
+                calls = {
+                    "attn_in": (x, w(8), w(8, 8), w(8), w(4, 8), w(4), w(4, 8), w(4), None, None, cos, cos, 1e-6, 2, 1),
+                    "attn_out_mlp": (x, w(1, 4, 8), w(8, 8), w(8), w(16, 8), w(16, 8), w(8, 16), 1e-6),
+                    "slice_stats": (x[0].detach(), t, 1.0),
+                    "slice_grad": (x[0].detach(), t, torch.ones(4), 1.0),
+                }
+                for name, args in calls.items():
+                    p = M.PIECES[name]
+                    got_out, want_out = p(*args), p.fn(*args)
+                    self.assertTrue(p.ran and p.compiled is not None, (name, err.getvalue()))  # compiled, no fallback
+                    for a, b in zip(*(o if isinstance(o, tuple) else (o,) for o in (got_out, want_out))):
+                        self.assertTrue(torch.allclose(a, b, atol=1e-5), name)
             # said at most once; torch's own warnings (a deprecation inside its compiler on 2.13) are not ours
             ours = [ln for ln in err.getvalue().splitlines() if ln.startswith("rstar2 worker:")]
             self.assertLessEqual(len(ours), 1, err.getvalue())
