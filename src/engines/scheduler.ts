@@ -89,6 +89,8 @@ export interface SchedulerOptions {
   policy?: Policy; // default 'auto'
   budgetCoef?: number; // >1 reserves more conservatively (reference `server_budget_coef`); default 1
   pollMs?: number; // live load polling interval; 0 = off; default 1000
+  /** Where an engine that stops answering, and one that answers again, is reported (default stderr). */
+  log?: (line: string) => void;
 }
 
 export interface Lease {
@@ -150,6 +152,7 @@ export class Scheduler {
   };
   private timer?: NodeJS.Timeout;
   private closed = false;
+  private readonly log: (line: string) => void;
 
   private constructor(
     readonly engines: Engine[],
@@ -169,6 +172,7 @@ export class Scheduler {
     this.ledger = new KvLedger(capacities, opts.budgetCoef ?? 1);
     this.lengths = new LengthModel(Number.POSITIVE_INFINITY); // charge() clamps to each trajectory's budget
     this.down = engines.map(() => false);
+    this.log = opts.log ?? ((l) => console.error(l));
     this.members = engines.map(() => new Set());
     this.inFlight = engines.map(() => 0);
     this.busySince = engines.map(() => 0);
@@ -204,13 +208,20 @@ export class Scheduler {
   }
 
   private async check(i: number): Promise<boolean> {
+    const was = this.down[i];
     try {
       const l = await this.engines[i].load();
       this.ledger.observed[i] = l.usedTokens ?? 0;
       this.ledger.foreign[i] = (l.running ?? 0) + (l.queued ?? 0) > this.inFlight[i];
       this.down[i] = false;
-    } catch {
+      if (was) this.log(`${this.engines[i].name} answers again: it takes trajectories again`);
+    } catch (e) {
       this.down[i] = true;
+      if (!was)
+        this.log(
+          `warning: ${this.engines[i].name} stopped answering (${(e as Error).message}); its trajectories ` +
+            'move to the other engines',
+        );
     }
     return !this.down[i];
   }

@@ -251,7 +251,7 @@ export class EmbeddedBackend implements PolicyBackend {
           isolation: opts.insecureSandbox ? 'none' : undefined,
           log: opts.log,
         },
-        scheduler: engines.length > 0 ? {} : { pollMs: 0 },
+        scheduler: engines.length > 0 ? { log: opts.log } : { pollMs: 0 },
       });
       const broadcast = new BroadcastSync(worker, engines, {
         log: opts.log,

@@ -9,7 +9,8 @@ import type { ModelConfig } from '../worker/types.js';
 // Weight sync by broadcast (docs/DECISIONS.md, weight sync): the trainer's rank 0 and every engine rank join
 // one process group once; after each update rank 0 broadcasts the weights while the engines receive them.
 // Disk sync (save a checkpoint, engines reload it) stays the fallback: whenever a broadcast cannot be set up
-// or fails, the caller syncs through disk and every later sync does too. Nothing is lost: the weights are
+// or fails, the caller syncs through disk, and every later sync does too, except that a push failing once after a
+// good join (an engine restarted mid-run left the group) joins a new group at the next sync. Nothing is lost: the weights are
 // still in the trainer, and a disk reload replaces every tensor an interrupted broadcast may have touched.
 
 export const WEIGHT_SYNC_MODES = ['auto', 'disk', 'nccl'] as const;
@@ -265,6 +266,7 @@ export class BroadcastSync {
   private joined: { meta: WeightMeta; parts: WeightMeta[]; groupName: string; restarts: number } | null =
     null;
   private joins = 0;
+  private failed = false; // the last push failed after its group was joined
   private readonly log: (line: string) => void;
 
   constructor(
@@ -283,17 +285,30 @@ export class BroadcastSync {
 
   /**
    * Sends the worker's current weights to every engine by broadcast. True when done; false when the caller must
-   * sync through disk: broadcast is off, was refused, or failed now (warned once; disk from then on).
+   * sync through disk: broadcast is off, was refused, or failed now (warned; disk from then on, but for one
+   * failed push after a good join, which joins a new group next time).
    */
   async push(version?: string): Promise<boolean> {
     if (this.off) return false;
+    let joining = false;
     try {
       if (!this.ranks) {
         const plan = await broadcastPlan(this.engines, this.opts.mode ?? 'auto', this.opts.dtype);
         if ('why' in plan) return this.fallBack(plan.why, this.opts.mode === 'nccl');
         this.ranks = plan.ranks;
       }
-      if (!this.joined || this.joined.restarts !== this.worker.restarts) await this.join();
+      if (!this.joined || this.joined.restarts !== this.worker.restarts) {
+        // a join waits for every engine's ranks: after a failed push, one that does not answer (killed, not yet
+        // restarted) would hold the trainer for the whole join timeout, so that sync goes through disk instead
+        const gone = this.failed ? await this.unanswering() : undefined;
+        if (gone) {
+          this.log(`weight sync: ${gone} does not answer; this sync goes through disk`);
+          return false;
+        }
+        joining = true;
+        await this.join();
+        joining = false;
+      }
       const { meta, parts, groupName } = this.joined as NonNullable<typeof this.joined>;
       // one call per bucket, each once the one before it is loaded; rank 0 sends the tensors in the same order.
       // Each bucket has its own deadline: an engine that stops part-way fails the push that soon (rank 0's send
@@ -315,10 +330,24 @@ export class BroadcastSync {
           `${(sent.bytes / 2 ** 20).toFixed(1)} MiB in ${parts.length} bucket${parts.length > 1 ? 's' : ''}, ` +
           `${sent.timeS.toFixed(2)} s`,
       );
+      this.failed = false;
       return true;
     } catch (e) {
-      return this.fallBack(`broadcast failed: ${(e as Error).message}`, true);
+      const why = `broadcast failed: ${(e as Error).message}`;
+      // a join that fails, or a second push in a row, is not going to work: disk from now on. A push that fails
+      // once (an engine killed or restarted mid-run, which left the group) joins a new group at the next sync
+      if (joining || this.failed) return this.fallBack(why, true);
+      this.failed = true;
+      this.joined = null;
+      this.log(`warning: weight sync: ${why}; this sync goes through disk, the next joins a new group`);
+      return false;
     }
+  }
+
+  /** The first engine that does not answer a load read, if any. */
+  private async unanswering(): Promise<string | undefined> {
+    const ok = await Promise.all(this.engines.map((e) => e.load().then(() => true, () => false)));
+    return this.engines[ok.indexOf(false)]?.name;
   }
 
   private fallBack(why: string, warn: boolean): false {

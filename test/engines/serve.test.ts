@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,11 +11,11 @@ import { EmbeddedBackend } from '../../src/recipe/backend.js';
 import { parseRecipe } from '../../src/recipe/config.js';
 import { BroadcastSync } from '../../src/recipe/weight-sync.js';
 import { Tokenizer } from '../../src/tokenizer/index.js';
-import { freePort } from '../../src/util/net.js';
 import { PolicyWorker } from '../../src/worker/index.js';
 import { initModelDir } from '../../src/worker/init-model.js';
 import { SpawnRunner } from '../sandbox/helpers.js';
 import { maxAbsDiff, sampling } from '../worker/helpers.js';
+import { type ServeProcess, startServe } from './serve-process.js';
 
 // A real `rstar2 serve` process on a tiny random model, driven by the project's SGLang client and by plain fetch
 // for the OpenAI routes, against the embedded engine on the same weights in this process.
@@ -25,68 +24,24 @@ const dir = mkdtempSync(join(tmpdir(), 'rstar2-serve-'));
 const m1 = join(dir, 'm1');
 const m2 = join(dir, 'm2');
 const ENV = { RSTAR2_KV_TOKENS: '4096' }; // a small pool: the test's requests are short
-let proc: ChildProcess | undefined;
-let log = '';
+let served: ServeProcess | undefined;
 let url = '';
 let worker: PolicyWorker | undefined;
 let eos = 0;
-
-/** Starts `rstar2 serve` on a free port and waits for /health (90 s at most); `proc` is killed in after(). */
-async function startServe(model: string): Promise<string> {
-  const port = await freePort('127.0.0.1');
-  proc = spawn(
-    process.execPath,
-    [
-      'bin/rstar2.js',
-      'serve',
-      '--model',
-      model,
-      '--port',
-      String(port),
-      '--threads',
-      '1',
-      '--bucket-timeout',
-      '10',
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...ENV } },
-  );
-  proc.stdout?.on('data', (d) => (log += d));
-  proc.stderr?.on('data', (d) => (log += d));
-  const base = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 90_000;
-  while (Date.now() < deadline) {
-    if (proc.exitCode !== null) throw new Error(`rstar2 serve exited ${proc.exitCode}:\n${log}`);
-    if (
-      await fetch(`${base}/health`).then(
-        (r) => r.ok,
-        () => false,
-      )
-    )
-      return base;
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  throw new Error(`rstar2 serve did not answer /health in 90 s:\n${log}`);
-}
 
 before(async () => {
   await initModelDir({ preset: 'tiny', out: m1, seed: 1 });
   await initModelDir({ preset: 'tiny', out: m2, seed: 2 });
   eos = Number(JSON.parse(readFileSync(join(m1, 'config.json'), 'utf8')).eos_token_id);
-  url = await startServe(m1);
+  served = await startServe(m1, { env: ENV, args: ['--bucket-timeout', '10'] });
+  url = served.url;
   worker = await PolicyWorker.start({ threads: 1, env: ENV });
   await worker.load(m1);
 });
 
 after(async () => {
   await worker?.close();
-  if (proc && proc.exitCode === null) {
-    const p = proc;
-    const gone = new Promise((r) => p.once('exit', r));
-    p.kill('SIGTERM');
-    const t = setTimeout(() => p.kill('SIGKILL'), 5000);
-    await gone;
-    clearTimeout(t);
-  }
+  await served?.stop();
   rmSync(dir, { recursive: true, force: true });
 });
 
