@@ -121,7 +121,7 @@ def init(r, report=None):
         return
     iface = pick_gloo_interface(r)
     # gloo does not always keep to the timeout: a rank listening for a peer that never connects waited 25 s
-    # past a 5 s one (torch 2.13). Past it, the rank says why and ends (rank 0's client reads it from stderr).
+    # past a 5 s one (torch 2.13). Past it, the rank says why (rank 0 to its client, through report) and ends.
     late = threading.Timer(join.total_seconds() + 2, joined_late, (r, join, iface, report))
     late.daemon = True
     late.start()
