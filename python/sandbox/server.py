@@ -50,7 +50,9 @@ def read_config():
 
 
 CFG = read_config()
-os.closerange(3, 1024)  # whatever the launcher left open (bwrap's --args file names host paths)
+CG_FDS = (CFG.get("cgroup") or {}).get("fds", [])  # the slots' cgroup dirs, passed on fd 3 (and 4): see Cgroups
+for _lo, _hi in zip([3, *(fd + 1 for fd in sorted(CG_FDS))], [*sorted(CG_FDS), 1024]):
+    os.closerange(_lo, _hi)  # whatever else the launcher left open (bwrap's --args file names host paths)
 MAX_OUT = int(CFG.get("maxOutputBytes", 1 << 20))
 OUT_PAUSE_S = 0.01
 SPLICE = getattr(os, "splice", None)  # Python >= 3.10
@@ -115,6 +117,105 @@ def hide_pids():
     if libc.capset(hdr, zygote.ctypes.create_string_buffer(struct.pack("<6I", *caps), 24)) != 0:
         raise OSError(zygote.ctypes.get_errno(), "capset")
 
+
+class Cgroups:
+    """Kernel-enforced limits (issue 56 item 1): a memory and a pids cgroup per slot, made by the pool before the
+    sandbox started (src/sandbox/cgroups.ts) and passed as directory fds. Each call's process moves itself into its
+    slot's groups (zygote.CG_ENTER) before it drops root; the broker sets the slot's memory limit to the call's
+    before the call gets its request, and a count of the group's OOM kills that rose during a call makes it `oom`.
+    Polling (check_memory) stays beside it, for what no group counts the same way (/dev/shm shares, socket queues).
+    v1 (separate memory and pids hierarchies) or v2 (one group with both controllers)."""
+
+    def __init__(self, cfg):
+        self.version = int(cfg["version"])
+        dirs = [self.high(fd) for fd in cfg["fds"]]
+        mem_dir, pids_dir = (dirs[0], dirs[1]) if self.version == 1 else (dirs[0], dirs[0])
+
+        def at(d, slot, name, flags=os.O_WRONLY):
+            return self.high(os.open(f"{slot}/{name}", flags | os.O_CLOEXEC, dir_fd=d))
+
+        v1 = self.version == 1
+        try:  # swap in use: v1 bounds memory and swap together (memsw), or a call could hold more in swap
+            swap = v1 and len(open("/proc/swaps").read().splitlines()) > 1
+        except OSError:
+            swap = v1
+        self.procs = []  # per slot: the cgroup.procs fds a child writes "0" to; inherited by the zygote only
+        self.limit = []  # per slot: the memory limit files, in the order a raised limit is written
+        self.events = []  # per slot: memory.oom_control (v1) or memory.events (v2), for the OOM kill count
+        for slot in range(SLOTS):
+            procs = [at(mem_dir, slot, "cgroup.procs")] + ([at(pids_dir, slot, "cgroup.procs")] if v1 else [])
+            for fd in procs:
+                os.set_inheritable(fd, True)
+            self.procs.append(procs)
+            names = (["memory.memsw.limit_in_bytes"] if swap else []) + ["memory.limit_in_bytes"] if v1 else ["memory.max"]
+            self.limit.append([at(mem_dir, slot, n) for n in names])
+            if not v1:
+                try:
+                    os.write(at(mem_dir, slot, "memory.swap.max"), b"0")  # swap would be memory past the limit
+                except FileNotFoundError:
+                    pass  # no swap accounting: no swap either
+            # v1: the OOM kills (memory.oom_control) and the times the group reached its limit (memory.failcnt);
+            # v2: both in memory.events
+            names = ["memory.oom_control", "memory.failcnt"] if v1 else ["memory.events"]
+            self.events.append([at(mem_dir, slot, n, os.O_RDONLY) for n in names])
+            with os.fdopen(at(pids_dir, slot, "pids.max"), "wb") as f:
+                f.write(str(zygote.NPROC).encode())
+        for d in set(dirs):
+            os.close(d)
+        self.mb = [0] * SLOTS  # each slot's memory limit now (0: none set yet)
+        self.seen = [self.ooms(slot) for slot in range(SLOTS)]  # each slot's OOM kills, as last counted
+
+    @staticmethod
+    def high(fd):
+        """The fd moved above the numbers the broker and zygote dup2 onto (0-4): it must survive those."""
+        if fd >= 10:
+            return fd
+        new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(fd)
+        return new
+
+    def set_limit(self, slot, mb):
+        """The slot's group holds at most mb MiB (RAM and swap) from now on; written only when it changes."""
+        if mb == self.mb[slot]:
+            return
+        files = self.limit[slot] if mb > self.mb[slot] else self.limit[slot][::-1]  # memsw >= limit, always
+        value = str(mb << 20).encode() if mb else (b"-1" if self.version == 1 else b"max")
+        for fd in files:
+            try:
+                os.pwrite(fd, value, 0)
+            except OSError as e:  # EBUSY: the group holds more than that (a leftover being killed); polling bounds it
+                log(f"slot {slot}: cgroup memory limit {mb} MiB not set ({e})")
+                return
+        self.mb[slot] = mb
+
+    def ooms(self, slot):
+        """(OOM kills of the slot's processes, times its group reached its own limit) so far."""
+        fds = self.events[slot]
+        f = dict(line.split(None, 1) for line in os.pread(fds[0], 4096, 0).splitlines() if line)
+        hits = os.pread(fds[1], 64, 0) if len(fds) > 1 else f.get(b"oom", 0)
+        return int(f.get(b"oom_kill", 0)), int(hits)
+
+    def oom_since(self, slot):
+        """Whether the kernel killed a process of the slot for the slot's own limit since this was last asked. A
+        kill without the group at its limit is the host's or a container's memory running out (pool.ts says so)."""
+        n = self.ooms(slot)
+        old, self.seen[slot] = self.seen[slot], n
+        return n[0] > old[0] and n[1] > old[1]
+
+
+CG = None
+if CG_FDS:
+    try:
+        CG = Cgroups(CFG["cgroup"])
+        CFG["cgroupProcs"] = CG.procs  # for the zygote, which gets CFG at its start
+    except OSError as _e:
+        log(f"the slots' cgroups cannot be used ({_e!r}): memory and process limits are polled")
+    for _fd in CG_FDS:
+        try:
+            os.close(_fd)
+        except OSError:
+            pass
+LIMITS = f"cgroup v{CG.version}" if CG else "polling"
 
 SOCK_DIAG = None
 try:  # before the seccomp filter below, which refuses every socket but AF_UNIX (see socket_memory_kb)
@@ -560,7 +661,7 @@ class Call:
     __slots__ = ("id", "slot", "rid", "out", "err", "res", "nout", "nerr", "open", "result", "killed", "held",
                  "sess", "t0", "deadline", "flush_at", "lost", "stdin", "fetch", "answered", "reaped", "mem_kb",
                  "used_kb", "files", "shm_kb", "demoted", "req", "disk_kb", "pid", "walked", "sock_kb", "cpu0",
-                 "report")
+                 "report", "cg_oom")
 
     def __init__(self, cid, slot, rid, sess=None):
         self.id, self.slot, self.rid = cid, slot, rid
@@ -569,7 +670,7 @@ class Call:
         self.nout = self.nerr = 0
         self.open = 2
         self.result = None
-        self.killed = self.held = False
+        self.killed = self.held = self.cg_oom = False
         self.demoted = False
         self.sess = sess
         self.t0 = 0.0
@@ -691,6 +792,7 @@ class Broker:
         # what demotion will do here: nothing without per-slot uids; with autogroups, the session's weight too
         info["demoteAfterMs"] = round(DEMOTE_S * 1000) if UID_BASE else 0
         info["demoteSession"] = bool(UID_BASE and AUTOGROUP)
+        info["limits"] = LIMITS
         if SHM:
             learn_empty_size(SHM)
         for slot in range(SLOTS):  # the zygote made them, empty; wipes happen in the wiper's process
@@ -777,6 +879,8 @@ class Broker:
         call.req = (cid, timeout_ms, mem_mb, payload)
         self.start_clock(call, timeout_ms)
         call.mem_kb = (mem_mb & ~FLAGS) << 10
+        if CG:  # before the child reads its request: from its first line on, the kernel holds it to the limit
+            CG.set_limit(call.slot, mem_mb & ~FLAGS)
         call.fetch = bool(mem_mb & FLAG_FETCH)
         if not self.waiting:  # latency matters more than the child's cost of reporting its own exit
             mem_mb |= FLAG_REPORT
@@ -849,6 +953,8 @@ class Broker:
             self.autogroup_want[call] = 0
         self.start_clock(call, timeout_ms)
         call.mem_kb = (mem_mb & ~FLAGS) << 10
+        if CG:
+            CG.set_limit(s.slot, mem_mb & ~FLAGS)
         s.call = call
         call.fetch = bool(mem_mb & FLAG_FETCH)
         child_fds = self.open_call(call, call.fetch)
@@ -928,6 +1034,10 @@ class Broker:
         s.sock.close()
         self.dirty.append(s.slot)
         _, code, sig, reason, _, rss, leftovers = res
+        if CG and reason == REASON_NONE and CG.oom_since(s.slot):
+            reason = REASON_MEMORY
+            if s.call is not None:
+                s.call.cg_oom = True
         if reason == REASON_TIMEOUT:
             why = "session killed: a call ran past its time limit"
         elif reason == REASON_OUTPUT:
@@ -1204,6 +1314,10 @@ class Broker:
         walk = now >= self.walk_due
         walked = 0.0
         for call in list(self.timed):
+            if CG and not call.killed and CG.oom_since(call.slot):  # the kernel stopped one of its processes
+                call.killed = call.cg_oom = True
+                self.kill(call, REASON_MEMORY)
+                continue
             kb = used.get(call.slot, 0) + sock.get(call.slot, 0)
             over_shm = SHM_SLOT_KB and shm.get(call.slot, 0) > SHM_SLOT_KB
             disk_kb = 0
@@ -1402,6 +1516,10 @@ class Broker:
             code, cpu_us, rss = report
             call.result = (call.rid, code, 0, REASON_NONE, self.wall_us(call), cpu_us, rss, 0)
         res = call.result
+        if CG and res[3] == REASON_NONE and call.id is not None and CG.oom_since(call.slot):
+            # the kernel killed a process of the call for its memory limit: the call is oom, even if it went on
+            res = res[:3] + (REASON_MEMORY,) + res[4:]
+            call.cg_oom = True
         call.answered = True
         if self.spawn_since:
             self.spawn_since.pop(call.id, None)
@@ -1426,7 +1544,9 @@ class Broker:
                "e": len(call.err)}
         if call.held:
             hdr["h"] = 1
-        if call.used_kb:
+        if call.cg_oom:
+            hdr["mc"] = CG.mb[call.slot]
+        elif call.used_kb:
             hdr["mk"], hdr["ms"], hdr["mq"] = call.used_kb, call.shm_kb, call.sock_kb
         if call.files:
             hdr["mf"] = call.files

@@ -71,6 +71,9 @@ NPROC_LIMIT, NOFILE_LIMIT = capped(resource.RLIMIT_NPROC, NPROC), capped(resourc
 ZYGOTE_LIMITS = ((resource.RLIMIT_FSIZE, capped(resource.RLIMIT_FSIZE, FSIZE)), (resource.RLIMIT_CORE, (0, 0)),
                  (resource.RLIMIT_MSGQUEUE, (0, 0)))
 SHM = CFG.get("shmDir", "/dev/shm")
+# per slot, the cgroup.procs fds of its memory and pids groups (server.py's Cgroups): each call's process writes
+# "0" to them first, so the kernel holds it and all it forks to the slot's limits; closed before any snippet runs
+CG_ENTER = [tuple(fds) for fds in CFG.get("cgroupProcs") or ()]
 SETUP_FAILED = b"[rstar2-sandbox] setup failed: "
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -312,6 +315,9 @@ def child_main(slot, fds):
     """Runs in the forked child; never returns. It is set up before its request exists (a pre-forked spare
     waits, confined, in the first read); the request's own limits arrive with its payload."""
     try:
+        if CG_ENTER:  # first, while root: the move needs write access to the groups, which no slot uid has
+            for fd in CG_ENTER[slot]:
+                os.write(fd, b"0")
         os.dup2(fds[0], 0)
         os.dup2(fds[1], 1)
         os.dup2(fds[2], 2)
@@ -437,6 +443,9 @@ def session_main(slot, mem_mb, fds):
     """A warm interpreter pinned to one session; runs in a forked child, never returns."""
     R = resource
     try:
+        if CG_ENTER:
+            for fd in CG_ENTER[slot]:
+                os.write(fd, b"0")
         devnull = os.open("/dev/null", os.O_RDWR)
         for i in range(3):
             os.dup2(devnull, i)

@@ -232,7 +232,9 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
       ? `; computing calls past ${on} ms demoted${pool.info.demoteSession ? ' with their session' : ''}`
       : `; no demotion${demoteAfterMs ? ' (it needs root with CAP_SYS_NICE)' : ''}`;
     const how = { none: 'NOT isolated', bwrap: 'bubblewrap', landlock: 'Landlock + seccomp, no namespaces' };
-    log(`sandbox: ok (${how[pool.info.isolation]}, ${memoryMb} MiB a call${loaded}${demote})`);
+    const limits =
+      pool.info.limits === 'polling' ? 'memory polled' : `memory and processes held by ${pool.info.limits}`;
+    log(`sandbox: ok (${how[pool.info.isolation]}, ${memoryMb} MiB a call, ${limits}${loaded}${demote})`);
   } finally {
     await pool.close();
   }

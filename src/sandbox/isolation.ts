@@ -15,6 +15,7 @@ import {
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { PYTHON_DIR } from '../util/python.js';
+import { slotCgroups } from './cgroups.js';
 
 /** bwrap: namespaces (bubblewrap) + per-slot uids + Landlock + seccomp; landlock: the same without namespaces, for
  * containers that refuse them (see planLaunch); none: no isolation, development only. */
@@ -45,6 +46,8 @@ export interface LaunchPlan {
   input: Buffer;
   /** config fields the Python server needs (scratch, uid base, paths) */
   serverConfig: Record<string, unknown>;
+  /** how the calls' memory and process limits are held: 'cgroup v1', 'cgroup v2' (by the kernel), or 'polling' */
+  limits: string;
   notes: string[];
   cleanup(): void;
 }
@@ -211,6 +214,15 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
   if (root && !renice && inp.config.demoteAfterMs)
     notes.push('no CAP_SYS_NICE: calls that run long keep their priority (demoteAfterMs off)');
   const demote = renice ? {} : { demoteAfterMs: 0 };
+  // the slots' cgroups come first among the extra fds: fd 3 (and 4) in the sandbox
+  const cg = slotCgroups(inp.slots);
+  const cgroups = 'fds' in cg ? cg : undefined;
+  const limits = cgroups?.mode ?? 'polling';
+  if ('why' in cg) notes.push(`no cgroup per slot: ${cg.why}`);
+  const cgroupConfig = cgroups
+    ? { cgroup: { ...cgroups.config, fds: cgroups.fds.map((_, i) => 3 + i) } }
+    : {};
+  const cleanupCgroups = () => cgroups?.cleanup();
   // The config goes in on stdin, ahead of the first frame, not in argv: /proc/PID/cmdline is readable by
   // every process in the sandbox, snippets included.
   const serverArgs = (script: string) => ['-I', '-S', script];
@@ -241,7 +253,10 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
       // gets none of /proc, only the harmless devices, no /dev/shm, and the scratch on the host's disk is bounded
       // by the broker (flat, counted) rather than by a tmpfs of its own
       const sec = seccompFilter(inp.python, true);
-      if (!sec.path) throw new Error(`isolation landlock needs the seccomp filter: ${sec.note}`);
+      if (!sec.path) {
+        cleanupCgroups();
+        throw new Error(`isolation landlock needs the seccomp filter: ${sec.note}`);
+      }
       notes.push(
         'isolation landlock: no namespaces; per-slot uids, Landlock, seccomp; snippets see no /proc or /dev/shm, ' +
           'and their scratch is on the host disk, bounded by the broker',
@@ -255,7 +270,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
         scratchMb: inp.scratchMb,
       };
     }
-    serverConfig = { ...serverConfig, scratch, uidBase, sysPath: DIST_PACKAGES, ...demote };
+    serverConfig = { ...serverConfig, scratch, uidBase, sysPath: DIST_PACKAGES, ...demote, ...cgroupConfig };
     const server = [inp.python, ...serverArgs(join(SANDBOX_PY_DIR, 'server.py'))];
     // landlock: the environment bwrap's --clearenv leaves, not this process's (tokens, keys) for every snippet
     const clean = inp.isolation === 'landlock' ? ['-i', 'PATH=/usr/bin:/bin', 'LANG=C.UTF-8'] : [];
@@ -263,16 +278,21 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
       command: clean.length ? '/usr/bin/env' : server[0],
       args: clean.length ? [...clean, ...server] : server.slice(1),
       input: configFrame(serverConfig),
-      extraFds: [],
+      extraFds: [...(cgroups?.fds ?? [])],
       serverConfig,
+      limits,
       notes,
-      cleanup: () => rmSync(scratch, { recursive: true, force: true }),
+      cleanup: () => {
+        rmSync(scratch, { recursive: true, force: true });
+        cleanupCgroups();
+      },
     };
   }
 
   const bwrap = findBwrap();
+  const py = bwrap ? realpathSync(inp.python) : '';
+  if (!bwrap || !py.startsWith('/usr/')) cleanupCgroups();
   if (!bwrap) throw new Error('bubblewrap (bwrap) not found: apt-get install bubblewrap');
-  const py = realpathSync(inp.python);
   if (!py.startsWith('/usr/')) {
     throw new Error(
       `the sandbox mounts only /usr; python ${inp.python} resolves to ${py} (use /usr/bin/python3)`,
@@ -348,7 +368,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
   } else {
     args.push('--unshare-user');
   }
-  const extraFds: number[] = [];
+  const extraFds: number[] = [...(cgroups?.fds ?? [])];
   // The broker's two files are copied in, not bound: a bind mount shows its host path (the checkout's) in every
   // process's /proc/self/mountinfo (issue 42). The seccomp program too: the broker loads it itself (not bwrap's
   // --seccomp), once it has made what the filter refuses: its sock_diag socket and, as root, /proc's hidepid.
@@ -372,6 +392,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
     shmDir: '/dev/shm',
     sysPath: DIST_PACKAGES,
     ...demote,
+    ...cgroupConfig,
   };
   // bwrap stays in the sandbox as its pid 1, so its argv (host paths) would be readable there: it reads its
   // options from an unlinked file instead (--args FD). The command itself names only paths inside.
@@ -387,7 +408,8 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
     input: configFrame(serverConfig),
     extraFds,
     serverConfig,
+    limits,
     notes,
-    cleanup: () => {},
+    cleanup: cleanupCgroups,
   };
 }

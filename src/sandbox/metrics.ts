@@ -71,6 +71,12 @@ function shardMetrics(read: () => PoolStats[], registers: Registry[]): void {
   gauge('rstar2_sandbox_shard_in_flight', 'Calls each sandbox shard is running.', 'inFlight');
   gauge('rstar2_sandbox_shard_queued', 'Calls waiting inside each sandbox shard.', 'queued');
   gauge('rstar2_sandbox_shard_sessions', 'Live stateful sessions in each sandbox shard.', 'sessions');
+  gauge(
+    'rstar2_sandbox_shard_kernel_limits',
+    "1 where the kernel holds each call's memory and process limits (a memory and a pids cgroup per slot), " +
+      '0 where the sandbox polls /proc for them every 100 ms.',
+    'kernelLimits',
+  );
   counter('rstar2_sandbox_shard_calls_total', 'Calls each sandbox shard finished.', 'completed');
   counter('rstar2_sandbox_shard_restarts_total', "Restarts of each sandbox shard's broker.", 'restarts');
 }

@@ -101,6 +101,8 @@ export interface PoolStats {
   restarts: number;
   retried: number;
   sessions: number;
+  /** 1 where the kernel holds the calls' memory and process limits (a cgroup per slot), 0 where they are polled */
+  kernelLimits: number;
 }
 
 export interface PoolInfo {
@@ -116,6 +118,9 @@ export interface PoolInfo {
    * whether its session's weight is lowered too (autogroups) */
   demoteAfterMs: number;
   demoteSession: boolean;
+  /** how the calls' memory and process limits are held: 'cgroup v1' or 'cgroup v2' (by the kernel, a memory and a
+   * pids group per slot), or 'polling' (the broker reads /proc every 100 ms; also beside a cgroup) */
+  limits: string;
   notes: string[];
 }
 
@@ -405,7 +410,15 @@ export class SandboxPool implements CodeRunner {
   private ewmaMs = 5;
   /** the kernel's OOM kill count when last read, and the kills since that no SIGKILLed call was blamed for yet */
   private oomKills = { seen: oomKillCount(), unclaimed: 0, at: 0 };
-  private stats_: PoolStats = { queued: 0, inFlight: 0, completed: 0, restarts: 0, retried: 0, sessions: 0 };
+  private stats_: PoolStats = {
+    queued: 0,
+    inFlight: 0,
+    completed: 0,
+    restarts: 0,
+    retried: 0,
+    sessions: 0,
+    kernelLimits: 0,
+  };
   /** stateless calls in flight (session calls use their own slots) */
   private statelessInflight = 0;
   private sessions = new Map<string, Session>();
@@ -424,6 +437,7 @@ export class SandboxPool implements CodeRunner {
       preloadFailed: [],
       demoteAfterMs: 0,
       demoteSession: false,
+      limits: 'polling',
       notes: [],
     };
     this.watchdog = setInterval(() => {
@@ -463,6 +477,7 @@ export class SandboxPool implements CodeRunner {
       queued: this.queue.length,
       inFlight: this.inflight.size,
       sessions: this.sessions.size,
+      kernelLimits: this.info.limits === 'polling' ? 0 : 1,
     };
   }
 
@@ -502,7 +517,12 @@ export class SandboxPool implements CodeRunner {
     const b = this.broker;
     this.broker = null;
     if (b?.alive) {
-      const gone = new Promise<void>((res) => b.proc.once('exit', () => res()));
+      // 'close' follows the exit handler's cleanup (the slots' cgroups removed); a process the sandbox left holding
+      // its pipes would hold 'close' back, so its exit and a moment suffice
+      const gone = new Promise<void>((res) => {
+        b.proc.once('close', () => res());
+        b.proc.once('exit', () => setTimeout(res, 3000).unref());
+      });
       b.end();
       const t = setTimeout(() => b.kill(), 2000);
       await gone;
@@ -812,6 +832,12 @@ export class SandboxPool implements CodeRunner {
       broker.isReady = true;
       this.failures = 0;
       const notes = [...plan.notes];
+      const limits = typeof ready.limits === 'string' ? ready.limits : 'polling';
+      notes.push(
+        limits === 'polling'
+          ? "memory and process limits: polled, every 100 ms (a call's processes may pass its limit between two checks)"
+          : `memory and process limits: held by the kernel (${limits}, a memory and a pids group per slot)`,
+      );
       if (ready.landlockReason) notes.push(`Landlock off: ${ready.landlockReason}`);
       const preloadFailed = (ready.preloadFailed as string[] | undefined) ?? [];
       if (preloadFailed.length) notes.push(`preload failed: ${preloadFailed.join('; ')}`);
@@ -842,6 +868,7 @@ export class SandboxPool implements CodeRunner {
         preloadFailed,
         demoteAfterMs: Number(ready.demoteAfterMs ?? 0),
         demoteSession: Boolean(ready.demoteSession),
+        limits,
         notes,
       };
     } catch (e) {
@@ -910,6 +937,8 @@ export class SandboxPool implements CodeRunner {
     if (h.md) return `disk limit: the call held ${mb(h.md)} MB in its scratch (limit ${o.scratchMb} MB)`;
     if ((h.ms ?? 0) > o.shmMb * 1024)
       return `memory limit: the call held ${mb(h.ms)} MB in /dev/shm (its share: ${o.shmMb} MB)`;
+    if (h.mc)
+      return `memory limit: the kernel stopped the call's processes at ${h.mc} MB together (its slot's memory cgroup)`;
     const sockets = h.mq ? `, ${mb(h.mq)} MB of it what its sockets can hold unread` : '';
     return `memory limit: the call's processes held ${mb(h.mk)} MB together${sockets} (limit ${memoryMb} MB)`;
   }

@@ -157,6 +157,7 @@ export class ShardedPool implements CodeRunner {
       restarts: sum('restarts'),
       retried: sum('retried'),
       sessions: sum('sessions'),
+      kernelLimits: sum('kernelLimits'),
     };
   }
 

@@ -30,7 +30,8 @@ test('dry run of tiny-files: tokenizer, data counts after each filter, first pro
   assert.match(text, /\[rl\] first prompt \d+ tokens: ".*<\|im_start\|>user\\n/);
   assert.match(
     text,
-    /sandbox: ok \(bubblewrap, 1024 MiB a call; computing calls past 50 ms demoted( with their session)?\)/,
+    // the memory and process limits in force: the kernel's (a cgroup per slot) or polled
+    /sandbox: ok \(bubblewrap, 1024 MiB a call, (memory polled|memory and processes held by cgroup v[12]); computing calls past 50 ms demoted( with their session)?\)/,
   );
   assert.equal(out.at(-1), 'dry run ok: nothing was trained');
 });
@@ -48,7 +49,7 @@ test('sandbox.preload: the dry run preloads what the recipe names and refuses wh
   const ok = await lines(loadRecipe('tiny-files', { set: ['sandbox.preload=[json, decimal]'] }));
   assert.match(
     ok.join('\n'),
-    /sandbox: ok \(bubblewrap, 1024 MiB a call; preloaded json, decimal, zygote \d+ MiB; computing calls past 50 ms demoted( with their session)?\)/,
+    /sandbox: ok \(bubblewrap, 1024 MiB a call, (memory polled|memory and processes held by cgroup v[12]); preloaded json, decimal, zygote \d+ MiB; computing calls past 50 ms demoted( with their session)?\)/,
   );
   await assert.rejects(
     lines(loadRecipe('tiny-files', { set: ['sandbox.preload=[no_such_module_xyz]'] })),
@@ -62,7 +63,10 @@ test('sandbox.preload: the dry run preloads what the recipe names and refuses wh
 
 test('sandbox.demoteAfterMs: 50 unless the recipe says otherwise; 0 turns demotion off; a negative one is named', async () => {
   const off = await lines(loadRecipe('tiny-files', { set: ['sandbox.demoteAfterMs=0'] }));
-  assert.match(off.join('\n'), /sandbox: ok \(bubblewrap, 1024 MiB a call; no demotion\)/);
+  assert.match(
+    off.join('\n'),
+    /sandbox: ok \(bubblewrap, 1024 MiB a call, (memory polled|memory and processes held by cgroup v[12]); no demotion\)/,
+  );
   assert.throws(
     () => loadRecipe('tiny-files', { set: ['sandbox.demoteAfterMs=-1'] }),
     /sandbox\.demoteAfterMs/,
