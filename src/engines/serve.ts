@@ -164,7 +164,14 @@ interface Ran {
 /** What the server needs of its policy worker (a stand-in in unit tests). */
 export type ServeWorker = Pick<
   PolicyWorker,
-  'generate' | 'engineLoad' | 'load' | 'flushCache' | 'joinWeightGroupAsEngine' | 'receiveWeights' | 'info'
+  | 'generate'
+  | 'engineLoad'
+  | 'load'
+  | 'flushCache'
+  | 'joinWeightGroupAsEngine'
+  | 'receiveWeights'
+  | 'info'
+  | 'restarts'
 >;
 
 export class ServeEngine {
@@ -177,6 +184,7 @@ export class ServeEngine {
   private limits?: Limits;
   private group?: string; // the joined weight-update group
   private held = 0; // tensors of buckets received and not yet committed
+  private restarts = 0; // the worker's, when the served weights were last set
   readonly name: string;
   readonly stats = { requests: 0, promptTokens: 0, generatedTokens: 0, cachedTokens: 0, updates: 0 };
   private readonly engine: EmbeddedEngine;
@@ -234,6 +242,7 @@ export class ServeEngine {
       );
     const t0 = Date.now();
     const result = await this.engine.generate(ids, s, signal);
+    this.restarted();
     if (result.finishReason === 'error') throw new Error(result.error ?? 'the engine failed');
     this.stats.requests++;
     this.stats.promptTokens += ids.length;
@@ -249,6 +258,17 @@ export class ServeEngine {
       }
     }
     return { result, matched, promptTokens: ids.length, ms: Date.now() - t0 };
+  }
+
+  /** A worker that died was restarted on the directory last loaded: broadcast weights are gone with it, so the
+   *  version says so and the group is left, and a trainer's next push fails and resends its own through disk. */
+  private restarted(): void {
+    if (this.worker.restarts === this.restarts) return;
+    this.restarts = this.worker.restarts;
+    this.version = 'default';
+    this.group = undefined;
+    this.held = 0;
+    this.opts.log?.(`warning: rstar2 serve: the worker restarted and serves ${this.modelPath} again`);
   }
 
   /** The generated text: special tokens skipped unless asked, the stop token or string cut unless `keepStop`. */
@@ -394,6 +414,7 @@ export class ServeEngine {
 
   async serverInfo(): Promise<Json> {
     const l = await this.engineLimits();
+    this.restarted();
     return {
       engine: SERVE_ENGINE,
       version: packageVersion(),
@@ -422,6 +443,7 @@ export class ServeEngine {
   }
 
   modelInfo(): Json {
+    this.restarted();
     return {
       model_path: this.modelPath,
       tokenizer_path: this.tokenizer ? this.modelPath : null,
@@ -436,6 +458,7 @@ export class ServeEngine {
   }
 
   get weightVersion(): string {
+    this.restarted();
     return this.version;
   }
 
@@ -563,6 +586,7 @@ export class ServeEngine {
       throw bad(`Failed to update weights from ${path}: ${(e as Error).message}; the old weights serve on`);
     }
     this.modelPath = resolve(path);
+    this.restarts = this.worker.restarts; // loaded after any restart
     this.config = cfg;
     if (typeof version === 'string') this.version = version;
     this.held = 0;
@@ -614,6 +638,7 @@ export class ServeEngine {
 
   /** POST /update_weights_from_distributed: one bucket; flush_cache (default true) commits every held bucket. */
   async updateFromDistributed(body: Json): Promise<Json> {
+    this.restarted();
     const { names, dtypes, shapes } = body;
     const n = Array.isArray(names) ? names.length : -1;
     if (n < 1 || !(names as unknown[]).every((x) => typeof x === 'string'))

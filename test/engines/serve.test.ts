@@ -373,6 +373,7 @@ test('chat: tool calls the model writes come back as tool_calls', async () => {
   let prompt: number[] = [];
   const stub: ServeWorker = {
     info: null,
+    restarts: 0,
     generate: async (prompts) => {
       prompt = prompts[0];
       const outputIds = [...tok.encode(said), eos];
@@ -420,6 +421,11 @@ test('chat: tool calls the model writes come back as tool_calls', async () => {
   );
   // the tools reached the prompt through the model's template
   assert.match(tok.decode(prompt), /python/);
+  // a worker that died and was restarted serves the loaded directory again: the version says so
+  e.setWeightVersion('v9');
+  assert.equal(e.weightVersion, 'v9');
+  stub.restarts = 1;
+  assert.equal(e.weightVersion, 'default');
   // without tools the same text is plain content
   const plain = await e.chat({ messages: [{ role: 'user', content: 'x' }] }, new AbortController().signal);
   assert.equal(
