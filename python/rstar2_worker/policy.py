@@ -112,18 +112,16 @@ class Policy:
             cfg = Config(raw)
             model = CausalLM(cfg)
             load_weights(model, read_state_dict(directory), cfg, directory)
+        opt_path = os.path.join(directory, "optimizer.pt")
+        # read before anything is replaced: a damaged file leaves the loaded model in place, as damaged weights do
+        st = read_optimizer_state(opt_path) if os.path.exists(opt_path) else None
         self.cfg, self.model, self.src_dir = cfg, model, directory
         self._place()
         self.detok = None  # built on the first stop-string request: parsing a 150K-entry tokenizer.json takes ~0.6 s
         self.opt, self.pending_opt_state, self.step = None, None, 0
         self._wrap()
         restored = False
-        opt_path = os.path.join(directory, "optimizer.pt")
-        if os.path.exists(opt_path):
-            # onto the CPU: rank 0 wrote it from its GPU, and every rank reading it would otherwise put a whole
-            # copy of the optimizer state on that GPU first (or fail on a host without one); load_state_dict
-            # moves each tensor to its parameter's device
-            st = torch.load(opt_path, map_location="cpu")
+        if st is not None:
             self.pending_opt_state = st.get("optimizer")
             if st.get("shards"):  # FSDP: read at the first step, into the shards this rank then holds
                 if self.r.sharding != "fsdp":
@@ -524,6 +522,20 @@ def micro_batches(seqs, budget):
     if cur:
         out.append(cur)
     return out
+
+
+def read_optimizer_state(path):
+    """optimizer.pt onto the CPU: rank 0 wrote it from its GPU, and every rank reading it would otherwise put a whole
+    copy of the optimizer state on that GPU first (or fail on a host without one); load_state_dict moves each tensor
+    to its parameter's device. A damaged or cut file is an error naming it."""
+    try:
+        st = torch.load(path, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - a cut zip, a bad pickle: either way the file cannot be used
+        raise ValueError(f"{path}: damaged optimizer state, cannot be read ({type(e).__name__}: {e})") from None
+    missing = [k for k in ("torch_rng", "gen_rng") if not isinstance(st, dict) or k not in st]
+    if missing:
+        raise ValueError(f"{path}: not an optimizer state this worker wrote (no {missing[0]})")
+    return st
 
 
 def load_weights(model, sd, cfg, directory):

@@ -7,6 +7,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  statSync,
   truncateSync,
   writeFileSync,
 } from 'node:fs';
@@ -156,6 +157,12 @@ test('broken model directories are reported with the file and the problem', { ti
     w.load(badJson),
     /config.json: not a model config \(a JSON object expected, got list\)/,
   );
+  const cutOptimizer = join(root, 'cut-optimizer');
+  await w.save(cutOptimizer, { optimizer: true });
+  const opt = join(cutOptimizer, 'optimizer.pt');
+  truncateSync(opt, Math.floor(statSync(opt).size / 2));
+  await w.load(good);
+  await assert.rejects(w.load(cutOptimizer), new RegExp(`${opt}: damaged optimizer state, cannot be read`));
   assert.equal((await w.logprobs(probe))[0].logprobs.length, 6, 'the model loaded before is still there');
 
   const llama = variant('llama');
