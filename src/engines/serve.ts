@@ -6,6 +6,7 @@ import { join, resolve } from 'node:path';
 import { parseToolCalls } from '../agent/parser.js';
 import { type ChatMessage, ChatTemplate, Tokenizer, type ToolSpec } from '../tokenizer/index.js';
 import { baseUrl, httpGuard, isLoopback, requestTarget, sendRefusal } from '../util/http-guard.js';
+import { readJson } from '../util/jsonl.js';
 import { PolicyWorker } from '../worker/client.js';
 import type { WorkerStartOptions } from '../worker/types.js';
 import { EmbeddedEngine } from './embedded.js';
@@ -135,7 +136,7 @@ function eosIds(dir: string): number[] {
   for (const f of ['config.json', 'generation_config.json']) {
     const p = join(dir, f);
     if (!existsSync(p)) continue;
-    const e = (JSON.parse(readFileSync(p, 'utf8')) as Json).eos_token_id;
+    const e = readJson<Json>(p).eos_token_id;
     for (const id of Array.isArray(e) ? e : [e]) if (Number.isInteger(id)) out.add(id as number);
   }
   return [...out];
@@ -144,7 +145,10 @@ function eosIds(dir: string): number[] {
 function readConfig(dir: string): Json {
   const p = join(dir, 'config.json');
   if (!existsSync(p)) throw new Error(`${dir}: no config.json (a Hugging Face model directory is needed)`);
-  return JSON.parse(readFileSync(p, 'utf8')) as Json;
+  const cfg = readJson<Json>(p);
+  if (typeof cfg !== 'object' || cfg === null || Array.isArray(cfg))
+    throw new Error(`${p}: not a model config (a JSON object)`);
+  return cfg;
 }
 
 interface Limits {

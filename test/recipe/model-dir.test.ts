@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { serve } from '../../src/engines/serve.js';
 import { EmbeddedBackend } from '../../src/recipe/backend.js';
 import { checkRunnable, parseRecipe } from '../../src/recipe/config.js';
 import { initModelDir } from '../../src/worker/index.js';
@@ -10,7 +11,7 @@ import { initModelDir } from '../../src/worker/index.js';
 // Issue 56 item 6: a damaged or missing model directory is an error naming the file and what is wrong with it, and
 // never a run on something else (a preset model, a default config).
 
-test('model.path: a config.json that is no JSON is named before any worker starts; a missing directory is refused', {
+test('model.path and rstar2 serve --model: a config.json that is no JSON is named before any worker starts; a missing directory is refused', {
   timeout: 120_000,
 }, async () => {
   const root = mkdtempSync(join(tmpdir(), 'rstar2-model-dir-'));
@@ -28,7 +29,16 @@ test('model.path: a config.json that is no JSON is named before any worker start
       assert.ok(e.message.startsWith(`${join(m, 'config.json')}: invalid JSON`), e.message);
       return true;
     });
+    // rstar2 serve reads it before it starts its worker (it threw JSON.parse's message too)
+    await assert.rejects(serve({ model: m, port: 0, log: () => {} }), (e: Error) => {
+      assert.ok(e.message.startsWith(`${join(m, 'config.json')}: invalid JSON`), e.message);
+      return true;
+    });
     rmSync(m, { recursive: true });
+    await assert.rejects(
+      serve({ model: m, port: 0, log: () => {} }),
+      new RegExp(`--model ${m}: no such directory`),
+    );
     assert.throws(() => checkRunnable(recipe), new RegExp(`model.path ${m}: no such directory`));
     await assert.rejects(EmbeddedBackend.create(recipe), new RegExp(`model.path ${m}: no such directory`));
   } finally {
