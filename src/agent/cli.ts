@@ -26,6 +26,7 @@ interface RolloutFlags {
   maxTurns: number;
   maxResponseTokens: number;
   maxParallelCalls: number;
+  tool: boolean;
   turnBoundary: string;
   temperature: number;
   topP: number;
@@ -91,6 +92,10 @@ export function registerAgentCommands(program: Command): void {
     .option('--max-response-tokens <n>', 'response budget, tool tokens included', positiveInt(), 8192)
     .option('--max-parallel-calls <n>', 'tool calls executed per turn', positiveInt(), 1)
     .option(
+      '--no-tool',
+      'prompts show no tool and no call is parsed or run (a model trained with tool.enabled: false)',
+    )
+    .option(
       '--turn-boundary <mode>',
       "'reference' (tool turn right after <|im_end|>) or 'rerender' (adds '\\n')",
       'reference',
@@ -133,6 +138,7 @@ export function registerAgentCommands(program: Command): void {
       maxTurns: f.maxTurns,
       maxResponseTokens: f.maxResponseTokens,
       maxParallelCalls: f.maxParallelCalls,
+      tool: f.tool,
       turnBoundary: f.turnBoundary as TurnBoundary,
       sampling: {
         temperature: f.temperature,
@@ -183,6 +189,7 @@ export function registerAgentCommands(program: Command): void {
       tokenizer: f.tokenizer,
       template: f.template,
       sandbox: f.sandbox,
+      tools: config.tool ? undefined : [],
       capacityTokens: config.capacity ?? undefined,
       scheduler: {
         policy,

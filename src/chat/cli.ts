@@ -13,6 +13,7 @@ interface ChatFlags {
   topP: number;
   maxResponseTokens: number;
   maxTurns: number;
+  tool: boolean;
   seed?: number;
   prompt?: string;
   color?: boolean;
@@ -43,6 +44,10 @@ export function registerChatCommands(program: Command): void {
     )
     .option('--max-turns <n>', 'assistant turns per answer', positiveInt(), 5)
     .option('--seed <n>', 'sampling seed (default: random per message)', seed())
+    .option(
+      '--no-tool',
+      'prompts show no tool and no call is parsed or run (a model trained with tool.enabled: false)',
+    )
     .option('--prompt <text>', 'ask one question, print the answer and exit')
     .option('--no-color', 'plain output');
   deprecatedAliases(chat, { '--max-tokens <n>': '--max-response-tokens' });
@@ -66,6 +71,7 @@ export function registerChatCommands(program: Command): void {
       topP: f.topP,
       maxTokens: f.maxResponseTokens,
       maxTurns: f.maxTurns,
+      tools: f.tool ? undefined : [],
       concurrency: 1,
       onTool: (_req, res) => status(`  ▸ python ran: ${res.status} (${res.wallMs} ms)`),
     });

@@ -3,7 +3,7 @@ import { openRolloutStack } from '../agent/stack.js';
 import type { Backend as RemoteBackend } from '../engines/factory.js';
 import type { Engine } from '../engines/types.js';
 import type { RunRequest, RunResult } from '../sandbox/types.js';
-import type { Tokenizer } from '../tokenizer/index.js';
+import type { Tokenizer, ToolSchema } from '../tokenizer/index.js';
 import { EVAL_MAX_TOKENS } from './defaults.js';
 import { fakeTrajectory } from './fake.js';
 import { perRequest, type RolloutFn } from './run.js';
@@ -19,6 +19,8 @@ export interface BackendOptions {
   topP: number;
   maxTokens?: number; // response budget per trajectory, tool tokens included
   maxTurns?: number;
+  /** The tools prompts show and the loop runs (default the python tool; [] none, as recipe tool.enabled false). */
+  tools?: ToolSchema[];
   concurrency: number;
   /** Tests and embedders: use this engine (and tokenizer) instead of --model/--engine. */
   engineInstance?: Engine;
@@ -66,6 +68,7 @@ export async function openBackend(o: BackendOptions): Promise<Backend> {
     tokenizer: o.tokenizerInstance ?? o.tokenizer,
     template: o.template,
     sandbox: o.sandbox,
+    tools: o.tools,
     batching: true,
     onTool: o.onTool,
   });

@@ -95,6 +95,10 @@ export function registerEvalCommands(program: Command): void {
       positiveInt(),
       EVAL_MAX_TOKENS,
     )
+    .option(
+      '--no-tool',
+      'prompts show no tool and no call is parsed or run (a model trained with tool.enabled: false)',
+    )
     .option('--limit <n>', 'only the first n problems', positiveInt())
     .option('--seed <n>', 'base sampling seed', seed(), 0)
     .option('--concurrency <n>', 'trajectories in flight', positiveInt(4096), 64)
@@ -150,6 +154,7 @@ export function registerEvalCommands(program: Command): void {
       temperature: o.temperature,
       topP: o.topP,
       maxTokens: o.maxResponseTokens,
+      tools: o.tool ? undefined : [],
       concurrency: o.concurrency,
     });
     const verifyProfile = o.rewardModule ? `${MODULE_PROFILE}${resolve(o.rewardModule)}` : o.verifyProfile;
@@ -173,6 +178,7 @@ export function registerEvalCommands(program: Command): void {
           maxTokens: o.maxResponseTokens,
           maxTurns: o.maxTurns,
           template: o.template,
+          ...(o.tool ? {} : { tool: 'none' }), // recorded only when off: evals from before all showed the tool
           seed: o.seed,
           engine: backend.name,
           limit: o.limit,

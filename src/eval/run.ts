@@ -80,6 +80,7 @@ const RESUME_KEYS = [
   'maxTokens',
   'maxTurns',
   'template',
+  'tool',
   'seed',
   'engine',
   'verifyProfile',
@@ -106,6 +107,12 @@ function resumeConflict(
   const differ = (what: string) =>
     `${dir} holds an eval made with different settings (${what}); use another --out or the same settings to resume`;
   for (const key of RESUME_KEYS) {
+    if (key === 'tool') {
+      // recorded only when off ('none'): an eval without the key showed the python tool
+      const [was, is] = [old.tool ?? 'python', now.tool ?? 'python'];
+      if (was !== is) return differ(`tool: ${JSON.stringify(was)} there, ${JSON.stringify(is)} now`);
+      continue;
+    }
     if (old[key] === now[key]) continue;
     // Written by an rstar2 that did not record it: what the samples were made with is unknown, so they cannot
     // be trusted to match. A verify profile can be made known without regenerating.

@@ -73,6 +73,36 @@ test('a chat answer runs the model’s python call in the real sandbox', {
   }
 });
 
+test('--no-tool (tools: []): the same python call is answer text, never run, one turn', {
+  timeout: 60_000,
+}, async () => {
+  const tok = tokenizerFromFiles(buildCharTokenizer());
+  const engine = pythonThenAnswer(tok, (p) => `The tool says ${p}. <answer>\\boxed{${p}}</answer><|im_end|>`);
+  const ran: string[] = [];
+  const backend = await openBackend({
+    engineInstance: engine,
+    tokenizerInstance: tok,
+    tools: [],
+    temperature: 1,
+    topP: 1,
+    maxTokens: 4096,
+    concurrency: 1,
+    onTool: (req) => ran.push(req.code),
+  });
+  try {
+    const t = await ask(backend, 'What is 6*7?', 1);
+    assert.deepEqual(ran, []);
+    assert.equal(t.numToolCalls, 0);
+    assert.deepEqual(
+      t.events.map((e) => e.kind),
+      ['generation'],
+    );
+    assert.doesNotMatch(tok.decode(t.promptIds), /<tools>|python_code_with_standard_io/);
+  } finally {
+    await backend.close();
+  }
+});
+
 test('CLI: one-shot --prompt and piped interactive chat', { timeout: 60_000 }, () => {
   const env = { ...process.env, NO_COLOR: '1' };
   const one = spawnSync(

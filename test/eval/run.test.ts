@@ -433,6 +433,16 @@ test('CLI: eval with the fake engine, then eval-rescore', { timeout: 60_000 }, (
     e.stderr,
     /option '-n, --samples <n>' argument '0' is invalid\. Expected a positive integer\./,
   );
+  // --no-tool is recorded, and an eval made with the tool is not continued without it (or the reverse)
+  const nt = join(d, 'no-tool');
+  const t1 = run('eval', '--engine', 'fake:1', '--data', data, '--samples', '1', '--no-tool', '--out', nt);
+  assert.equal(t1.status, 0, t1.stderr);
+  assert.equal(JSON.parse(readFileSync(join(nt, 'config.json'), 'utf8')).tool, 'none');
+  const t2 = run('eval', '--engine', 'fake:1', '--data', data, '--samples', '2', '--out', out);
+  assert.equal(t2.status, 0, t2.stderr);
+  const t3 = run('eval', '--engine', 'fake:1', '--data', data, '--samples', '2', '--no-tool', '--out', out);
+  assert.notEqual(t3.status, 0);
+  assert.match(t3.stderr, /different settings \(tool: "python" there, "none" now\)/);
   const u = run('eval', '--engine', 'http://127.0.0.1:9', '--data', data, '--out', join(d, 'u'));
   assert.notEqual(u.status, 0);
   assert.match(u.stderr, /prompts need a tokenizer: give --tokenizer PATH/);
