@@ -45,9 +45,9 @@ import { BroadcastSync, resolveSyncDtype, type WeightSyncOptions } from './weigh
 
 // The embedded backend: one torch worker both generates (through the agent loop and the KV-budget scheduler)
 // and trains, so weights are shared and "sync" is free. Tool calls run in the isolated sandbox pool.
-// With remote engines (SGLang, vLLM) the worker only trains; before a rollout that follows a weight change
-// the weights are broadcast to every engine (weight-sync.ts), or written to `syncDir` and every engine is told
-// to load them from there.
+// With remote engines (SGLang, vLLM) the worker only trains; after an RL update (and before a rollout that
+// follows any other weight change) the weights are broadcast to every engine (weight-sync.ts), or written to
+// `syncDir` and every engine is told to load them from there.
 
 export interface EmbeddedBackendOptions {
   /** Run tool code without bubblewrap (development only; the pool warns). */
@@ -288,8 +288,13 @@ export class EmbeddedBackend implements PolicyBackend {
     }
   }
 
+  /** Remote engines: pushes the weights when they changed since the last push (embedded: shared, nothing to do). */
+  async syncWeights(): Promise<void> {
+    if (this.remote?.dirty) await this.pushWeights(this.remote);
+  }
+
   /** Broadcasts the current weights, or writes them to the sync dir (swapped in whole) for every engine to load. */
-  private async syncWeights(r: RemoteSync): Promise<void> {
+  private async pushWeights(r: RemoteSync): Promise<void> {
     const version = `v${++r.version}`;
     if (await r.broadcast.push(version)) {
       r.dirty = false;
@@ -311,7 +316,9 @@ export class EmbeddedBackend implements PolicyBackend {
   }
 
   async rollout(req: RolloutRequest, onDone?: (done: number, total: number) => void): Promise<Trajectory[]> {
-    if (this.remote?.dirty) await this.syncWeights(this.remote);
+    // the RL step syncs after its update; this covers the other changes (SFT steps, a load, a re-init) and a
+    // run's first rollout, whose engines serve whatever they were started with
+    await this.syncWeights();
     return runRollouts({
       problems: req.problems.map(toRolloutProblem),
       n: req.n,
