@@ -115,6 +115,14 @@ class Policy:
         opt_path = os.path.join(directory, "optimizer.pt")
         # read before anything is replaced: a damaged file leaves the loaded model in place, as damaged weights do
         st = read_optimizer_state(opt_path) if os.path.exists(opt_path) else None
+        if st is not None and st.get("shards"):
+            if self.r.sharding != "fsdp":
+                raise ValueError(f"{directory}: its optimizer state is sharded (saved under sharding: fsdp); "
+                                 "resume it with sharding: fsdp, on any number of ranks")
+            if not os.path.isdir(os.path.join(directory, ranks.OPTIMIZER_DIR)):
+                raise ValueError(f"{directory}: optimizer.pt says its optimizer state is sharded, but "
+                                 f"{ranks.OPTIMIZER_DIR}/ is missing (optimizer-rank*.pt files are the format before "
+                                 "it: load the weights alone, without optimizer.pt, or use the checkout that wrote them)")
         self.cfg, self.model, self.src_dir = cfg, model, directory
         self._place()
         self.detok = None  # built on the first stop-string request: parsing a 150K-entry tokenizer.json takes ~0.6 s
@@ -124,13 +132,6 @@ class Policy:
         if st is not None:
             self.pending_opt_state = st.get("optimizer")
             if st.get("shards"):  # FSDP: read at the first step, into the shards this rank then holds
-                if self.r.sharding != "fsdp":
-                    raise ValueError(f"{directory}: its optimizer state is sharded (saved under sharding: fsdp); "
-                                     "resume it with sharding: fsdp, on any number of ranks")
-                if not os.path.isdir(os.path.join(directory, ranks.OPTIMIZER_DIR)):
-                    raise ValueError(f"{directory}: optimizer.pt says its optimizer state is sharded, but "
-                                     f"{ranks.OPTIMIZER_DIR}/ is missing (optimizer-rank*.pt files are the format before "
-                                     "it: load the weights alone, without optimizer.pt, or use the checkout that wrote them)")
                 self.pending_opt_state = {"sharded": directory}
             self.step = int(st.get("step", 0))
             torch.set_rng_state(st["torch_rng"])

@@ -98,5 +98,14 @@ export function twoNodes(): TwoNodes | string {
       return `could not make the test's network namespaces (ip ${s.join(' ')}: ${r.why})`;
     }
   }
+  // `ip netns exec` also needs a mount namespace of its own (it remounts /sys and binds the hosts file)
+  const probe = spawnSync(IP, ['netns', 'exec', names[1], 'getent', 'hosts', hostname()], {
+    encoding: 'utf8',
+    timeout: 10_000,
+  });
+  if (!/^127\.0\.1\.1\s/.test(probe.stdout ?? '')) {
+    close();
+    return `could not run a command in the test's network namespace with its hosts file (ip netns exec: ${(probe.stderr || probe.error?.message || probe.stdout || '').trim()})`;
+  }
   return { names, addrs, devs, exec: (i) => [IP, 'netns', 'exec', names[i]], pids, listening, close };
 }

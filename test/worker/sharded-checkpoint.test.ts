@@ -117,6 +117,15 @@ test('FSDP2: optimizer shards saved by 2 ranks resume exactly on 2 ranks and, re
     } finally {
       await f.close();
     }
+    const ddp = await PolicyWorker.start({ threads: 1 });
+    try {
+      await assert.rejects(
+        ddp.load(saved),
+        /its optimizer state is sharded \(saved under sharding: fsdp\); resume it with sharding: fsdp, on any number of ranks/,
+      );
+    } finally {
+      await ddp.close();
+    }
   } finally {
     rmSync(root, { recursive: true, force: true });
   }
