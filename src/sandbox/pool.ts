@@ -938,7 +938,10 @@ export class SandboxPool implements CodeRunner {
     if ((h.ms ?? 0) > o.shmMb * 1024)
       return `memory limit: the call held ${mb(h.ms)} MB in /dev/shm (its share: ${o.shmMb} MB)`;
     if (h.mc)
-      return `memory limit: the kernel stopped the call's processes at ${h.mc} MB together (its slot's memory cgroup)`;
+      return (
+        `memory limit: the call's processes held ${h.mc} MB together (limit ${memoryMb} MB), ` +
+        "where the kernel stopped them (the slot's memory cgroup)"
+      );
     const sockets = h.mq ? `, ${mb(h.mq)} MB of it what its sockets can hold unread` : '';
     return `memory limit: the call's processes held ${mb(h.mk)} MB together${sockets} (limit ${memoryMb} MB)`;
   }

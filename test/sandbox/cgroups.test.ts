@@ -71,7 +71,10 @@ describe('kernel-enforced limits: a memory and a pids cgroup per slot', { skip, 
         const r = await pool.run({ code: FORKS });
         assert.equal(r.status, 'oom', `try ${i + 1}: ${JSON.stringify(r)}`);
         assert.equal(r.oom, true);
-        assert.match(r.error ?? '', /the kernel stopped the call's processes at 1024 MB together/);
+        assert.match(
+          r.error ?? '',
+          /the call's processes held 1024 MB together \(limit 1024 MB\), where the kernel stopped them/,
+        );
         assert.doesNotMatch(r.stdout, /held/);
       }
       // what fits still runs, in the same slots
