@@ -5,8 +5,8 @@
 # bf16 gradients match full fp32 logits, (2) bf16 training
 # throughput and MFU of a random ~0.5B model at 4K and 8K tokens, with `rstar2 plan`'s memory estimate against
 # each case's measured peak (and the built-in engine's throughput against transformers' generate), (3) sharding: fsdp, world size 1, through the same launcher as DDP, (4) decode_timing's
-# samples (Qwen3-14B's TP4 rank) and their fit, (5) where SGLang or vLLM imports, bench/live-engines.sh: each served,
-# probed and trained against with NCCL and disk weight sync (skipped, saying so, where neither imports).
+# samples (Qwen3-14B's TP4 rank) and their fit, (5) bench/live-engines.sh: rstar2 serve, and SGLang and vLLM where they
+# import, each served, probed and trained against with NCCL and disk weight sync, the served weights checked.
 # Needs CUDA, torch >= 2 (>= 2.2 for step 3) and transformers in $RSTAR2_PYTHON (default: the project venv, .venv).
 # Run from anywhere: bash bench/gpu-check.sh    Exit: 0 all passed, 1 a check failed, 2 missing prerequisites.
 # RSTAR2_GPU_CHECK_SKIP=train-bench leaves out the train step's benchmark (run alone: python -m rstar2_worker.train_bench).
@@ -43,9 +43,9 @@ node --import tsx -e "
   const { steps, prefills } = parseSamples(readFileSync(process.argv[1], 'utf8'));
   console.log('gpu-check: decode_timing fit', JSON.stringify(fitEngineModel(steps, prefills)));
 " "$SAMPLES"
-# (5) live SGLang / vLLM servers; its exit 2 is "neither imports"
+# (5) live SGLang / vLLM servers and rstar2's own (rstar2 serve, which needs neither); its exit 2 is "nothing to check"
 live=0
-bash bench/live-engines.sh || live=$?
+LIVE_ENGINES=${LIVE_ENGINES:-sglang vllm rstar2} bash bench/live-engines.sh || live=$?
 if [ "$live" = 2 ]; then echo "gpu-check: live engines skipped: neither sglang nor vllm imports in $PY"
 elif [ "$live" != 0 ]; then echo "gpu-check: live engines failed (bench/live-engines.sh exit $live)" >&2; exit 1; fi
 echo "gpu-check: all passed"

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Live SGLang and vLLM (docs/ENGINES.md: "SGLang and vLLM"; issue 40). For each of the two that imports in $RSTAR2_PYTHON:
+# Live SGLang and vLLM (docs/ENGINES.md: "SGLang and vLLM"; issue 40), and rstar2's own server (`rstar2 serve`,
+# LIVE_ENGINES=rstar2; issue 52). For each of SGLang and vLLM that imports in $RSTAR2_PYTHON, and rstar2 when named:
 # a tiny Qwen3 model directory (`rstar2 model init`) served on 127.0.0.1 as rstar2 needs it served, then
 # (a) bench/engine-probe.ts: what the server says of itself (version, bfloat16, logprobs mode, seeds, whether it
 #     can join a weight-update group) and a few timed points,
 # (b) a 2-step RL run of the tiny-files recipe on it with --weight-sync nccl: weights broadcast at least twice, the
 #     second after an update, no fallback to disk, no failed sample in the steps or evals after it,
-# (c) the same run with --weight-sync disk: the sync directory the server reloads from replaced, the run clean.
-# NCCL refuses two ranks of one communicator on one GPU, so the broadcast is checked only with >= 2 GPUs (the
-# server on the last, the trainer on the first); on one GPU (b) must fall back to disk and finish, said as SKIP.
-# Env: RSTAR2_PYTHON (default python3), LIVE_ENGINES ("sglang vllm"), LIVE_START_TIMEOUT (600 s for a server to
+# (c) the same run with --weight-sync disk: the sync directory the server reloads from replaced, the run clean,
+# and after each run (bench/served-weights.ts) the served log-probs of a fixed prompt are the run's last checkpoint's.
+# With >= 2 GPUs the server takes the last, the trainer the first. On one GPU NCCL refuses two ranks of one
+# communicator on one device of one host, so the trainer and the server claim different hosts (NCCL_HOSTID) and
+# talk over NCCL's network transport, as two nodes would; where that still falls back to disk, (b) says SKIP.
+# At the end, per engine, which steps ran and how each ended.
+# Env: RSTAR2_PYTHON (default python3), LIVE_ENGINES ("sglang vllm"; add rstar2), LIVE_START_TIMEOUT (600 s for a server to
 # answer /health), LIVE_RUN_TIMEOUT (900 s a run), LIVE_MEM_FRACTION (0.15 of the GPU for the server),
 # RSTAR2_SGLANG_ARGS / RSTAR2_VLLM_ARGS (more server flags), LIVE_KEEP=1 (keep the work directory).
 # Run from anywhere: bash bench/live-engines.sh    Exit: 0 all passed, 1 a check failed, 2 nothing to check.
@@ -17,11 +21,13 @@ cd "$(dirname "$0")/.." || exit 2
 PY=${RSTAR2_PYTHON:-$(command -v python3 || true)}
 if [ -z "$PY" ] || ! command -v "$PY" >/dev/null; then echo "live-engines: no python at '${PY:-python3}'; set RSTAR2_PYTHON" >&2; exit 2; fi
 command -v node >/dev/null || { echo "live-engines: node is not on PATH" >&2; exit 2; }
+[ -d node_modules/tsx ] || { echo "live-engines: node_modules is missing: run npm ci (or npm install) first" >&2; exit 2; }
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" RSTAR2_PYTHON="$PY"
 
 ENGINES=()
 for e in ${LIVE_ENGINES:-sglang vllm}; do
-  if "$PY" -c "import $e" >/dev/null 2>&1; then ENGINES+=("$e"); else echo "live-engines: $e does not import in $PY: skipped"; fi
+  if [ "$e" = rstar2 ]; then ENGINES+=(rstar2) # this checkout's own server: nothing to import
+  elif "$PY" -c "import $e" >/dev/null 2>&1; then ENGINES+=("$e"); else echo "live-engines: $e does not import in $PY: skipped"; fi
 done
 [ ${#ENGINES[@]} -gt 0 ] || { echo "live-engines: neither sglang nor vllm imports in $PY: nothing to check" >&2; exit 2; }
 
@@ -31,7 +37,10 @@ MEM=${LIVE_MEM_FRACTION:-0.15}
 if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then IFS=, read -ra GPUS <<<"$CUDA_VISIBLE_DEVICES" # set and empty: none
 else mapfile -t GPUS < <(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null); fi
 ENGINE_ENV=() TRAIN_ENV=()
-if [ ${#GPUS[@]} -ge 2 ]; then ENGINE_ENV=("CUDA_VISIBLE_DEVICES=${GPUS[-1]}") TRAIN_ENV=("CUDA_VISIBLE_DEVICES=${GPUS[0]}"); fi
+if [ ${#GPUS[@]} -ge 2 ]; then ENGINE_ENV=("CUDA_VISIBLE_DEVICES=${GPUS[-1]}") TRAIN_ENV=("CUDA_VISIBLE_DEVICES=${GPUS[0]}")
+elif [ ${#GPUS[@]} -eq 1 ]; then ENGINE_ENV=("NCCL_HOSTID=rstar2-live-server") TRAIN_ENV=("NCCL_HOSTID=rstar2-live-trainer")
+fi
+declare -A STEPS=() # engine -> what ran and how it ended
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/rstar2-live-XXXXXX")
 FAILED=() SERVER=
@@ -53,6 +62,7 @@ trap 'exit 130' INT TERM
 # ENGINE WHAT PASS|FAIL|SKIP [DETAIL [LOG]]: the verdict's line, and on a failure the log's tail
 verdict() {
   echo "live-engines: $1 $2: $3${4:+ ($4)}"
+  STEPS[$1]="${STEPS[$1]:+${STEPS[$1]}, }$2 $3"
   if [ "$3" = FAIL ]; then
     FAILED+=("$1 $2")
     [ -n "${5:-}" ] && [ -f "$5" ] && tail -n 20 "$5" | sed 's/^/    /'
@@ -67,7 +77,12 @@ free_port() {
 # ENGINE DIR PORT LOG: the server in its own process group, serving DIR as rstar2 needs (docs/ENGINES.md, src/engines/)
 start_server() {
   local -a cmd
-  if [ "$1" = sglang ]; then
+  if [ "$1" = rstar2 ]; then
+    # the built-in engine's pool takes its share of the GPU as the servers' do (RSTAR2_KV_FRACTION)
+    # shellcheck disable=SC2206
+    cmd=(RSTAR2_KV_FRACTION="$MEM" node bin/rstar2.js serve --model "$2" --host 127.0.0.1 --port "$3"
+      ${RSTAR2_SERVE_ARGS:-})
+  elif [ "$1" = sglang ]; then
     # --dtype bfloat16: under auto SGLang serves a float32 checkpoint (this one) in float16, and the trainer sends
     # bfloat16; triton attention takes the model's 16-wide heads and is one of the deterministic backends
     # shellcheck disable=SC2206 # the extra flags are words
@@ -119,14 +134,29 @@ check_run() {
   elif [ -n "$fell" ] && [ ${#GPUS[@]} -ge 2 ]; then bad+=("fell back to disk: $fell")
   fi
   if [ ${#bad[@]} -gt 0 ]; then verdict "$1" "$2" FAIL "$(IFS=';'; echo "${bad[*]}")" "$log"
-  elif [ -n "$fell" ]; then verdict "$1" "$2" SKIP "${#GPUS[@]} GPU(s), NCCL cannot hold both ranks on one: fell back to disk and passed: $fell"
+  elif [ -n "$fell" ]; then
+    verdict "$1" "$2" SKIP "${#GPUS[@]} GPU(s)$([ ${#GPUS[@]} = 1 ] && echo ', NCCL refused both ranks on it as two hosts (NCCL_HOSTID)'): fell back to disk and passed: $fell"
   elif [ "$2" = nccl ]; then verdict "$1" "$2" PASS "$sent broadcasts; $(grep -m2 'weight sync v[0-9]*: broadcast' "$log" | tail -n1)"
   else verdict "$1" "$2" PASS "synced through $4/serve"
   fi
 }
 
+# ENGINE API URL MODE DIR: the served log-probs of a fixed prompt are those of the run's last checkpoint
+weights() {
+  local log=$5/weights-$4.log line
+  if [ "${LIVE_WEIGHTS:-1}" = 0 ]; then verdict "$1" "weights-$4" SKIP "LIVE_WEIGHTS=0"; return; fi
+  [ -d "$5/run-$4/checkpoints" ] || { verdict "$1" "weights-$4" FAIL "the run left no checkpoint"; return; }
+  # rstar2 serves float32 as trained: its log-probs are the trainer's to rounding; the servers' bfloat16 is not
+  env "${TRAIN_ENV[@]}" node --import tsx bench/served-weights.ts --engine "$2+$3" --run "$5/run-$4" \
+    --tolerance "$([ "$1" = rstar2 ] && echo 1e-3 || echo 0.05)" >"$log" 2>&1
+  local rc=$?
+  line=$(grep -m1 '^served-weights:' "$log")
+  if [ "$rc" = 0 ]; then verdict "$1" "weights-$4" PASS "$line"; else verdict "$1" "weights-$4" FAIL "${line:-exit $rc}" "$log"; fi
+}
+
 check_engine() {
-  local e=$1 dir=$WORK/$1 port url rc probe
+  local e=$1 dir=$WORK/$1 port url rc probe api=$1
+  [ "$e" = rstar2 ] && api=sglang # rstar2 serve speaks SGLang's API
   if ! { mkdir -p "$dir" && cp -r "$WORK/model" "$dir/serve"; }; then verdict "$e" setup FAIL "cannot copy the model"; return; fi
   port=$(free_port) url=http://127.0.0.1:$port
   echo "live-engines: $e: starting on $url${ENGINE_ENV[0]:+ (${ENGINE_ENV[0]})}"
@@ -136,21 +166,27 @@ check_engine() {
     stop_server
     return
   fi
-  node --import tsx bench/engine-probe.ts --engine "$e+$url" --model "$WORK/model" --batches 1,8 --contexts 64,256 \
+  node --import tsx bench/engine-probe.ts --engine "$api+$url" --model "$WORK/model" --batches 1,8 --contexts 64,256 \
     --prefills 64,256,1024 --steps 8,24 --reps 2 --out "$dir/probe.jsonl" >"$dir/probe.log" 2>&1
-  rc=$? probe=$(grep -m1 "^engine $e:" "$dir/probe.log")
-  local want=('dtype bfloat16' 'weight sync: broadcast')
-  if [ "$e" = sglang ]; then want+=('seeds honoured'); else want+=('logprobs processed_logprobs'); fi
+  rc=$? probe=$(grep -m1 "^engine $api:" "$dir/probe.log")
+  local want=('weight sync: broadcast')
+  case $e in
+    sglang) want+=('dtype bfloat16' 'seeds honoured') ;;
+    vllm) want+=('dtype bfloat16' 'logprobs processed_logprobs') ;;
+    rstar2) want+=('dtype float32' 'seeds honoured') ;; # it serves the checkpoint's float32 as it is
+  esac
   local missing=() w
   for w in "${want[@]}"; do grep -q "$w" "$dir/probe.log" || missing+=("$w"); done
   if [ "$rc" != 0 ] || [ ${#missing[@]} -gt 0 ]; then
     verdict "$e" probe FAIL "exit $rc${missing[0]:+; missing: $(IFS=,; echo "${missing[*]}")}" "$dir/probe.log"
   else verdict "$e" probe PASS "$probe"; fi
-  train "$e" "$url" nccl "$dir"
+  train "$api" "$url" nccl "$dir"
   check_run "$e" nccl $? "$dir"
+  weights "$e" "$api" "$url" nccl "$dir"
   touch "$dir/serve/.live-engines" # gone once a disk sync swaps the directory in whole
-  train "$e" "$url" disk "$dir"
+  train "$api" "$url" disk "$dir"
   check_run "$e" disk $? "$dir"
+  weights "$e" "$api" "$url" disk "$dir"
   stop_server
 }
 
@@ -163,5 +199,6 @@ fi
 # this reward splits groups by the parity of a sample's text instead
 echo 'export default ({ text }) => [...text].reduce((a, c) => a + c.codePointAt(0), 0) % 2;' >"$WORK/coin.mjs"
 for e in "${ENGINES[@]}"; do check_engine "$e"; done
+for e in "${ENGINES[@]}"; do echo "live-engines: $e ran: ${STEPS[$e]:-nothing}"; done
 if [ ${#FAILED[@]} -gt 0 ]; then echo "live-engines: FAILED: $(IFS=,; echo "${FAILED[*]}")"; exit 1; fi
 echo "live-engines: all passed (${ENGINES[*]})"

@@ -39,7 +39,15 @@ exec ${findPython()} "$@"
 const live = (python: string, env: Record<string, string> = {}) =>
   new Promise<{ code: number | null; out: string }>((resolve) => {
     const p = spawn('bash', ['bench/live-engines.sh'], {
-      env: { ...process.env, RSTAR2_PYTHON: python, CUDA_VISIBLE_DEVICES: '', TMPDIR: dir, ...env },
+      // LIVE_WEIGHTS=0: the fakes hold no weights to compare with the run's
+      env: {
+        ...process.env,
+        RSTAR2_PYTHON: python,
+        CUDA_VISIBLE_DEVICES: '',
+        TMPDIR: dir,
+        LIVE_WEIGHTS: '0',
+        ...env,
+      },
     });
     let out = '';
     p.stdout.on('data', (c) => (out += c));
@@ -62,6 +70,13 @@ test('live-engines.sh: both engines, served as the fakes of each: probe and disk
     assert.match(r.out, new RegExp(`${e} probe: PASS \\(engine ${e}:.* dtype bfloat16`));
     assert.match(r.out, new RegExp(`${e} nccl: SKIP \\(0 GPU\\(s\\).*syncing through disk from now on`));
     assert.match(r.out, new RegExp(`${e} disk: PASS`));
+    // per engine, what ran and how it ended
+    assert.match(
+      r.out,
+      new RegExp(
+        `live-engines: ${e} ran: probe PASS, nccl SKIP, weights-nccl SKIP, disk PASS, weights-disk SKIP`,
+      ),
+    );
   }
   assert.match(r.out, /seeds honoured/);
   assert.match(r.out, /logprobs processed_logprobs/);
