@@ -177,6 +177,70 @@ class Engine(unittest.TestCase):
         self.assertLessEqual(len(ids[0]), 4)
 
 
+class DecodeThreads(unittest.TestCase):
+    def test_tokens_and_logprobs_are_the_same_at_any_decode_thread_count(self):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(2)
+        try:
+            got = []
+            for n in ("1", "2", "auto"):
+                with env(RSTAR2_DECODE_THREADS=n):
+                    p = policy()
+                got.append(p.generate([prompt(i, 6 + i) for i in range(4)], {"temperature": 1.0, "maxNewTokens": 20,
+                                                                                "seeds": [1, 2, 3, 4]}))
+                self.assertEqual(torch.get_num_threads(), 2, "the worker's count is back after decoding")
+            for ids, lps, _ in got[1:]:
+                self.assertEqual(ids, got[0][0])
+                self.assertLess(max(abs(a - b) for x, y in zip(lps, got[0][1]) for a, b in zip(x, y)), 1e-6)
+        finally:
+            torch.set_num_threads(threads)
+
+    def test_the_faster_count_serves_and_a_losing_probe_waits_longer(self):
+        from rstar2_worker.engine import DecodeThreads as D
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(2)
+        try:
+            d = D(torch.device("cpu"), "auto")
+            cost = {2: 0.010, 1: 0.001}  # seconds a step at each count: here one thread is the faster
+            clock = [0.0]
+            seen = []
+
+            def step():
+                with d:
+                    seen.append(torch.get_num_threads())
+                    clock[0] += cost[torch.get_num_threads()]
+                self.assertEqual(torch.get_num_threads(), 2)
+
+            import rstar2_worker.engine as E
+
+            real = E.time.perf_counter
+            E.time.perf_counter = lambda: clock[0]
+            try:
+                for _ in range(D.FIRST + 1):
+                    step()
+                self.assertEqual(seen[: D.FIRST], [2] * D.FIRST)
+                self.assertEqual(d.serving, 1, "a probe at 1 thread won")
+                cost[2] = 0.0009  # not clearly faster (less than 20 % better): 1 thread keeps serving
+                n = len(seen)
+                for _ in range(200):
+                    step()
+                probes = [i for i, c in enumerate(seen[n:]) if c == 2]
+                self.assertEqual(d.serving, 1)
+                self.assertGreaterEqual(len(probes), 3)
+                gaps = [b - a for a, b in zip(probes, probes[1:])]
+                self.assertEqual(gaps, sorted(gaps), "each lost probe waits longer")
+                self.assertGreater(gaps[-1], gaps[0])
+                cost[2] = 0.0001  # now 2 threads are far faster: the next probe switches back
+                for _ in range(300):
+                    step()
+                self.assertEqual(d.serving, 2)
+            finally:
+                E.time.perf_counter = real
+        finally:
+            torch.set_num_threads(threads)
+
+
 class Parts(unittest.TestCase):
     def test_uniforms_depend_on_the_seed_and_step_only(self):
         a = SA.uniforms([1, 2, 1], [0, 0, 5])
