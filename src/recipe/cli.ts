@@ -110,14 +110,37 @@ function resumeCommand(runDir: string, flags: TrainFlags): string {
     .join(' ');
 }
 
+/** `rstar2 train`: flags checked, the run's recipe and directory resolved, then a dry run or the training. */
 async function train(flags: TrainFlags): Promise<void> {
-  const { checkRunnable, LOGGERS, loadRecipe, parseRecipe, runConfig, withPlaceholders } = await import(
-    './config.js'
-  );
+  const { set, overrides } = await trainOverrides(flags);
+  const launch = await backendLaunch(flags);
+  if ((launch.nodeRank ?? 0) > 0) return joinJob(await nodeRecipe(flags, set, overrides), launch);
+  const { recipe, runDir } = flags.resume ? await resumedRun(flags, set) : await newRun(flags, overrides);
+  if (flags.printConfig) return printConfig(recipe);
+  const { checkRunnable } = await import('./config.js');
   const { checkLoggers } = await import('./loggers.js');
-  const { forkRun, readState, Stopped, Trainer } = await import('./trainer.js');
-  const { RESUMABLE, recordChanges, resumeChanges } = await import('./changes.js');
-  const { HealthError, healthSummary } = await import('./health.js');
+  checkLoggers(recipe.logger);
+  checkRunnable(recipe);
+  // a module that is missing or exports no function fails here, dry run included, not as a 0 on every check
+  if (recipe.reward.module)
+    await (await import('../reward/custom.js')).loadRewardModule(recipe.reward.module);
+  if (flags.dryRun) {
+    const { dryRun } = await import('./dry-run.js');
+    const { remoteEngine } = await import('../engines/factory.js');
+    const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
+    await dryRun(recipe, {
+      engines,
+      insecureSandbox: flags.insecureNoSandbox,
+      weightSync: flags.weightSync as WeightSyncMode,
+    });
+    return;
+  }
+  await runTraining(recipe, !flags.resume && !flags.out ? freshDir(runDir) : runDir, flags, launch);
+}
+
+/** The flags that become recipe overrides (--set, --seed, --strict-health, --logger, --roc, --stages). */
+async function trainOverrides(flags: TrainFlags): Promise<{ set: string[]; overrides: Overrides }> {
+  const { LOGGERS } = await import('./config.js');
   if (flags.roc !== undefined && flags.roc !== 'on' && flags.roc !== 'off') {
     throw new Error(`--roc must be "on" or "off", got "${flags.roc}"`);
   }
@@ -141,6 +164,12 @@ async function train(flags: TrainFlags): Promise<void> {
     ...(flags.roc ? { roc: flags.roc as 'on' | 'off' } : {}),
     ...(flags.stages ? { stages: flags.stages } : {}),
   };
+  return { set, overrides };
+}
+
+/** Which policy backend trains, held to the launch and engine flags; this node's launch options. */
+async function backendLaunch(flags: TrainFlags): Promise<LaunchOptions> {
+  const { readState } = await import('./trainer.js');
   // a run trained on the fake policy resumes on it: its checkpoints are the fake's, which the worker cannot load
   const last = flags.resume ? readState(flags.resume) : null;
   if (
@@ -163,91 +192,91 @@ async function train(flags: TrainFlags): Promise<void> {
       throw new Error('--nproc-per-node/--nnodes/--master need --policy-backend embedded');
     if (flags.engines) throw new Error('--engines needs --policy-backend embedded (the torch worker trains)');
   }
-  if ((launch.nodeRank ?? 0) > 0) {
-    const cfg = flags.resume ? join(flags.resume, 'config.json') : undefined;
-    if (!cfg && !flags.recipe) throw new Error('--node-rank needs the same --recipe or --resume as node 0');
-    return joinJob(
-      cfg ? parseRecipe(runConfig(readJson(cfg)), cfg, { set }) : loadRecipe(flags.recipe!, overrides),
-      launch,
+  return launch;
+}
+
+/** The recipe a node other than node 0 starts its ranks with: node 0's --recipe or run directory. */
+async function nodeRecipe(flags: TrainFlags, set: string[], overrides: Overrides): Promise<Recipe> {
+  const { loadRecipe, parseRecipe, runConfig } = await import('./config.js');
+  const cfg = flags.resume ? join(flags.resume, 'config.json') : undefined;
+  if (!cfg && !flags.recipe) throw new Error('--node-rank needs the same --recipe or --resume as node 0');
+  return cfg ? parseRecipe(runConfig(readJson(cfg)), cfg, { set }) : loadRecipe(flags.recipe!, overrides);
+}
+
+/** --resume: the run's own config.json with the --set changes a resume may make (recorded in changes.jsonl). */
+async function resumedRun(flags: TrainFlags, set: string[]): Promise<{ recipe: Recipe; runDir: string }> {
+  const { parseRecipe, runConfig } = await import('./config.js');
+  const { readState } = await import('./trainer.js');
+  const { RESUMABLE, recordChanges, resumeChanges } = await import('./changes.js');
+  const runDir = flags.resume as string;
+  const cfg = join(runDir, 'config.json');
+  if (!existsSync(cfg)) throw new Error(`--resume ${runDir}: no config.json there (not a run directory?)`);
+  if (flags.recipe || flags.roc || flags.seed !== undefined || flags.stages)
+    throw new Error(
+      `--recipe, --roc, --seed and --stages cannot change a run being resumed; its config.json decides. ` +
+        `--set may change ${RESUMABLE}. To change anything else, start a new run from one of its checkpoints: ` +
+        `rstar2 train --fork ${join(runDir, 'checkpoints', 'STAGE-step-N')} --out NEW [--set …]`,
     );
-  }
+  const before = parseRecipe(runConfig(readJson(cfg)), cfg);
+  const recipe = parseRecipe(runConfig(readJson(cfg)), cfg, { set });
+  const state = readState(runDir);
+  const changes = resumeChanges(before, recipe, state);
+  for (const c of changes)
+    console.error(`resume changes ${c.path}: ${JSON.stringify(c.from)} -> ${JSON.stringify(c.to)}`);
+  if (!flags.dryRun && !flags.printConfig) recordChanges(runDir, recipe, changes, state);
+  return { recipe, runDir };
+}
+
+/** A new run (--recipe, or --fork from another run's checkpoint, made here and then resumed). */
+async function newRun(flags: TrainFlags, overrides: Overrides): Promise<{ recipe: Recipe; runDir: string }> {
+  const { loadRecipe, parseRecipe, runConfig } = await import('./config.js');
+  const { forkRun } = await import('./trainer.js');
   let recipe: Recipe;
-  let runDir: string;
-  if (flags.resume) {
-    runDir = flags.resume;
-    const cfg = join(runDir, 'config.json');
-    if (!existsSync(cfg)) throw new Error(`--resume ${runDir}: no config.json there (not a run directory?)`);
-    if (flags.recipe || flags.roc || flags.seed !== undefined || flags.stages)
-      throw new Error(
-        `--recipe, --roc, --seed and --stages cannot change a run being resumed; its config.json decides. ` +
-          `--set may change ${RESUMABLE}. To change anything else, start a new run from one of its checkpoints: ` +
-          `rstar2 train --fork ${join(runDir, 'checkpoints', 'STAGE-step-N')} --out NEW [--set …]`,
-      );
-    const before = parseRecipe(runConfig(readJson(cfg)), cfg);
-    recipe = parseRecipe(runConfig(readJson(cfg)), cfg, { set });
-    const state = readState(runDir);
-    const changes = resumeChanges(before, recipe, state);
-    for (const c of changes)
-      console.error(`resume changes ${c.path}: ${JSON.stringify(c.from)} -> ${JSON.stringify(c.to)}`);
-    if (!flags.dryRun && !flags.printConfig) recordChanges(runDir, recipe, changes, state);
+  let forkSrc: string | undefined;
+  if (flags.fork) {
+    forkSrc = dirname(flags.fork).replace(/\/checkpoints$/, '');
+    const cfg = join(forkSrc, 'config.json');
+    if (!flags.recipe && !existsSync(cfg))
+      throw new Error(`--fork ${flags.fork}: no config.json in ${forkSrc}`);
+    recipe = flags.recipe
+      ? loadRecipe(flags.recipe, overrides)
+      : parseRecipe(runConfig(readJson(cfg)), cfg, overrides);
   } else {
-    let forkSrc: string | undefined;
-    if (flags.fork) {
-      forkSrc = dirname(flags.fork).replace(/\/checkpoints$/, '');
-      const cfg = join(forkSrc, 'config.json');
-      if (!flags.recipe && !existsSync(cfg))
-        throw new Error(`--fork ${flags.fork}: no config.json in ${forkSrc}`);
-      recipe = flags.recipe
-        ? loadRecipe(flags.recipe, overrides)
-        : parseRecipe(runConfig(readJson(cfg)), cfg, overrides);
-    } else {
-      if (!flags.recipe)
-        throw new Error('give --recipe NAME|FILE (e.g. --recipe quickstart) or --resume RUN');
-      // --print-config shows a recipe whose data are still to be given, with placeholders
-      recipe = loadRecipe(flags.recipe, { ...overrides, incomplete: flags.printConfig });
-    }
-    const stamp = new Date().toISOString().replace(/[-:]/g, '').slice(0, 15);
-    runDir = flags.out ?? join('runs', `${recipe.name}-${flags.roc === 'off' ? 'grpo' : 'roc'}-${stamp}`);
-    if (existsSync(join(runDir, 'state.json'))) {
-      throw new Error(`${runDir} already holds a run (state.json); use --resume ${runDir} or another --out`);
-    }
-    // a dry run writes nothing: the fork is made by the real command
-    if (forkSrc && !flags.printConfig && !flags.dryRun) {
-      if (!flags.out) throw new Error('--fork needs --out DIR for the new run');
-      forkRun(forkSrc, basename(flags.fork!), runDir, recipe);
-      flags.resume = runDir;
-    }
+    if (!flags.recipe) throw new Error('give --recipe NAME|FILE (e.g. --recipe quickstart) or --resume RUN');
+    // --print-config shows a recipe whose data are still to be given, with placeholders
+    recipe = loadRecipe(flags.recipe, { ...overrides, incomplete: flags.printConfig });
   }
-  if (flags.printConfig) {
-    const { shown, missing } = withPlaceholders(recipe);
-    process.stdout.write(JSON.stringify(shown, null, 2) + '\n');
-    if (missing.length > 0)
-      console.error(`to fill in before it runs:\n${missing.map((m) => `  ${m}`).join('\n')}`);
-    return;
+  const stamp = new Date().toISOString().replace(/[-:]/g, '').slice(0, 15);
+  const runDir = flags.out ?? join('runs', `${recipe.name}-${flags.roc === 'off' ? 'grpo' : 'roc'}-${stamp}`);
+  if (existsSync(join(runDir, 'state.json'))) {
+    throw new Error(`${runDir} already holds a run (state.json); use --resume ${runDir} or another --out`);
   }
-  checkLoggers(recipe.logger);
-  checkRunnable(recipe);
-  // a module that is missing or exports no function fails here, dry run included, not as a 0 on every check
-  if (recipe.reward.module)
-    await (await import('../reward/custom.js')).loadRewardModule(recipe.reward.module);
-  if (flags.dryRun) {
-    const { dryRun } = await import('./dry-run.js');
-    const { remoteEngine } = await import('../engines/factory.js');
-    const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
-    await dryRun(recipe, {
-      engines,
-      insecureSandbox: flags.insecureNoSandbox,
-      weightSync: flags.weightSync as WeightSyncMode,
-    });
-    return;
+  // a dry run writes nothing: the fork is made by the real command
+  if (forkSrc && !flags.printConfig && !flags.dryRun) {
+    if (!flags.out) throw new Error('--fork needs --out DIR for the new run');
+    forkRun(forkSrc, basename(flags.fork!), runDir, recipe);
+    flags.resume = runDir;
   }
-  if (!flags.resume && !flags.out) runDir = freshDir(runDir);
+  return { recipe, runDir };
+}
+
+async function printConfig(recipe: Recipe): Promise<void> {
+  const { withPlaceholders } = await import('./config.js');
+  const { shown, missing } = withPlaceholders(recipe);
+  process.stdout.write(JSON.stringify(shown, null, 2) + '\n');
+  if (missing.length > 0)
+    console.error(`to fill in before it runs:\n${missing.map((m) => `  ${m}`).join('\n')}`);
+}
+
+/** Trains in the locked run directory; the first signal stops after the current step, the second at once. */
+async function runTraining(recipe: Recipe, runDir: string, flags: TrainFlags, launch: LaunchOptions) {
+  const { Trainer } = await import('./trainer.js');
+  const { healthSummary } = await import('./health.js');
   const release = lockDir(runDir, 'run');
   const t0 = Date.now();
   const backend = await makeBackend(recipe, flags, runDir, launch);
   const trainer = new Trainer(recipe, runDir, backend);
   const again = `resume with:\n  ${resumeCommand(runDir, flags)}`;
-  // The first signal lets the current step finish and checkpoint it; the second stops at once.
   let signals = 0;
   const stop = (sig: NodeJS.Signals) => {
     if (++signals > 1) {
@@ -265,19 +294,8 @@ async function train(flags: TrainFlags): Promise<void> {
     try {
       ({ evals } = await trainer.run(Boolean(flags.resume)));
     } catch (e) {
-      if (e instanceof HealthError) {
-        console.error(`${e.message}\nstopped after the last checkpoint; run: ${runDir}`);
-        process.exitCode = 3;
-        return;
-      }
-      // after a terminal's Ctrl-C the policy worker, in the same process group, may have died of it first
-      if (!(e instanceof Stopped) && signals === 0) throw e;
-      const s = readState(runDir);
-      const why = e instanceof Stopped ? 'stopped' : `interrupted (${(e as Error).message})`;
-      const at = s ? `${s.stage} step ${s.step} (${s.checkpoint})` : 'none yet, a resume starts over';
-      console.error(`${why}; last checkpoint: ${at}; ${again}`);
-      process.exitCode = 130;
-      return;
+      if (await stoppedEarly(e, runDir, signals > 0, again)) return;
+      throw e;
     }
     const first = evals[0];
     const last = evals[evals.length - 1];
@@ -295,6 +313,25 @@ async function train(flags: TrainFlags): Promise<void> {
     await backend.close();
     release();
   }
+}
+
+/** A run that ended on a health stop, a signal's stop or an interruption: said, with its exit code; else false. */
+async function stoppedEarly(e: unknown, runDir: string, signalled: boolean, again: string): Promise<boolean> {
+  const { readState, Stopped } = await import('./trainer.js');
+  const { HealthError } = await import('./health.js');
+  if (e instanceof HealthError) {
+    console.error(`${e.message}\nstopped after the last checkpoint; run: ${runDir}`);
+    process.exitCode = 3;
+    return true;
+  }
+  // after a terminal's Ctrl-C the policy worker, in the same process group, may have died of it first
+  if (!(e instanceof Stopped) && !signalled) return false;
+  const s = readState(runDir);
+  const why = e instanceof Stopped ? 'stopped' : `interrupted (${(e as Error).message})`;
+  const at = s ? `${s.stage} step ${s.step} (${s.checkpoint})` : 'none yet, a resume starts over';
+  console.error(`${why}; last checkpoint: ${at}; ${again}`);
+  process.exitCode = 130;
+  return true;
 }
 
 function renderPng(svg: string, png: string): void {
