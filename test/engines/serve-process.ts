@@ -14,24 +14,23 @@ export interface ServeProcess {
 
 export async function startServe(
   model: string,
-  opts: { env?: Record<string, string>; port?: number; args?: string[]; readyMs?: number } = {},
+  opts: {
+    env?: Record<string, string>;
+    port?: number;
+    args?: string[];
+    readyMs?: number;
+    host?: string; // default 127.0.0.1
+    prefix?: string[]; // what runs it, e.g. `ip netns exec NAME`
+  } = {},
 ): Promise<ServeProcess> {
   const port = opts.port ?? (await freePort('127.0.0.1'));
-  const proc = spawn(
-    process.execPath,
-    [
-      'bin/rstar2.js',
-      'serve',
-      '--model',
-      model,
-      '--port',
-      String(port),
-      '--threads',
-      '1',
-      ...(opts.args ?? []),
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...opts.env } },
-  );
+  const host = opts.host ?? '127.0.0.1';
+  const [cmd, ...pre] = [...(opts.prefix ?? []), process.execPath];
+  const args = ['serve', '--model', model, '--host', host, '--port', String(port), '--threads', '1'];
+  const proc = spawn(cmd, [...pre, 'bin/rstar2.js', ...args, ...(opts.args ?? [])], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...opts.env },
+  });
   let log = '';
   proc.stdout?.on('data', (d) => (log += d));
   proc.stderr?.on('data', (d) => (log += d));
@@ -43,7 +42,7 @@ export async function startServe(
     await gone;
     clearTimeout(t);
   };
-  const url = `http://127.0.0.1:${port}`;
+  const url = `http://${host}:${port}`;
   const deadline = Date.now() + (opts.readyMs ?? 90_000);
   while (Date.now() < deadline) {
     if (proc.exitCode !== null) throw new Error(`rstar2 serve exited ${proc.exitCode}:\n${log}`);

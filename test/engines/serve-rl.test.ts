@@ -1,22 +1,15 @@
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import type { Trajectory } from '../../src/agent/trajectory.js';
-import { SGLangEngine } from '../../src/engines/sglang.js';
-import { EmbeddedBackend } from '../../src/recipe/backend.js';
-import { parseRecipe } from '../../src/recipe/config.js';
-import { initModelDir } from '../../src/worker/init-model.js';
-import { SpawnRunner } from '../sandbox/helpers.js';
-import { maxAbsDiff, sampling } from '../worker/helpers.js';
+import { twoNodes } from '../worker/netns.js';
 import { type ServeProcess, startServe } from './serve-process.js';
+import { SERVE_ARGS, SERVE_ENV, servedRl } from './serve-rl-scenario.js';
 
-// The disaggregated RL path live on CPU (issue 52 item 4): a trainer and two `rstar2 serve` engines, each its own
-// process, weights broadcast over gloo after every update. After each sync both engines' log-probs of a fixed prompt
-// are the trainer's own; one engine killed mid-rollout loses no trajectory and is reported; restarted, it rejoins
-// and serves the current weights. The engines listen on loopback: the trainer runs in this process, outside any
-// network namespace a test could make, so separate namespaces would leave it unable to reach them.
+// RL on two served engines (serve-rl-scenario.ts), on loopback, and with the trainer and the engines in two network
+// namespaces (test/worker/netns.ts), so the broadcast crosses an interface as between hosts.
 
 const dir = mkdtempSync(join(tmpdir(), 'rstar2-serve-rl-'));
 const procs: ServeProcess[] = [];
@@ -25,107 +18,49 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-const ENV = { RSTAR2_KV_TOKENS: '8192' };
-const PROMPT = [5, 17, 33, 2, 80, 81, 82, 9, 40, 41];
-
 test('RL on two served engines: broadcast after every update, an engine killed mid-rollout and restarted', {
   timeout: 600_000,
 }, async () => {
-  const trainerModel = join(dir, 'trainer');
-  const otherModel = join(dir, 'other');
-  await initModelDir({ preset: 'tiny', out: trainerModel, seed: 1 });
-  await initModelDir({ preset: 'tiny', out: otherModel, seed: 2 });
-  const args = ['--bucket-timeout', '10'];
-  // the engines start on other weights than the trainer's: the first sync must replace them
-  const [a, b] = await Promise.all([0, 1].map(() => startServe(otherModel, { env: ENV, args })));
-  procs.push(a, b);
-  const recipe = parseRecipe({
-    model: { path: trainerModel, threads: 1 },
-    stages: [{ type: 'rl', steps: 1 }],
+  await servedRl(join(dir, 'loopback'), async (model, o) => {
+    const p = await startServe(model, { env: SERVE_ENV, args: SERVE_ARGS, ...o });
+    procs.push(p);
+    return p;
   });
-  const lines: string[] = [];
-  const backend = await EmbeddedBackend.create(recipe, {
-    engines: [a, b].map((p) => new SGLangEngine(p.url, { log: () => {} })),
-    syncDir: join(dir, 'sync'),
-    runner: new SpawnRunner(),
-    log: (l) => lines.push(l),
-    weightSync: { mode: 'nccl', backend: 'gloo', timeoutS: 60, bucketTimeoutS: 10 },
-  });
-  const req = (n: number, maxResponseTokens: number, seed: number) => ({
-    problems: Array.from({ length: n }, (_, i) => ({
-      id: `p${i}`,
-      question: `What is ${i}+1?`,
-      answer: `${i + 1}`,
-    })),
-    n: 2,
-    maxResponseTokens,
-    maxTurns: 1,
-    temperature: 1,
-    seed,
-  });
-  // a fixed prompt sampled on each engine scores as the trainer scores it
-  const same = async (urls: string[], what: string) => {
-    for (const url of urls) {
-      const r = await new SGLangEngine(url, { log: () => {} }).generate(
-        PROMPT,
-        sampling({ temperature: 1, maxNewTokens: 8, seed: 3 }),
-      );
-      assert.equal(r.finishReason, 'length', `${what} on ${url}: ${r.error}`);
-      const traj = { promptIds: PROMPT, responseIds: r.outputIds } as unknown as Trajectory;
-      const [own] = await backend.recomputeLogprobs([traj], 1);
-      assert.ok(maxAbsDiff(r.logprobs, own) < 1e-4, `${what} on ${url}: ${r.logprobs} vs ${own}`);
-    }
-  };
-  const update = async (trajs: Trajectory[]) => {
-    await backend.grpoStep(
-      trajs.map((trajectory, i) => ({ trajectory, advantage: i % 2 ? 1 : -1 })),
-      { lr: 2e-2 },
-    );
-  };
-  const synced = (v: string) => lines.filter((l) => l.startsWith(`weight sync ${v}: broadcast`)).length;
-  try {
-    let trajs = await backend.rollout(req(2, 16, 1));
-    assert.equal(synced('v1'), 1, lines.join('\n'));
-    await same([a.url, b.url], 'v1');
-    await update(trajs);
+});
 
-    // v2 by broadcast; then engine b is killed while it holds trajectories
-    const rollout = backend.rollout(req(4, 160, 2));
-    for (let i = 0; i < 600; i++) {
-      const load = (await (await fetch(`${b.url}/get_load`)).json()) as { num_reqs: number }[];
-      if (load[0].num_reqs > 0) break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    await b.stop('SIGKILL');
-    trajs = await rollout;
-    assert.equal(synced('v2'), 1, lines.join('\n'));
-    assert.equal(trajs.length, 8);
-    for (const t of trajs) assert.notEqual(t.finish, 'error', t.error);
-    assert.ok((backend.lastRolloutStats()?.moved ?? 0) > 0, JSON.stringify(backend.lastRolloutStats()));
-    assert.ok(
-      lines.some((l) => l.startsWith(`warning: sglang:${b.url} stopped answering`)),
-      lines.join('\n'),
-    );
-    await same([a.url], 'v2');
-    await update(trajs);
+const nodes = twoNodes();
+after(() => {
+  if (typeof nodes !== 'string') nodes.close();
+});
 
-    // restarted on its old weights and port: the next sync (disk: it left the group) gives it the current ones,
-    // and the one after joins a new group and broadcasts again
-    const b2 = await startServe(otherModel, { env: ENV, args, port: b.port });
-    procs.push(b2);
-    trajs = await backend.rollout(req(2, 16, 3));
-    assert.ok(
-      lines.some((l) => /^warning: weight sync: broadcast failed: .*the next joins a new group/.test(l)),
-      lines.join('\n'),
-    );
-    await same([a.url, b2.url], 'v3');
-    await update(trajs);
-    trajs = await backend.rollout(req(2, 16, 4));
-    assert.equal(synced('v4'), 1, lines.join('\n'));
-    assert.equal(lines.filter((l) => l.startsWith('weight sync: joined')).length, 2);
-    await same([a.url, b2.url], 'v4');
-    assert.ok(lines.some((l) => l === `sglang:${b.url} answers again: it takes trajectories again`));
-  } finally {
-    await backend.close();
-  }
+test('the same with the trainer and the engines in two network namespaces', {
+  timeout: 720_000,
+}, async (t) => {
+  if (typeof nodes === 'string') return t.skip(nodes);
+  const argv = [
+    ...nodes.exec(0),
+    'env',
+    `GLOO_SOCKET_IFNAME=${nodes.devs[0]}`, // the namespace's own name resolves to loopback (netns.ts)
+    process.execPath,
+    '--import',
+    'tsx',
+    'test/engines/serve-rl-main.ts',
+    join(dir, 'netns'),
+    JSON.stringify(nodes.exec(1)),
+    nodes.addrs[1],
+    nodes.devs[1],
+  ];
+  const r = await new Promise<{ code: number | null; out: string }>((resolve) => {
+    const p = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    p.stdout.on('data', (c) => (out += c));
+    p.stderr.on('data', (c) => (out += c));
+    const timer = setTimeout(() => p.kill('SIGKILL'), 660_000);
+    p.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, out });
+    });
+  });
+  assert.equal(r.code, 0, r.out);
+  assert.match(r.out, /serve-rl-main: passed/);
 });
