@@ -2,8 +2,6 @@
 
   .venv/bin/python python/bench/decode_bound.py MODEL_DIR [--batch 32] [--prompt 46] [--new 128] [--reps 7]
 
-Each repetition runs twice: decode threads chosen by timing (engine.DecodeThreads, the default) and fixed at
---threads (the engine before it).
 bound: torch's fp32 matmul rate on this CPU (1024^3, --threads threads) / (2 x parameters) tokens/s, the rate a
 decode step would reach if it were nothing but its weight matmuls at full speed. Each repetition measures the
 matmul rate, then one engine request of --batch random prompts to --new tokens each (no stop token, temperature
@@ -20,6 +18,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+if not (os.environ.get("GOMP_SPINCOUNT") or os.environ.get("OMP_WAIT_POLICY")):
+    os.environ["GOMP_SPINCOUNT"] = "1000"  # as src/worker/client.ts starts the worker (libgomp's wait)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -74,10 +74,7 @@ def main():
     timed(runner.runner, "prefill", "prefill")
     timed(E.sampler, "sample", "sample")
     reps = []
-    for r in range(2 * a.reps):
-        # the engine's decode threads chosen by timing (auto), then fixed at --threads (what it was before)
-        setting = "auto" if r % 2 == 0 else str(a.threads)
-        p.engine.decode_threads = E.DecodeThreads(p.device, setting)
+    for r in range(a.reps):
         gf = matmul_gflops()
         spent.clear()
         t0 = time.perf_counter()
@@ -88,15 +85,14 @@ def main():
         decode_s = dt - spent["prefill"]
         tok_s = a.batch * steps / decode_s
         bound = gf * 1e9 / (2 * params)
-        reps.append({"decode_threads": setting, "serving": p.engine.decode_threads.serving, "gflops": round(gf, 1), "bound_tok_s": round(bound), "decode_tok_s": round(tok_s),
+        reps.append({"gflops": round(gf, 1), "bound_tok_s": round(bound), "decode_tok_s": round(tok_s),
                      "ratio": round(tok_s / bound, 3), "ms_step": round(decode_s / steps * 1e3, 3),
                      "forward_ms": round(spent["forward"] / steps * 1e3, 3),
                      "sample_ms": round(spent["sample"] / a.new * 1e3, 3),
                      "rest_ms": round((decode_s - spent["forward"] - spent["sample"]) / steps * 1e3, 3),
                      "prefill_s": round(spent["prefill"], 3), "tokens": n, "load1": os.getloadavg()[0]})
         print(json.dumps(reps[-1]), file=sys.stderr)
-    med = {s: {k: float(np.median([x[k] for x in reps if x["decode_threads"] == s])) for k in reps[0]
-               if k not in ("decode_threads", "serving")} for s in ("auto", str(a.threads))}
+    med = {k: float(np.median([x[k] for x in reps])) for k in reps[0]}
     print(json.dumps({"params": params, "batch": a.batch, "prompt": a.prompt, "new": a.new, "threads": a.threads,
                       "torch": torch.__version__, "median": med, "reps": reps}))
 

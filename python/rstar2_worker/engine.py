@@ -14,8 +14,7 @@ RSTAR2_KV_MIB on a CPU (default 128); RSTAR2_KV_BLOCK tokens a block (16); RSTAR
 off, "eager" to run their bucketed path without capture (tests); RSTAR2_COMPILE off to leave small ops unfused (on
 a GPU they are compiled with torch.compile where it works; model.compile); RSTAR2_KV_RELEASE 1 to free the pool for
 every train step (default on a GPU, where training needs that memory); RSTAR2_PREFIX_CACHE 0 to compute every
-prompt in full (what prefix reuse saves, measured: engine_bench.py); RSTAR2_DECODE_THREADS a CPU decode step's
-torch threads (default auto: chosen by timing, DecodeThreads).
+prompt in full (what prefix reuse saves, measured: engine_bench.py).
 """
 import os
 import sys
@@ -73,67 +72,6 @@ def compile_pieces():
     print(f"rstar2 worker: compiled the engine's fused pieces in {time.time() - t0:.1f} s", file=sys.stderr)
 
 
-class DecodeThreads:
-    """A CPU decode step's torch thread count, chosen by timing it (`with` around the step; the worker's count is
-    back after it, for prefill and training). A small model's decode step is a few hundred small kernels, each
-    forking and joining torch's threads; where another process holds a core (the sandbox running a tool call, the
-    trainer's node process, a neighbour) every join waits for a thread that is not running. Measured on 2 shared
-    AMD EPYC cores under load, a 3.2M-parameter step at batch 32 took 436 ms at 2 threads and 31 ms at 1; on the
-    same cores idle, 2 threads are the faster. So now and then one step runs at the other count (1, or the
-    worker's): if it is clearly faster it serves from then on; a probe that loses doubles the interval to the
-    next, up to 256 steps. Tokens do not depend on it (the same logits at either count, test_engine.py).
-    RSTAR2_DECODE_THREADS: auto (default on a CPU), or a fixed count."""
-
-    FIRST, LONGEST, WIN = 4, 256, 0.8
-
-    def __init__(self, device, setting):
-        self.fixed = None if setting == "auto" else int(setting)
-        self.on = device.type == "cpu" and (self.fixed is not None or torch.get_num_threads() > 1)
-        self.counts = None  # (serving, other), from the worker's count at the first step
-        self.recent = []  # the last step times at the serving count
-        self.wait, self.interval, self.probing = self.FIRST, self.FIRST, False
-        self.switches = 0
-
-    def __enter__(self):
-        if not self.on:
-            return self
-        self.base = torch.get_num_threads()
-        if self.fixed is not None:
-            torch.set_num_threads(self.fixed)
-            return self
-        if self.counts is None:
-            self.counts = (self.base, 1)
-        self.probing = self.wait <= 0 and len(self.recent) >= 3
-        torch.set_num_threads(self.counts[1] if self.probing else self.counts[0])
-        self.t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        if not self.on:
-            return False
-        if self.fixed is None and exc[0] is None:
-            self._timed(time.perf_counter() - self.t0)
-        torch.set_num_threads(self.base)
-        return False
-
-    def _timed(self, dt):
-        if not self.probing:
-            self.recent = (self.recent + [dt])[-3:]
-            self.wait -= 1
-            return
-        if dt < self.WIN * min(self.recent):  # the other count wins: it serves, and is checked again soon
-            self.counts = self.counts[::-1]
-            self.recent, self.interval = [dt], self.FIRST
-            self.switches += 1
-        else:
-            self.interval = min(2 * self.interval, self.LONGEST)
-        self.wait = self.interval
-
-    @property
-    def serving(self):
-        return self.fixed if self.fixed is not None else (self.counts[0] if self.counts else torch.get_num_threads())
-
-
 class Engine:
     def __init__(self, policy):
         self.policy = policy
@@ -141,7 +79,6 @@ class Engine:
         self.requests = {}  # id → its sequences, in row order
         self.params = (None, None)  # (batch's sequences, sampler.Params) of the last decode
         self.stats = {"prefill_tokens": 0, "cached_tokens": 0, "decode_steps": 0, "generated": 0, "retractions": 0}
-        self.decode_threads = DecodeThreads(policy.device, os.environ.get("RSTAR2_DECODE_THREADS", "auto"))
 
     # ---- the pool's life -------------------------------------------------------------------------
 
@@ -315,12 +252,11 @@ class Engine:
                 self._sample(seqs, logits[torch.tensor(done, device=logits.device)])
         running = [s for s in sched.decode_batch() if s.finish is None]
         if running:
-            with self.decode_threads:
-                logits = self.runner.decode([(s.tokens[-1], len(s.tokens) - 1, s.blocks) for s in running])
-                self.stats["decode_steps"] += 1
-                for s in running:
-                    sched.computed(s, 1)
-                self._sample(running, logits)
+            logits = self.runner.decode([(s.tokens[-1], len(s.tokens) - 1, s.blocks) for s in running])
+            self.stats["decode_steps"] += 1
+            for s in running:
+                sched.computed(s, 1)
+            self._sample(running, logits)
         return self._collect([rid for rid in list(self.requests) if self._done(rid)])
 
     def _sample(self, seqs, logits):
