@@ -1,16 +1,17 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { AgentTemplate } from '../agent/loop.js';
 import { agentTemplate } from '../agent/template.js';
-import { sftRenderer, toolUse, unservedToolsWarning } from '../data/index.js';
+import { type SftRenderer, sftRenderer, toolUse, unservedToolsWarning } from '../data/index.js';
 import type { WeightSyncEngine } from '../engines/types.js';
 import { SandboxPool } from '../sandbox/pool.js';
-import { ChatTemplate, tokenizerFromFiles } from '../tokenizer/index.js';
+import { ChatTemplate, type Tokenizer, tokenizerFromFiles } from '../tokenizer/index.js';
 import { readJson } from '../util/jsonl.js';
 import { parameterCount, plan } from '../worker/plan.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
 import type { ModelConfig } from '../worker/types.js';
 import { recipeTokenizerFiles } from './backend.js';
-import { type Recipe, recipeTool, recipeTools } from './config.js';
+import { type Recipe, type RlStageConfig, recipeTool, recipeTools, type SftStageConfig } from './config.js';
 import { rowFilters, sectionExamples, sectionProblems } from './data.js';
 import { checkEngines, reportLine } from './engine-check.js';
 import {
@@ -57,123 +58,164 @@ export function memoryPlan(c: ModelConfig & Record<string, unknown>, m: Recipe['
 
 export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<void> {
   const log = opts.log ?? ((l: string) => console.log(l));
-  // model and tokenizer
-  const dir = recipe.model.path;
-  let config: ModelConfig & Record<string, unknown>;
-  if (dir) {
-    const cfg = join(dir, 'config.json');
-    if (!existsSync(cfg)) throw new Error(`model.path ${dir}: no config.json`);
-    config = readJson(cfg);
-    if (typeof config !== 'object' || config === null || Array.isArray(config))
-      throw new Error(`${cfg}: not a model config (a JSON object)`);
-    // the worker's own check (policy.py, load), made here so that a dry run does not pass what the run refuses
-    const type = config.model_type === undefined ? 'qwen2' : config.model_type;
-    if (recipe.model.backend === 'native' && type !== 'qwen2' && type !== 'qwen3')
-      throw new Error(
-        `${cfg}: model_type '${type}' is not supported by the built-in model (qwen2, qwen3); ` +
-          "model.backend 'transformers' loads it with transformers' AutoModelForCausalLM",
-      );
-    const weights = ['model.safetensors', 'model.safetensors.index.json'].filter((f) =>
-      existsSync(join(dir, f)),
-    );
-    if (weights.length === 0)
-      throw new Error(`model.path ${dir}: no weights (model.safetensors or model.safetensors.index.json)`);
-    const index = join(dir, 'model.safetensors.index.json');
-    if (existsSync(index)) {
-      const shards = new Set(
-        Object.values(JSON.parse(readFileSync(index, 'utf8')).weight_map as Record<string, string>),
-      );
-      for (const s of shards)
-        if (!existsSync(join(dir, s))) throw new Error(`${index}: names ${s}, which is missing`);
-    }
-    log(`model: ${dir}`);
-  } else
-    log(`model: a fresh '${recipe.model.preset}' preset (set model.path=DIR to start from a checkpoint)`);
+  const dirConfig = checkModelDir(recipe, log);
   const tokenizer = tokenizerFromFiles(await recipeTokenizerFiles(recipe));
   const t = recipe.tokenizer.template;
   const chat = t === 'model' ? ChatTemplate.fromTokenizer(tokenizer) : ChatTemplate.named(t);
-  const tool = recipeTool(recipe);
   const tools = recipeTools(recipe);
-  const template = agentTemplate(tokenizer, { chat, tools });
-  const sft = sftRenderer({
-    rl: chat,
+  const prompts: Prompts = {
     tokenizer,
-    rolloutTools: tools,
-    toolCallStyle: recipe.tokenizer.toolCallStyle,
-  });
-  log(
-    `tokenizer: vocab ${tokenizer.vocabSize}${dir ? ' (from the model directory)' : ` (${recipe.tokenizer.kind}, preset)`}; template ${t}`,
-  );
-  if (!dir) {
-    const preset = MODEL_PRESETS[recipe.model.preset];
-    config = { ...preset, vocab_size: tokenizer.vocabSize } as ModelConfig & Record<string, unknown>;
-  }
-  for (const l of memoryPlan(config!, recipe.model)) log(l);
-
-  // data: every stage's rows after each row filter, and its first prompt as the model will see it
-  const render = (question: string) => {
-    let ids: number[];
-    try {
-      ids = template.promptIds(question);
-    } catch (e) {
-      throw new Error(`template ${t} cannot be encoded by this tokenizer: ${(e as Error).message}`);
-    }
-    return `${ids.length} tokens: ${JSON.stringify(tokenizer.decode(ids))}`;
+    template: agentTemplate(tokenizer, { chat, tools }),
+    sft: sftRenderer({
+      rl: chat,
+      tokenizer,
+      rolloutTools: tools,
+      toolCallStyle: recipe.tokenizer.toolCallStyle,
+    }),
   };
+  log(
+    `tokenizer: vocab ${tokenizer.vocabSize}${recipe.model.path ? ' (from the model directory)' : ` (${recipe.tokenizer.kind}, preset)`}; template ${t}`,
+  );
+  const config =
+    dirConfig ?? ({ ...MODEL_PRESETS[recipe.model.preset], vocab_size: tokenizer.vocabSize } as ConfigJson);
+  for (const l of memoryPlan(config, recipe.model)) log(l);
+  await checkData(recipe, prompts, log);
+  await checkEngineSync(recipe, opts, config, log);
+  await checkSandbox(recipe, opts.insecureSandbox, log);
+  log('dry run ok: nothing was trained');
+}
+
+/** A model's config.json: the fields the worker reads and any others. */
+type ConfigJson = ModelConfig & Record<string, unknown>;
+
+/** model.path's config.json and weights, held to what the worker's load accepts; null for a preset. */
+function checkModelDir(recipe: Recipe, log: (l: string) => void): ConfigJson | null {
+  const dir = recipe.model.path;
+  if (!dir) {
+    log(`model: a fresh '${recipe.model.preset}' preset (set model.path=DIR to start from a checkpoint)`);
+    return null;
+  }
+  const cfg = join(dir, 'config.json');
+  if (!existsSync(cfg)) throw new Error(`model.path ${dir}: no config.json`);
+  const config: ConfigJson = readJson(cfg);
+  if (typeof config !== 'object' || config === null || Array.isArray(config))
+    throw new Error(`${cfg}: not a model config (a JSON object)`);
+  // the worker's own check (policy.py, load), made here so that a dry run does not pass what the run refuses
+  const type = config.model_type === undefined ? 'qwen2' : config.model_type;
+  if (recipe.model.backend === 'native' && type !== 'qwen2' && type !== 'qwen3')
+    throw new Error(
+      `${cfg}: model_type '${type}' is not supported by the built-in model (qwen2, qwen3); ` +
+        "model.backend 'transformers' loads it with transformers' AutoModelForCausalLM",
+    );
+  const weights = ['model.safetensors', 'model.safetensors.index.json'].filter((f) =>
+    existsSync(join(dir, f)),
+  );
+  if (weights.length === 0)
+    throw new Error(`model.path ${dir}: no weights (model.safetensors or model.safetensors.index.json)`);
+  const index = join(dir, 'model.safetensors.index.json');
+  if (existsSync(index)) {
+    const shards = new Set(
+      Object.values(JSON.parse(readFileSync(index, 'utf8')).weight_map as Record<string, string>),
+    );
+    for (const s of shards)
+      if (!existsSync(join(dir, s))) throw new Error(`${index}: names ${s}, which is missing`);
+  }
+  log(`model: ${dir}`);
+  return config;
+}
+
+/** How the run turns data into tokens: the tokenizer, the rollout prompt template, the SFT renderer. */
+interface Prompts {
+  tokenizer: Tokenizer;
+  template: AgentTemplate;
+  sft: SftRenderer;
+}
+
+/** Every stage's rows after each row filter, and its first prompt as the model will see it. */
+async function checkData(recipe: Recipe, prompts: Prompts, log: (l: string) => void): Promise<void> {
   if (recipe.eval.files) {
     const ev = await sectionProblems(recipe.eval);
     log(`eval: ${Math.min(ev.length, recipe.eval.n)} problems from ${recipe.eval.files.join(', ')}`);
   } else log(`eval: ${recipe.eval.n} generated problems`);
   for (const st of recipe.stages) {
-    const files = st.data.files;
-    if (st.type === 'sft') {
-      if (!files) {
-        log(`[${st.name}] sft: ${st.demos} generated demos`);
-        continue;
-      }
-      const exs = await sectionExamples(files, st.data.limit);
-      // every example rendered as the stage trains it, so a row no template can take fails here, not hours in
-      for (const [i, ex] of exs.entries()) {
-        try {
-          sft.pieces(ex, st.template);
-        } catch (e) {
-          throw new Error(`[${st.name}] SFT example ${i} of ${files.join(', ')}: ${(e as Error).message}`);
-        }
-      }
-      const first = sft.sequence(exs[0], st.template);
-      const trained = first.mask.filter((m) => m === 1).length;
-      log(
-        `[${st.name}] sft: ${exs.length} chat examples, template ${st.template}; the first ${first.ids.length} tokens, ${trained} trained`,
-      );
-      const warning = recipe.tool.enabled ? unservedToolsWarning(toolUse(exs), tool.function.name) : null;
-      if (warning) log(`[${st.name}] warning: ${warning}`);
-      continue;
-    }
-    if (!files) {
+    if (st.type === 'sft') await checkSftData(recipe, st, prompts.sft, log);
+    else if (!st.data.files)
       log(
         `[${st.name}] rl: generated problems (${st.data.kinds.join(', ')}, levels ${st.data.levels.join(', ')})`,
       );
-      continue;
-    }
-    const all = await sectionProblems(st.data);
-    const counts = [`${all.length} rows`];
-    const pool = rowFilters(
-      all,
-      st.data,
-      (q) => template.promptIds(q).length,
-      (r) => {
-        counts.push(`${r.reason}: -${r.dropped} -> ${r.kept.length}`);
-      },
-    );
-    if (pool.length === 0)
-      throw new Error(`[${st.name}] no problems left after the row filters (${counts.join('; ')})`);
-    log(
-      `[${st.name}] rl: ${counts.join('; ')}${st.data.filter === 'unsolved' ? "; then the policy's 'unsolved' pass" : ''}`,
-    );
-    log(`[${st.name}] first prompt ${render(pool[0].question)}`);
+    else await checkRlData(recipe, st, prompts, log);
   }
+}
 
-  // engines: what each says about itself, the recipe held to it (as a run holds it), and the weight-sync plan
+async function checkSftData(
+  recipe: Recipe,
+  st: SftStageConfig,
+  sft: SftRenderer,
+  log: (l: string) => void,
+): Promise<void> {
+  const files = st.data.files;
+  if (!files) {
+    log(`[${st.name}] sft: ${st.demos} generated demos`);
+    return;
+  }
+  const exs = await sectionExamples(files, st.data.limit);
+  // every example rendered as the stage trains it, so a row no template can take fails here, not hours in
+  for (const [i, ex] of exs.entries()) {
+    try {
+      sft.pieces(ex, st.template);
+    } catch (e) {
+      throw new Error(`[${st.name}] SFT example ${i} of ${files.join(', ')}: ${(e as Error).message}`);
+    }
+  }
+  const first = sft.sequence(exs[0], st.template);
+  const trained = first.mask.filter((m) => m === 1).length;
+  log(
+    `[${st.name}] sft: ${exs.length} chat examples, template ${st.template}; the first ${first.ids.length} tokens, ${trained} trained`,
+  );
+  const tool = recipeTool(recipe);
+  const warning = recipe.tool.enabled ? unservedToolsWarning(toolUse(exs), tool.function.name) : null;
+  if (warning) log(`[${st.name}] warning: ${warning}`);
+}
+
+async function checkRlData(
+  recipe: Recipe,
+  st: RlStageConfig,
+  { tokenizer, template }: Prompts,
+  log: (l: string) => void,
+): Promise<void> {
+  const all = await sectionProblems(st.data);
+  const counts = [`${all.length} rows`];
+  const pool = rowFilters(
+    all,
+    st.data,
+    (q) => template.promptIds(q).length,
+    (r) => {
+      counts.push(`${r.reason}: -${r.dropped} -> ${r.kept.length}`);
+    },
+  );
+  if (pool.length === 0)
+    throw new Error(`[${st.name}] no problems left after the row filters (${counts.join('; ')})`);
+  log(
+    `[${st.name}] rl: ${counts.join('; ')}${st.data.filter === 'unsolved' ? "; then the policy's 'unsolved' pass" : ''}`,
+  );
+  let ids: number[];
+  try {
+    ids = template.promptIds(pool[0].question);
+  } catch (e) {
+    throw new Error(
+      `template ${recipe.tokenizer.template} cannot be encoded by this tokenizer: ${(e as Error).message}`,
+    );
+  }
+  log(`[${st.name}] first prompt ${ids.length} tokens: ${JSON.stringify(tokenizer.decode(ids))}`);
+}
+
+/** What each engine says about itself, the recipe held to it (as a run holds it), and the weight-sync plan. */
+async function checkEngineSync(
+  recipe: Recipe,
+  opts: DryRunOptions,
+  config: ConfigJson,
+  log: (l: string) => void,
+): Promise<void> {
   const engines = opts.engines ?? [];
   const reports = await checkEngines(engines, recipe, log);
   for (const e of engines) {
@@ -190,29 +232,32 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
       throw new Error(`engine ${e.name} does not answer: ${(err as Error).message}`);
     }
   }
-  if (engines.length) {
-    const dtype = resolveSyncDtype(
-      recipe.weightSync.dtype,
-      config!,
-      engines.map((e) => reports.get(e)?.dtype),
-    );
-    const plan = await broadcastPlan(engines, opts.weightSync ?? 'auto', dtype);
-    const bucket = recipe.weightSync.bucketMiB * 2 ** 20;
-    const p = syncPlan(modelWeights(config!, dtype, dir), bucket);
-    const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
-    log(
-      'ranks' in plan
-        ? `weight sync: nccl broadcast to ${plan.ranks.reduce((a, b) => a + b, 0)} engine rank(s), disk if it fails: ` +
-            `${p.tensors} tensors, ${mib(p.bytes)} as ${dtype}, in ${p.buckets} update call(s) of at most ` +
-            `${recipe.weightSync.bucketMiB} MiB (largest ${mib(p.largestBucket)}; SGLang holds one call at a time ` +
-            'beside its KV pool)'
-        : `weight sync: disk (${plan.why})`,
-    );
-  }
+  if (engines.length === 0) return;
+  const dtype = resolveSyncDtype(
+    recipe.weightSync.dtype,
+    config,
+    engines.map((e) => reports.get(e)?.dtype),
+  );
+  const plan = await broadcastPlan(engines, opts.weightSync ?? 'auto', dtype);
+  const bucket = recipe.weightSync.bucketMiB * 2 ** 20;
+  const p = syncPlan(modelWeights(config, dtype, recipe.model.path), bucket);
+  const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+  log(
+    'ranks' in plan
+      ? `weight sync: nccl broadcast to ${plan.ranks.reduce((a, b) => a + b, 0)} engine rank(s), disk if it fails: ` +
+          `${p.tensors} tensors, ${mib(p.bytes)} as ${dtype}, in ${p.buckets} update call(s) of at most ` +
+          `${recipe.weightSync.bucketMiB} MiB (largest ${mib(p.largestBucket)}; SGLang holds one call at a time ` +
+          'beside its KV pool)'
+      : `weight sync: disk (${plan.why})`,
+  );
+}
+
+/** One call through a one-slot pool started as the run's is: isolation, preload, limits and demotion said. */
+async function checkSandbox(recipe: Recipe, insecure: boolean | undefined, log: (l: string) => void) {
   const { preload, demoteAfterMs, memoryMb } = recipe.sandbox;
   const pool = await SandboxPool.start({
     slots: 1,
-    isolation: opts.insecureSandbox ? 'none' : undefined,
+    isolation: insecure ? 'none' : undefined,
     preload,
     demoteAfterMs,
     memoryMb,
@@ -238,5 +283,4 @@ export async function dryRun(recipe: Recipe, opts: DryRunOptions = {}): Promise<
   } finally {
     await pool.close();
   }
-  log('dry run ok: nothing was trained');
 }

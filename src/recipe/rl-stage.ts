@@ -86,8 +86,8 @@ class RlStage {
       host.beat('update');
       await this.logprobs(items);
       const stats = await this.update(items, step);
-      // the next rollout (or eval) samples from the updated policy; pushing the weights is the update's cost
-      await host.backend.syncWeights?.();
+      // the next rollout (or eval) samples from the updated policy; the push is timed with the update
+      if (stats.length > 0) await host.backend.syncWeights?.();
       const metrics = this.record(step, draw, items, stats, { redraws, timeouts, t0, t3: Date.now() });
       bar.set(
         step,
