@@ -21,12 +21,12 @@
 // measured in the same run) and the decode bound it gives (rate / (2 x params) tokens/s). Writes --out as JSON.
 // TRL's Python packages are python/bench/requirements.txt, installed into .venv when missing.
 //
-// Run: npx tsx bench/trl-compare.ts [--variants plain,tool] [--rounds 2] [--steps 5] [--sft-steps 400]
+// Run: npx tsx bench/trl-compare.ts [--variants plain,tool] [--rounds 2] [--steps 5] [--sft-steps 120]
 //        [--work /tmp/rstar2-trl-compare] [--out bench/samples/trl-compare.json] [--threads 2]
 // Timings on a shared machine are noisy: compare the ratios of one run, whose sides alternate.
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { findPython } from '../src/util/python.js';
 import { Rng } from '../src/util/rng.js';
@@ -37,7 +37,7 @@ const { values } = benchArgs(import.meta.url, {
     variants: { type: 'string', default: 'plain,tool' },
     rounds: { type: 'string', default: '2' },
     steps: { type: 'string', default: '5' },
-    'sft-steps': { type: 'string', default: '400' },
+    'sft-steps': { type: 'string', default: '120' },
     threads: { type: 'string', default: '2' },
     work: { type: 'string', default: '/tmp/rstar2-trl-compare' },
     out: { type: 'string', default: 'bench/samples/trl-compare.json' },
@@ -213,6 +213,7 @@ interface Sample {
   t: number; // s since the side's start
   cpu: number; // user + system seconds of the live tree (and of the children it reaped)
   rss: number; // MiB, summed over the tree
+  load: number; // the host's 1-minute load average: other work sharing the cores
 }
 
 const TICK = 100; // USER_HZ
@@ -246,7 +247,7 @@ function sample(root: number, t0: number): Sample | null {
       any = true;
     } catch {}
   }
-  return any ? { t: (Date.now() - t0) / 1000, cpu, rss } : null;
+  return any ? { t: (Date.now() - t0) / 1000, cpu, rss, load: loadavg()[0] } : null;
 }
 
 function cpuAt(samples: Sample[], t: number): number {
@@ -302,11 +303,13 @@ interface SideRun {
   peakRssMiB: number;
   cpuPerStep: number[];
   reward: number[];
+  meanLoad: number;
 }
 
 function finish(steps: Step[], samples: Sample[], reward: number[]): SideRun {
   const cpuPerStep = steps.slice(1).map((s, i) => cpuAt(samples, s.end) - cpuAt(samples, steps[i].end));
-  return { steps, peakRssMiB: Math.max(...samples.map((s) => s.rss)), cpuPerStep, reward };
+  const meanLoad = samples.reduce((a, s) => a + s.load, 0) / samples.length;
+  return { steps, peakRssMiB: Math.max(...samples.map((s) => s.rss)), cpuPerStep, reward, meanLoad };
 }
 
 async function rstar2(
@@ -419,6 +422,7 @@ interface Summary {
   cpuPerStepS: number;
   toolCallsPerSample?: number;
   rewardMean: number;
+  meanLoad: number;
 }
 
 function summarise(runs: SideRun[]): Summary {
@@ -435,6 +439,7 @@ function summarise(runs: SideRun[]): Summary {
     cpuPerStepS: median(runs.flatMap((r) => r.cpuPerStep)),
     ...(calls.length ? { toolCallsPerSample: calls.reduce((a, b) => a + b, 0) / calls.length } : {}),
     rewardMean: runs.flatMap((r) => r.reward).reduce((a, b) => a + b, 0) / all.length,
+    meanLoad: runs.reduce((a, r) => a + r.meanLoad, 0) / runs.length,
   };
 }
 
@@ -507,6 +512,7 @@ for (const [variant, got] of Object.entries(results)) {
   row('CPU s per step', a.cpuPerStepS, b.cpuPerStepS, 2);
   if (a.toolCallsPerSample !== undefined || b.toolCallsPerSample !== undefined)
     row('tool calls per sample', a.toolCallsPerSample ?? Number.NaN, b.toolCallsPerSample ?? Number.NaN, 2);
+  row('host load (1 min)', a.meanLoad, b.meanLoad);
   console.log(`rstar2 generation: ${fmt((100 * a.genTokensPerS) / boundTokS)} % of the decode bound`);
 }
 writeFileSync(values.out, `${JSON.stringify(report, null, 1)}\n`);
