@@ -1,37 +1,46 @@
-// Rollout scheduling, live: N built-in engines side by side on this machine (`--engines embedded,…`: a worker
-// each, each with its own KV pool of --kv-tokens, small enough to bind), the predictive policy (kv-predict) against
-// the static split (round-robin) on the same problems, samples and seeds. Each policy runs --rollouts rollouts on
-// its own scheduler (kv-predict learns its length prior from the rollout before, as in training, so its first
-// rollout places like round-robin and is left out of the comparison). Tool calls run in the local sandbox.
-// Prints each rollout's makespan, tail, re-prefilled tokens and retractions, then the ratio of the median makespans.
-// The model must call tools and end its answers (a trained checkpoint: the quickstart's last one does).
+// Rollout scheduling, live: N engines side by side on this machine, each with its own KV pool of --kv-tokens, small
+// enough to bind: built-in engines in-process (`--engines embedded,…`: a worker each), or with --serve N `rstar2
+// serve` processes driven as SGLang servers (`sglang+URL`, issue 52 item 5), the path a run on served engines takes.
+// Each policy (default kv-predict, round-robin, least-requests) runs --rollouts rollouts on its own scheduler for
+// each of --seeds seeds, on the same problems and samples (kv-predict learns its length prior from the rollout
+// before, as in training, so the first rollout of each seed places like round-robin and is left out). Tool calls
+// run in the local sandbox. Prints each rollout's makespan, throughput (response tokens / makespan), p99 trajectory
+// time, tail, re-prefilled tokens and retractions; then per policy the median throughput and p99 over seeds and
+// rollouts, and each policy's throughput against round-robin's.
+// The model should call tools and end its answers (a trained checkpoint: the quickstart's last one does); a random
+// model's lengths follow its chance of sampling an end token, which no policy can predict.
 //
 //   npx tsx bench/scheduler-live.ts --model RUN/checkpoints/rl-step-000020 --data RUN/data/eval.jsonl
-//        [--template quick] [--engines 4] [--kv-tokens 4096] [--problems 64] [--samples 8] [--rollouts 3]
-//        [--max-response-tokens 720] [--max-turns 3] [--temperature 1] [--policies kv-predict,round-robin]
+//        [--serve] [--template quick] [--engines 4] [--kv-tokens 4096] [--problems 64] [--samples 8]
+//        [--rollouts 3] [--seeds 1] [--max-response-tokens 720] [--max-turns 3] [--temperature 1]
+//        [--policies kv-predict,round-robin,least-requests]
 //
 // On a GPU every engine shares it (RSTAR2_ENGINE splits the memory; --kv-tokens sets each pool). The simulation's
 // figure for the same trajectories: `npx tsx bench/scheduler-sim.ts --replay RUN_DIR` (docs/DECISIONS.md).
+import { type ChildProcess, spawn } from 'node:child_process';
 import { runRollouts } from '../src/agent/loop.js';
 import { openRolloutStack } from '../src/agent/stack.js';
 import { loadProblems } from '../src/data/index.js';
-import type { RolloutStats } from '../src/engines/scheduler.js';
+import type { Policy, RolloutStats } from '../src/engines/scheduler.js';
+import { freePort } from '../src/util/net.js';
 import { benchArgs, median } from './args.js';
 
 const { values: v } = benchArgs(import.meta.url, {
   options: {
     model: { type: 'string' },
     data: { type: 'string' },
+    serve: { type: 'boolean', default: false },
     template: { type: 'string', default: 'quick' },
     engines: { type: 'string', default: '4' },
     'kv-tokens': { type: 'string', default: '4096' },
     problems: { type: 'string', default: '64' },
     samples: { type: 'string', default: '8' },
     rollouts: { type: 'string', default: '3' },
+    seeds: { type: 'string', default: '1' },
     'max-response-tokens': { type: 'string', default: '720' },
     'max-turns': { type: 'string', default: '3' },
     temperature: { type: 'string', default: '1' },
-    policies: { type: 'string', default: 'kv-predict,round-robin' },
+    policies: { type: 'string', default: 'kv-predict,round-robin,least-requests' },
   },
 });
 if (!v.model || !v.data) {
@@ -39,52 +48,105 @@ if (!v.model || !v.data) {
   process.exit(2);
 }
 const num = (k: keyof typeof v) => Number(v[k]);
-// every worker this process starts inherits it
+// every worker this process starts inherits it, and so does every rstar2 serve
 process.env.RSTAR2_KV_TOKENS = String(num('kv-tokens'));
 const problems = (await loadProblems(v.data, { layout: 'plain' })).slice(0, num('problems'));
-const makespans: Record<string, number[]> = {};
+const p99 = (xs: number[]) =>
+  [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * 0.99))];
 
-for (const policy of v.policies.split(',')) {
-  const stack = await openRolloutStack({
-    engines: Array.from({ length: num('engines') }, () => 'embedded'),
-    model: v.model,
-    template: v.template,
-    sandbox: 'embedded',
-    scheduler: { policy: policy as 'kv-predict' },
-  });
-  try {
-    makespans[policy] = [];
-    for (let k = 0; k < num('rollouts'); k++) {
-      let stats: RolloutStats | undefined;
-      const ts = await runRollouts({
-        scheduler: stack.scheduler,
-        template: stack.template,
-        runner: stack.runner,
-        problems: problems.map((p) => ({ id: p.id, question: p.question })),
-        n: num('samples'),
-        maxResponseTokens: num('max-response-tokens'),
-        maxTurns: num('max-turns'),
-        sampling: { temperature: num('temperature'), seed: 1000 + k },
-        onRolloutStats: (st) => {
-          stats = st;
-        },
-      });
-      const failed = ts.filter((t) => t.finish === 'error').length;
-      const tokens = ts.reduce((a, t) => a + t.responseIds.length, 0);
-      console.log(
-        `${policy} rollout ${k}: makespan ${stats?.makespan_s} s, tail ${stats?.tail_s} s, ` +
-          `${ts.length} trajectories (${failed} failed), ${tokens} response tokens, ` +
-          `re-prefilled ${stats?.reprefilled_tokens}, retractions ${stats?.retractions}`,
-      );
-      if (k > 0 && stats) makespans[policy].push(stats.makespan_s);
-    }
-  } finally {
-    await stack.close();
+/** `rstar2 serve` processes on free ports, each answering /health; stopped by the caller. */
+async function serveEngines(n: number): Promise<{ urls: string[]; procs: ChildProcess[] }> {
+  const procs: ChildProcess[] = [];
+  const urls: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const port = await freePort('127.0.0.1');
+    const args = [
+      'bin/rstar2.js',
+      'serve',
+      '--model',
+      v.model as string,
+      '--port',
+      String(port),
+      '--threads',
+      '1',
+    ];
+    const p = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'inherit'] });
+    procs.push(p);
+    urls.push(`http://127.0.0.1:${port}`);
   }
+  const deadline = Date.now() + 300_000;
+  for (const u of urls)
+    while (
+      !(await fetch(`${u}/health`).then(
+        (r) => r.ok,
+        () => false,
+      ))
+    ) {
+      if (Date.now() > deadline) throw new Error(`rstar2 serve at ${u} did not start in 300 s`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  return { urls, procs };
 }
-const [a, b] = v.policies.split(',');
-if (makespans[a]?.length && makespans[b]?.length)
+
+const served = v.serve ? await serveEngines(num('engines')) : null;
+const rows: Record<string, { tokS: number[]; p99: number[] }> = {};
+try {
+  for (const policy of v.policies.split(',')) {
+    rows[policy] = { tokS: [], p99: [] };
+    for (let seed = 0; seed < num('seeds'); seed++) {
+      const stack = await openRolloutStack({
+        engines: served
+          ? served.urls.map((u) => `sglang+${u}`)
+          : Array.from({ length: num('engines') }, () => 'embedded'),
+        model: v.model,
+        template: v.template,
+        sandbox: 'embedded',
+        scheduler: { policy: policy as Policy },
+      });
+      try {
+        for (let k = 0; k < num('rollouts'); k++) {
+          let stats: RolloutStats | undefined;
+          const ts = await runRollouts({
+            scheduler: stack.scheduler,
+            template: stack.template,
+            runner: stack.runner,
+            problems: problems.map((p) => ({ id: p.id, question: p.question })),
+            n: num('samples'),
+            maxResponseTokens: num('max-response-tokens'),
+            maxTurns: num('max-turns'),
+            sampling: { temperature: num('temperature'), seed: 1000 * (seed + 1) + k },
+            onRolloutStats: (st) => {
+              stats = st;
+            },
+          });
+          const failed = ts.filter((t) => t.finish === 'error').length;
+          const tokens = ts.reduce((a, t) => a + t.responseIds.length, 0);
+          const tokS = stats ? tokens / stats.makespan_s : 0;
+          const slowest = p99(ts.map((t) => t.ms / 1000));
+          console.log(
+            `${policy} seed ${seed} rollout ${k}: makespan ${stats?.makespan_s} s, ${tokS.toFixed(0)} tokens/s, ` +
+              `p99 ${slowest.toFixed(2)} s, tail ${stats?.tail_s} s, ${ts.length} trajectories (${failed} failed), ` +
+              `${tokens} response tokens, re-prefilled ${stats?.reprefilled_tokens}, retractions ${stats?.retractions}`,
+          );
+          if (k > 0 && stats) {
+            rows[policy].tokS.push(tokS);
+            rows[policy].p99.push(slowest);
+          }
+        }
+      } finally {
+        await stack.close();
+      }
+    }
+  }
+} finally {
+  for (const p of served?.procs ?? []) p.kill('SIGTERM');
+}
+const base = rows['round-robin']?.tokS.length ? median(rows['round-robin'].tokS) : undefined;
+for (const [policy, r] of Object.entries(rows)) {
+  if (!r.tokS.length) continue;
+  const tokS = median(r.tokS);
   console.log(
-    `median makespan over rollouts 1..: ${a} ${median(makespans[a])} s, ${b} ${median(makespans[b])} s; ` +
-      `${b} / ${a} = ${(median(makespans[b]) / median(makespans[a])).toFixed(3)}× (above 1: ${a} faster)`,
+    `${policy}: median ${tokS.toFixed(0)} tokens/s, p99 ${median(r.p99).toFixed(2)} s over ${r.tokS.length} ` +
+      `rollouts${base ? `; ${(tokS / base).toFixed(3)}× round-robin's throughput` : ''}`,
   );
+}

@@ -395,6 +395,7 @@ export class ServeEngine {
             prompt_tokens: p.length,
             completion_tokens: res.outputIds.length,
             cached_tokens: res.cachedTokens ?? 0,
+            total_retractions: res.retractions ?? 0, // times a full KV pool put it back in the queue
             weight_version: this.version,
             e2e_latency: r.ms / 1000,
             ...(logprobs
