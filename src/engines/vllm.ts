@@ -235,7 +235,9 @@ export class VllmEngine implements WeightSyncEngine {
     const name = this.model ?? cards[0]?.id;
     const root = cards.find((c) => c.id === name)?.root;
     if (typeof root !== 'string' || root === '')
-      throw new Error(`${this.name}: /v1/models gives no root for ${name}: cannot tell what its reload reads`);
+      throw new Error(
+        `${this.name}: /v1/models gives no root for ${name}: cannot tell what its reload reads`,
+      );
     return root;
   }
 

@@ -346,7 +346,12 @@ export class BroadcastSync {
 
   /** The first engine that does not answer a load read, if any. */
   private async unanswering(): Promise<string | undefined> {
-    const ok = await Promise.all(this.engines.map((e) => e.load().then(() => true, () => false)));
+    const answers = (e: WeightSyncEngine) =>
+      e
+        .load()
+        .then(() => true)
+        .catch(() => false);
+    const ok = await Promise.all(this.engines.map(answers));
     return this.engines[ok.indexOf(false)]?.name;
   }
 

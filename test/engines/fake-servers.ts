@@ -399,7 +399,8 @@ export async function fakeServer(api: Api, spec?: ServerSpec, port = 0): Promise
             error: { message: refusal, type: 'BadRequestError', param: 'max_tokens', code: 400 },
           });
         // SGLang reads sampling_seed only under --enable-deterministic-inference: then the seed decides the sample
-        const seed = api === 'sglang' ? (body.sampling_params as Record<string, unknown>).sampling_seed : undefined;
+        const seed =
+          api === 'sglang' ? (body.sampling_params as Record<string, unknown>).sampling_seed : undefined;
         const sampled =
           f.sample?.(input) ??
           (typeof seed === 'number' && f.deterministic ? seededSample(seed, input) : OUT);
@@ -525,7 +526,11 @@ export async function fakeServer(api: Api, spec?: ServerSpec, port = 0): Promise
             num_paused_requests: 0,
           });
         f.reloads.push(createHash('sha256').update(readFileSync(file)).digest('hex'));
-        return json(200, { success: true, message: 'Succeeded to update model weights.', num_paused_requests: 0 });
+        return json(200, {
+          success: true,
+          message: 'Succeeded to update model weights.',
+          num_paused_requests: 0,
+        });
       }
       if (api === 'vllm' && path === '/metrics') {
         res.writeHead(200, { 'content-type': 'text/plain' });
