@@ -23,6 +23,7 @@ import {
   savedChatTemplates,
   saveTokenizer,
   type TemplateName,
+  type Tokenizer,
   type TokenizerFiles,
   tokenizerFromFiles,
   trainBpeTokenizer,
@@ -41,7 +42,7 @@ import type {
 import { type Recipe, recipeTools } from './config.js';
 import { checkEngines } from './engine-check.js';
 import type { HeldoutScore, PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
-import { BroadcastSync, resolveSyncDtype, type WeightSyncOptions } from './weight-sync.js';
+import { BroadcastSync, resolveSyncDtype, type SyncDtype, type WeightSyncOptions } from './weight-sync.js';
 
 // The embedded backend: one torch worker both generates (through the agent loop and the KV-budget scheduler)
 // and trains, so weights are shared and "sync" is free. Tool calls run in the isolated sandbox pool.
@@ -169,6 +170,84 @@ export function answersExact(mask: number[], argmax: boolean[], firstTrained = t
   return (firstTrained && turns.length > 1 ? turns.slice(1) : turns).every(Boolean);
 }
 
+/** Remote engines a run trains with must take new weights, and need a directory for a disk sync. */
+function checkTrainingEngines(engines: WeightSyncEngine[], opts: EmbeddedBackendOptions): void {
+  if (engines.length === 0) return;
+  if (!opts.syncDir) throw new Error('training with remote engines needs a syncDir for the weights');
+  const fixed = engines.filter((e) => !e.updateWeightsFromDisk);
+  if (fixed.length > 0)
+    throw new Error(
+      `engine ${fixed[0].name} cannot load new weights (no update endpoint); train with sglang or vllm engines`,
+    );
+}
+
+/** Served engines held to the recipe before anything starts, and the dtype the worker sends them weights in. */
+async function engineSyncDtype(
+  recipe: Recipe,
+  engines: WeightSyncEngine[],
+  log: (line: string) => void,
+): Promise<SyncDtype> {
+  const dir = recipe.model.path;
+  const reports = engines.length > 0 ? await checkEngines(engines, recipe, log) : null;
+  return resolveSyncDtype(
+    recipe.weightSync.dtype,
+    // a bad config.json is named here; a missing one is the worker's load to report, naming the directory
+    dir && existsSync(join(dir, 'config.json')) ? readJson(join(dir, 'config.json')) : {},
+    engines.map((e) => reports?.get(e)?.dtype),
+  );
+}
+
+/** The model directory's weights, or a preset initialised from the seed (returned, for a gate's re-init). */
+async function loadPolicy(
+  worker: PolicyWorker,
+  recipe: Recipe,
+  tokenizer: Tokenizer,
+): Promise<ModelConfig | null> {
+  if (recipe.model.path) {
+    await worker.load(recipe.model.path);
+    return null;
+  }
+  const preset = {
+    ...MODEL_PRESETS[recipe.model.preset],
+    vocab_size: tokenizer.vocabSize,
+    bos_token_id: tokenizer.pad,
+    eos_token_id: tokenizer.imEnd,
+  };
+  await worker.init(preset, recipe.seed);
+  return preset;
+}
+
+/**
+ * The agent loop's engines, template and sandbox. Embedded: the worker both generates and trains, so weights are
+ * shared and "sync" is free. Remote: the worker only trains and the engines are sent each update.
+ */
+function openStack(
+  recipe: Recipe,
+  worker: PolicyWorker,
+  engines: WeightSyncEngine[],
+  tokenizer: Tokenizer,
+  opts: EmbeddedBackendOptions,
+): Promise<RolloutStack> {
+  const template = recipe.tokenizer.template;
+  return openRolloutStack({
+    engines: engines.length > 0 ? engines : [new EmbeddedEngine(worker)],
+    tokenizer,
+    template: template === 'model' ? 'tokenizer' : template,
+    tools: recipeTools(recipe),
+    sandbox: opts.runner ?? 'embedded',
+    sandboxOptions: {
+      slots: recipe.sandbox.workers,
+      timeoutMs: recipe.sandbox.timeoutMs,
+      memoryMb: recipe.sandbox.memoryMb,
+      preload: recipe.sandbox.preload,
+      demoteAfterMs: recipe.sandbox.demoteAfterMs,
+      isolation: opts.insecureSandbox ? 'none' : undefined,
+      log: opts.log,
+    },
+    scheduler: engines.length > 0 ? { log: opts.log } : { pollMs: 0 },
+  });
+}
+
 export class EmbeddedBackend implements PolicyBackend {
   private rolloutStats?: RolloutStats;
   /** How a reference-policy worker starts (a KL loss): one rank, the recipe's precision. */
@@ -189,30 +268,12 @@ export class EmbeddedBackend implements PolicyBackend {
   /** The recipe's model directory (with its tokenizer) or a fresh preset, on the one rollout stack. */
   static async create(recipe: Recipe, opts: EmbeddedBackendOptions = {}): Promise<EmbeddedBackend> {
     const engines = opts.engines ?? [];
-    if (engines.length > 0) {
-      if (!opts.syncDir) throw new Error('training with remote engines needs a syncDir for the weights');
-      const fixed = engines.filter((e) => !e.updateWeightsFromDisk);
-      if (fixed.length > 0)
-        throw new Error(
-          `engine ${fixed[0].name} cannot load new weights (no update endpoint); train with sglang or vllm engines`,
-        );
-    }
-    const dir = recipe.model.path;
-    const template = recipe.tokenizer.template;
+    checkTrainingEngines(engines, opts);
     const files = await recipeTokenizerFiles(recipe);
     const tokenizer = tokenizerFromFiles(files);
-    const m = recipe.model;
-    // served engines are held to the recipe before anything starts; the worker sends them weights in their dtype
-    const reports =
-      engines.length > 0 ? await checkEngines(engines, recipe, opts.log ?? ((l) => console.error(l))) : null;
-    const syncDtype = resolveSyncDtype(
-      recipe.weightSync.dtype,
-      // a bad config.json is named here; a missing one is the worker's load to report, naming the directory
-      dir && existsSync(join(dir, 'config.json')) ? readJson(join(dir, 'config.json')) : {},
-      engines.map((e) => reports?.get(e)?.dtype),
-    );
+    const syncDtype = await engineSyncDtype(recipe, engines, opts.log ?? ((l) => console.error(l)));
     const worker = await PolicyWorker.start({
-      ...workerStartOptions(m),
+      ...workerStartOptions(recipe.model),
       ...opts.launch,
       ...(engines.length > 0 ? { env: { RSTAR2_WEIGHT_SYNC_DTYPE: syncDtype } } : {}),
     });
@@ -222,37 +283,9 @@ export class EmbeddedBackend implements PolicyBackend {
       (opts.log ?? console.error)(
         `worker: torch ${w.torch} on ${w.device}, ${w.world} rank${w.world > 1 ? 's' : ''}`,
       );
-    let preset: ModelConfig | null = null;
     try {
-      if (dir) await worker.load(dir);
-      else {
-        preset = {
-          ...MODEL_PRESETS[recipe.model.preset],
-          vocab_size: tokenizer.vocabSize,
-          bos_token_id: tokenizer.pad,
-          eos_token_id: tokenizer.imEnd,
-        };
-        await worker.init(preset, recipe.seed);
-      }
-      // Embedded: the worker both generates and trains, so weights are shared and "sync" is free. Remote: the
-      // worker only trains and the engines load each update from syncDir.
-      const stack = await openRolloutStack({
-        engines: engines.length > 0 ? engines : [new EmbeddedEngine(worker)],
-        tokenizer,
-        template: template === 'model' ? 'tokenizer' : template,
-        tools: recipeTools(recipe),
-        sandbox: opts.runner ?? 'embedded',
-        sandboxOptions: {
-          slots: recipe.sandbox.workers,
-          timeoutMs: recipe.sandbox.timeoutMs,
-          memoryMb: recipe.sandbox.memoryMb,
-          preload: recipe.sandbox.preload,
-          demoteAfterMs: recipe.sandbox.demoteAfterMs,
-          isolation: opts.insecureSandbox ? 'none' : undefined,
-          log: opts.log,
-        },
-        scheduler: engines.length > 0 ? { log: opts.log } : { pollMs: 0 },
-      });
+      const preset = await loadPolicy(worker, recipe, tokenizer);
+      const stack = await openStack(recipe, worker, engines, tokenizer, opts);
       const broadcast = new BroadcastSync(worker, engines, {
         log: opts.log,
         dtype: syncDtype,
@@ -280,6 +313,7 @@ export class EmbeddedBackend implements PolicyBackend {
         { gradientCheckpointing, maxTokensPerMicroBatch: maxTokensPerMicroBatch ?? undefined },
         preset,
       );
+      const m = recipe.model;
       backend.refStart = { ...workerStartOptions(m), ranks: 1, sharding: 'ddp', offloadOptimizer: false };
       return backend;
     } catch (e) {
