@@ -17,7 +17,7 @@ export function registerServeCommand(program: Command): void {
     .option('--host <addr>', 'address to bind', '127.0.0.1')
     .option('--port <port>', 'TCP port (0 = any free port)', port(), 30000)
     .option('--served-model-name <name>', "the model's name in /v1/models (default: the directory's name)")
-    .option('--precision <p>', `weights and compute: ${PRECISIONS.join(' | ')}`, 'fp32')
+    .option('--precision <name>', `weights and compute: ${PRECISIONS.join(' | ')}`, 'fp32')
     .option('--threads <n>', 'torch threads of the worker', positiveInt(), 2)
     .option(
       '--bucket-timeout <s>',

@@ -82,6 +82,7 @@ test('every numeric option of every command refuses a bad value, naming the opti
     'sandbox run',
     'sandbox serve',
     'sandbox worker',
+    'serve',
     'tokenizer build',
     'train',
     'verify',
