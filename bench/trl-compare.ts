@@ -22,10 +22,10 @@
 // TRL's Python packages are python/bench/requirements.txt, installed into .venv when missing.
 //
 // Run: npx tsx bench/trl-compare.ts [--variants plain,tool] [--rounds 2] [--steps 5] [--sft-steps 120]
-//        [--work /tmp/rstar2-trl-compare] [--out bench/samples/trl-compare.json] [--threads 2]
+//        [--work /tmp/rstar2-trl-compare] [--out bench/samples/trl-compare.json] [--threads 2] [--reuse]
 // Timings on a shared machine are noisy: compare the ratios of one run, whose sides alternate.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { findPython } from '../src/util/python.js';
@@ -41,6 +41,8 @@ const { values } = benchArgs(import.meta.url, {
     threads: { type: 'string', default: '2' },
     work: { type: 'string', default: '/tmp/rstar2-trl-compare' },
     out: { type: 'string', default: 'bench/samples/trl-compare.json' },
+    // the model, data and SFT checkpoint an earlier run left in --work, instead of building them again
+    reuse: { type: 'boolean', default: false },
   },
 });
 const variants = values.variants.split(',');
@@ -120,6 +122,11 @@ interface Built {
 
 function build(): Built {
   mkdirSync(work, { recursive: true });
+  const saved = join(work, 'built.json');
+  if (values.reuse && existsSync(saved)) {
+    const b: Built = JSON.parse(readFileSync(saved, 'utf8'));
+    if (!variants.includes('tool') || b.tool) return b;
+  }
   const data = join(work, 'data.jsonl');
   const base = join(work, 'base');
   writeData(data);
@@ -186,6 +193,7 @@ function build(): Built {
     );
     out.sft.seconds = (Date.now() - t0) / 1000;
   }
+  writeFileSync(saved, JSON.stringify(out));
   return out;
 }
 
@@ -465,6 +473,7 @@ for (const variant of variants) {
     const order = r % 2 === 0 ? (['rstar2', 'trl'] as const) : (['trl', 'rstar2'] as const);
     for (const side of order) {
       const dir = join(work, `${variant}-${side}-${r}`);
+      rmSync(dir, { recursive: true, force: true }); // a run directory of an earlier bench is not resumed
       const t = Date.now();
       const res =
         side === 'rstar2'
