@@ -96,7 +96,7 @@ test('checkpoints use Hugging Face Qwen parameter names; Qwen3 qk-norm and BF16 
     assert.ok(q2.includes('model.layers.0.self_attn.q_proj.bias'));
     assert.ok(!q2.some((n) => n.includes('q_norm')));
 
-    await assert.rejects(w.load(join(dir, 'nope')), /no config.json/);
+    await assert.rejects(w.load(join(dir, 'nope')), /no such checkpoint directory/);
     writeFileSync(join(dir, 'q2', 'config.json'), JSON.stringify({ ...qwen3, model_type: 'llama' }));
     await assert.rejects(w.load(join(dir, 'q2')), /model_type 'llama' is not supported/);
   } finally {

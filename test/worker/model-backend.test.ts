@@ -21,7 +21,7 @@ test('python: rope_scaling against the published formulas; the transformers back
     },
   );
   assert.equal(r.status, 0, r.stderr);
-  assert.match(r.stderr, /Ran 10 tests/);
+  assert.match(r.stderr, /Ran 11 tests/);
 });
 
 const hasTransformers =
