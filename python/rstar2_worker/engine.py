@@ -6,7 +6,7 @@ kv_pool.py (where keys and values live, prefix reuse), model_runner.py (the forw
 sampler.py (tokens on the device). The model is the policy's own, so a train step updates what it serves;
 every weight change drops the cached prefixes (`invalidate`).
 
-Settings come from the environment (the worker inherits the rstar2 process's, README "The built-in engine"):
+Settings come from the environment (the worker inherits the rstar2 process's, docs/ENGINES.md "The built-in engine"):
 RSTAR2_KV_TOKENS (pool size in tokens), else RSTAR2_KV_FRACTION of the GPU's memory (default 0.5; split between
 the built-in engines on one GPU, RSTAR2_ENGINE; at most 90 % of what is free) or
 RSTAR2_KV_MIB on a CPU (default 128); RSTAR2_KV_BLOCK tokens a block (16); RSTAR2_MAX_BATCH rows (256 on a GPU,
