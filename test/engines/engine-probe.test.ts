@@ -103,23 +103,25 @@ test('points whose KV would not fit the pool are skipped and named', async () =>
   const f = await fakeServer('sglang'); // a pool of 123,456 tokens in pages of 16
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-probe-'));
   try {
-    f.timing = { ...TIMING, stepMs: 20 }; // batch 2 must count as one batch on a loaded host: see below
+    // batch 2 must count as one batch on a loaded host (see below): its answers may come back up to N1 = 12
+    // steps of 20 ms apart (with N1 = 4 a CI run beside a torch test saw them further apart)
+    f.timing = { ...TIMING, stepMs: 20 };
     const out = join(dir, 'samples.jsonl');
     const r = await probe(
       ...['--engine', `sglang+${f.url}`, '--batches', '2,1000', '--contexts', '128'],
-      ...['--prefills', '64', '--steps', '4,16', '--reps', '1', '--out', out],
+      ...['--prefills', '64', '--steps', '12,24', '--reps', '1', '--out', out],
     );
     assert.equal(r.code, 0, r.stderr);
     assert.match(
       r.stdout,
-      /skipped, over the KV pool of 123456 tokens: batch 1000 × context 128 \(144000 KV tokens\)/,
+      /skipped, over the KV pool of 123456 tokens: batch 1000 × context 128 \(160000 KV tokens\)/,
     );
     const { steps } = parseSamples(readFileSync(out, 'utf8'));
     assert.deepEqual(
       steps.map((s) => s.batch),
       [2],
     );
-    // warm-up, batch 2 at 4 and at 16 new tokens, one prefill: nothing sent at batch 1000
+    // warm-up, batch 2 at 12 and at 24 new tokens, one prefill: nothing sent at batch 1000
     assert.equal(prompts('sglang', f).length, 1 + 2 + 2 + 1);
     assert.match(r.stdout, /no fit: /); // one decode point fits nothing
   } finally {
