@@ -188,6 +188,12 @@ class Cgroups:
                 return
         self.mb[slot] = mb
 
+    def start(self, slot, mb):
+        """A call or cell starts in the slot: its limit, and the OOM counts from here on are its own (a killed
+        call's leftovers may have been OOM-killed after its answer, and nobody asked then)."""
+        self.set_limit(slot, mb)
+        self.seen[slot] = self.ooms(slot)
+
     def ooms(self, slot):
         """(OOM kills of the slot's processes, times its group reached its own limit) so far."""
         fds = self.events[slot]
@@ -880,7 +886,7 @@ class Broker:
         self.start_clock(call, timeout_ms)
         call.mem_kb = (mem_mb & ~FLAGS) << 10
         if CG:  # before the child reads its request: from its first line on, the kernel holds it to the limit
-            CG.set_limit(call.slot, mem_mb & ~FLAGS)
+            CG.start(call.slot, mem_mb & ~FLAGS)
         call.fetch = bool(mem_mb & FLAG_FETCH)
         if not self.waiting:  # latency matters more than the child's cost of reporting its own exit
             mem_mb |= FLAG_REPORT
@@ -954,7 +960,7 @@ class Broker:
         self.start_clock(call, timeout_ms)
         call.mem_kb = (mem_mb & ~FLAGS) << 10
         if CG:
-            CG.set_limit(s.slot, mem_mb & ~FLAGS)
+            CG.start(s.slot, mem_mb & ~FLAGS)
         s.call = call
         call.fetch = bool(mem_mb & FLAG_FETCH)
         child_fds = self.open_call(call, call.fetch)
