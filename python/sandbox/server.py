@@ -156,7 +156,8 @@ class Cgroups:
                     pass  # no swap accounting: no swap either
             # v1: the OOM kills (memory.oom_control) and the times the group reached its limit (memory.failcnt);
             # v2: both in memory.events
-            names = ["memory.oom_control", "memory.failcnt"] if v1 else ["memory.events"]
+            # (with swap accounting the group meets its memsw limit first, counted in memory.memsw.failcnt)
+            names = ["memory.oom_control", "memory.failcnt"] + (["memory.memsw.failcnt"] if swap else []) if v1 else ["memory.events"]
             self.events.append([at(mem_dir, slot, n, os.O_RDONLY) for n in names])
             with os.fdopen(at(pids_dir, slot, "pids.max"), "wb") as f:
                 f.write(str(zygote.NPROC).encode())
@@ -198,8 +199,8 @@ class Cgroups:
         """(OOM kills of the slot's processes, times its group reached its own limit) so far."""
         fds = self.events[slot]
         f = dict(line.split(None, 1) for line in os.pread(fds[0], 4096, 0).splitlines() if line)
-        hits = os.pread(fds[1], 64, 0) if len(fds) > 1 else f.get(b"oom", 0)
-        return int(f.get(b"oom_kill", 0)), int(hits)
+        hits = sum(int(os.pread(fd, 64, 0)) for fd in fds[1:]) if len(fds) > 1 else int(f.get(b"oom", 0))
+        return int(f.get(b"oom_kill", 0)), hits
 
     def oom_since(self, slot):
         """Whether the kernel killed a process of the slot for the slot's own limit since this was last asked. A
