@@ -18,9 +18,11 @@ const { values: v } = benchArgs(import.meta.url, {
   },
 });
 const threads = Number(v.threads);
+if (!MODEL_PRESETS[v.model as ModelPreset]) {
+  console.error(`ranks: --model must be one of ${Object.keys(MODEL_PRESETS).join(', ')}, got ${v.model}`);
+  process.exit(2);
+}
 const config = { ...MODEL_PRESETS[v.model as ModelPreset], vocab_size: 267 };
-if (!MODEL_PRESETS[v.model as ModelPreset])
-  throw new Error(`--model: one of ${Object.keys(MODEL_PRESETS).join(', ')}`);
 const rng = new Rng(1);
 const batch: TrainBatch = {
   loss: 'grpo',
