@@ -165,6 +165,11 @@ class Cgroups:
             os.close(d)
         self.mb = [0] * SLOTS  # each slot's memory limit now (0: none set yet)
         self.seen = [self.ooms(slot) for slot in range(SLOTS)]  # each slot's OOM kills, as last counted
+        # per slot: since its call started, the kernel killed one of its processes without the group at its limit,
+        # so for the host's or a container's memory. Node's guess from the host-wide count took a snippet's own
+        # kill -9 for an OOM kill whenever another program on the host was OOM-killed within 10 s.
+        self.host = [False] * SLOTS
+        self.hit = [False] * SLOTS  # per slot: its group reached its limit since its call started
 
     @staticmethod
     def high(fd):
@@ -194,6 +199,7 @@ class Cgroups:
         call's leftovers may have been OOM-killed after its answer, and nobody asked then)."""
         self.set_limit(slot, mb)
         self.seen[slot] = self.ooms(slot)
+        self.host[slot] = self.hit[slot] = False
 
     def ooms(self, slot):
         """(OOM kills of the slot's processes, times its group reached its own limit) so far."""
@@ -202,12 +208,24 @@ class Cgroups:
         hits = sum(int(os.pread(fd, 64, 0)) for fd in fds[1:]) if len(fds) > 1 else int(f.get(b"oom", 0))
         return int(f.get(b"oom_kill", 0)), hits
 
-    def oom_since(self, slot):
+    def oom_since(self, slot, sigkill=False):
         """Whether the kernel killed a process of the slot for the slot's own limit since this was last asked. A
-        kill without the group at its limit is the host's or a container's memory running out (pool.ts says so)."""
+        kill without the group at its limit is the host's or a container's memory running out (pool.ts says so).
+        sigkill: the call's process died of a SIGKILL nobody here sent. The OOM killer counts its kill only after
+        sending it (the kernel's __oom_kill_process), so the victim may be reaped and reported before the count
+        rises: the counts are looked at again for up to 20 ms."""
         n = self.ooms(slot)
-        old, self.seen[slot] = self.seen[slot], n
-        return n[0] > old[0] and n[1] > old[1]
+        old = self.seen[slot]
+        for _ in range(20 if sigkill else 0):
+            if n[0] > old[0]:
+                break
+            time.sleep(0.001)
+            n = self.ooms(slot)
+        self.seen[slot] = n
+        self.hit[slot] |= n[1] > old[1]  # at its limit at any time since the call started, not only since last asked
+        if n[0] > old[0] and not self.hit[slot]:
+            self.host[slot] = True
+        return n[0] > old[0] and self.hit[slot]
 
 
 CG = None
@@ -1041,7 +1059,7 @@ class Broker:
         s.sock.close()
         self.dirty.append(s.slot)
         _, code, sig, reason, _, rss, leftovers = res
-        if CG and reason == REASON_NONE and CG.oom_since(s.slot):
+        if CG and reason == REASON_NONE and (s.call is not None and s.call.cg_oom or CG.oom_since(s.slot, sig == 9)):
             reason = REASON_MEMORY
             if s.call is not None:
                 s.call.cg_oom = True
@@ -1523,8 +1541,9 @@ class Broker:
             code, cpu_us, rss = report
             call.result = (call.rid, code, 0, REASON_NONE, self.wall_us(call), cpu_us, rss, 0)
         res = call.result
-        if CG and res[3] == REASON_NONE and call.id is not None and CG.oom_since(call.slot):
-            # the kernel killed a process of the call for its memory limit: the call is oom, even if it went on
+        if CG and res[3] == REASON_NONE and call.id is not None and (call.cg_oom or CG.oom_since(call.slot, res[2] == 9)):
+            # the kernel killed a process of the call for its memory limit: the call is oom, even if it went on (or
+            # the memory check saw it first, and its kill came after the kernel's, too late to be the reason)
             res = res[:3] + (REASON_MEMORY,) + res[4:]
             call.cg_oom = True
         call.answered = True
@@ -1551,6 +1570,8 @@ class Broker:
                "e": len(call.err)}
         if call.held:
             hdr["h"] = 1
+        if CG:
+            hdr["ko"] = int(CG.host[call.slot])
         if call.cg_oom:
             hdr["mc"] = CG.mb[call.slot]
         elif call.used_kb:

@@ -985,7 +985,9 @@ export class SandboxPool implements CodeRunner {
       error = stderr.slice(SETUP_FAILED.length).trim();
     } else {
       oom = looksLikeOom(stderr, sig, h.m, item.memoryMb);
-      if (!oom && sig === 'SIGKILL' && this.kernelOomKill()) {
+      // with a cgroup per slot the sandbox knows (ko); without, a kill near a host-wide OOM kill is taken for one
+      const hostOom = h.ko === undefined ? this.kernelOomKill() : h.ko === 1;
+      if (!oom && sig === 'SIGKILL' && hostOom) {
         oom = true;
         error =
           "killed by the kernel's OOM killer: the machine's or container's memory ran out (sandboxed code goes first)";
