@@ -344,9 +344,20 @@ describe('SandboxPool faults and admission', { skip, timeout: 120_000 }, () => {
         readFileSync(`/proc/${p}/cmdline`, 'utf8').includes('rstar2_zygote'),
       ) as number;
       assert.ok(zygote, 'found the zygote');
-      // every slot holds a pre-forked spare, which runs a call without the zygote
+      // every slot holds a pre-forked spare, which runs a call without the zygote. The first call's child is
+      // still listed while it exits (answered once exiting): counted, it let the zygote stop before forking the
+      // last spare, and the call given that spare waited for the watchdog (1 run in 8)
+      const alive = (pid: string) => {
+        try {
+          const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+          const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+          return f[0] !== 'Z' && (Number(f[6]) & 0x4) === 0; // PF_EXITING
+        } catch {
+          return false; // reaped meanwhile
+        }
+      };
       const children = () =>
-        readFileSync(`/proc/${zygote}/task/${zygote}/children`, 'utf8').trim().split(' ');
+        readFileSync(`/proc/${zygote}/task/${zygote}/children`, 'utf8').trim().split(' ').filter(alive);
       for (let i = 0; i < 100 && children().length < slots; i++) await sleep(50);
       assert.equal(children().length, slots);
       process.kill(zygote, 'SIGSTOP');
