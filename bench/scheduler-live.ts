@@ -2,8 +2,9 @@
 // enough to bind: built-in engines in-process (`--engines embedded,…`: a worker each), or with --serve N `rstar2
 // serve` processes driven as SGLang servers (`sglang+URL`, issue 52 item 5), the path a run on served engines takes.
 // Each policy (default kv-predict, round-robin, least-requests) runs --rollouts rollouts on its own scheduler for
-// each of --seeds seeds, on the same problems and samples (kv-predict learns its length prior from the rollout
-// before, as in training, so the first rollout of each seed places like round-robin and is left out). Tool calls
+// each of --seeds seeds, on the same problems and samples, the policies taking turns rollout by rollout
+// (kv-predict learns its length prior from the rollout before, as in training, so the first rollout of each seed
+// places like round-robin and is left out). --pin puts served engine i on core i mod cores (taskset). Tool calls
 // run in the local sandbox. Prints each rollout's makespan, throughput (response tokens / makespan), p99 trajectory
 // time, tail, re-prefilled tokens and retractions; then per policy the median throughput and p99 over seeds and
 // rollouts, and each policy's throughput against round-robin's.
@@ -11,13 +12,14 @@
 // model's lengths follow its chance of sampling an end token, which no policy can predict.
 //
 //   npx tsx bench/scheduler-live.ts --model RUN/checkpoints/rl-step-000020 --data RUN/data/eval.jsonl
-//        [--serve] [--template quick] [--engines 4] [--kv-tokens 4096] [--problems 64] [--samples 8]
+//        [--serve [--pin]] [--template quick] [--engines 4] [--kv-tokens 4096] [--problems 64] [--samples 8]
 //        [--rollouts 3] [--seeds 1] [--max-response-tokens 720] [--max-turns 3] [--temperature 1]
 //        [--policies kv-predict,round-robin,least-requests]
 //
 // On a GPU every engine shares it (RSTAR2_ENGINE splits the memory; --kv-tokens sets each pool). The simulation's
 // figure for the same trajectories: `npx tsx bench/scheduler-sim.ts --replay RUN_DIR` (docs/DECISIONS.md).
 import { type ChildProcess, spawn } from 'node:child_process';
+import { availableParallelism } from 'node:os';
 import { runRollouts } from '../src/agent/loop.js';
 import { openRolloutStack } from '../src/agent/stack.js';
 import { loadProblems } from '../src/data/index.js';
@@ -30,6 +32,7 @@ const { values: v } = benchArgs(import.meta.url, {
     model: { type: 'string' },
     data: { type: 'string' },
     serve: { type: 'boolean', default: false },
+    pin: { type: 'boolean', default: false },
     template: { type: 'string', default: 'quick' },
     engines: { type: 'string', default: '4' },
     'kv-tokens': { type: 'string', default: '4096' },
@@ -48,6 +51,11 @@ if (!v.model || !v.data) {
   process.exit(2);
 }
 const num = (k: keyof typeof v) => Number(v[k]);
+const cpus = availableParallelism();
+if (v.pin && !v.serve) {
+  console.error('scheduler-live: --pin pins served engines: it needs --serve');
+  process.exit(2);
+}
 // every worker this process starts inherits it, and so does every rstar2 serve
 process.env.RSTAR2_KV_TOKENS = String(num('kv-tokens'));
 const problems = (await loadProblems(v.data, { layout: 'plain' })).slice(0, num('problems'));
@@ -70,7 +78,12 @@ async function serveEngines(n: number): Promise<{ urls: string[]; procs: ChildPr
       '--threads',
       '1',
     ];
-    const p = spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'inherit'] });
+    // --pin: engine i on core i mod cores, as engines on their own GPUs are; unpinned, engines that share cores
+    // trade CPU, and an idle engine's core goes to the busy one, which hides what placement costs
+    const cmd = v.pin
+      ? ['taskset', '-c', String(i % cpus), process.execPath, ...args]
+      : [process.execPath, ...args];
+    const p = spawn(cmd[0], cmd.slice(1), { stdio: ['ignore', 'ignore', 'inherit'] });
     procs.push(p);
     urls.push(`http://127.0.0.1:${port}`);
   }
@@ -89,22 +102,30 @@ async function serveEngines(n: number): Promise<{ urls: string[]; procs: ChildPr
 }
 
 const served = v.serve ? await serveEngines(num('engines')) : null;
+const policies = v.policies.split(',') as Policy[];
 const rows: Record<string, { tokS: number[]; p99: number[] }> = {};
+for (const policy of policies) rows[policy] = { tokS: [], p99: [] };
 try {
-  for (const policy of v.policies.split(',')) {
-    rows[policy] = { tokS: [], p99: [] };
-    for (let seed = 0; seed < num('seeds'); seed++) {
-      const stack = await openRolloutStack({
-        engines: served
-          ? served.urls.map((u) => `sglang+${u}`)
-          : Array.from({ length: num('engines') }, () => 'embedded'),
-        model: v.model,
-        template: v.template,
-        sandbox: 'embedded',
-        scheduler: { policy: policy as Policy },
-      });
-      try {
-        for (let k = 0; k < num('rollouts'); k++) {
+  for (let seed = 0; seed < num('seeds'); seed++) {
+    // one stack per policy, kept over the seed's rollouts (kv-predict's prior is the rollout before), and the
+    // policies take turns rollout by rollout: a host whose load drifts then moves every policy's figures alike
+    const stacks = [];
+    for (const policy of policies)
+      stacks.push(
+        await openRolloutStack({
+          engines: served
+            ? served.urls.map((u) => `sglang+${u}`)
+            : Array.from({ length: num('engines') }, () => 'embedded'),
+          model: v.model,
+          template: v.template,
+          sandbox: 'embedded',
+          scheduler: { policy },
+        }),
+      );
+    try {
+      for (let k = 0; k < num('rollouts'); k++)
+        for (const [i, policy] of policies.entries()) {
+          const stack = stacks[i];
           let stats: RolloutStats | undefined;
           const ts = await runRollouts({
             scheduler: stack.scheduler,
@@ -133,9 +154,8 @@ try {
             rows[policy].p99.push(slowest);
           }
         }
-      } finally {
-        await stack.close();
-      }
+    } finally {
+      for (const stack of stacks) await stack.close();
     }
   }
 } finally {

@@ -10,6 +10,7 @@ export interface FakeReply {
   finishReason?: FinishReason; // default: 'stop' if the last id is a stop id, else 'stop' anyway
   error?: string;
   delayMs?: number;
+  retractions?: number; // reported as the engine's own (a pool that ran out of KV)
 }
 
 export type FakeResponder = (
@@ -64,6 +65,7 @@ export class FakeEngine implements Engine {
       }
       const out: GenerateResult = { outputIds: ids, logprobs: lps, finishReason };
       if (r.error) out.error = r.error;
+      if (r.retractions) out.retractions = r.retractions;
       return out;
     } finally {
       this.active--;

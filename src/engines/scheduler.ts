@@ -280,6 +280,19 @@ export class Scheduler {
     return Math.min(p.budget, Math.max(p.ctx, p.prompt + this.lengths.predict(p.group, p.ctx - p.prompt)));
   }
 
+  /** The prompt tokens a sibling already on engine k holds for p: whole blocks, which the engine's prefix cache
+   *  shares between samples of one prompt. */
+  private shared(p: Placed, k: number): number {
+    return p.prompt - (p.prompt % this.blocks[k]);
+  }
+
+  /** What placing p on engine k adds to the KV it holds: p's charge, less a prompt its siblings there share. */
+  private cost(p: Placed, k: number): number {
+    if (p.group !== undefined)
+      for (const q of this.members[k]) if (q.group === p.group) return this.charge(p) - this.shared(p, k);
+    return this.charge(p);
+  }
+
   private pump(): void {
     const blocked = (k: number) => this.down[k];
     // kv-predict: each placed trajectory is charged its predicted final length; how far a prompt's placed
@@ -288,8 +301,10 @@ export class Scheduler {
     if (this.predicting) {
       for (let k = 0; k < this.engines.length; k++) {
         let c = 0;
+        const groups = new Set<string>();
         for (const p of this.members[k]) {
-          c += this.charge(p);
+          c += this.charge(p) - (p.group !== undefined && groups.has(p.group) ? this.shared(p, k) : 0);
+          if (p.group !== undefined) groups.add(p.group);
           const g = progress.get(p.group);
           if (g) g.push(p.ctx - p.prompt);
           else progress.set(p.group, [p.ctx - p.prompt]);
@@ -319,10 +334,20 @@ export class Scheduler {
           const r = rank(x);
           if (r > best) [w, best] = [x, r];
         }
-        // it waits until its charge fits the engine's KV plus the over-commit
-        i = this.ledger.choose('kv-budget', Number.NEGATIVE_INFINITY, blocked);
-        const slack = this.ledger.capacity[i ?? 0] * this.overcommit.value;
-        if (i !== null && this.ledger.free(i) + slack < this.charge(w.placed) && this.ledger.active[i] > 0)
+        // the engine with the most room after its charge (less the prompt its siblings there already hold),
+        // where it waits until that fits the engine's KV plus the over-commit
+        i = null;
+        let room = Number.NEGATIVE_INFINITY;
+        for (let k = 0; k < this.engines.length; k++) {
+          if (blocked(k)) continue;
+          const r = this.ledger.free(k) - this.cost(w.placed, k);
+          if (r > room) [i, room] = [k, r];
+        }
+        if (
+          i !== null &&
+          room + this.ledger.capacity[i] * this.overcommit.value < 0 &&
+          this.ledger.active[i] > 0
+        )
           i = null;
       } else {
         const policy = this.policy === 'kv-predict' ? 'round-robin' : this.policy;
@@ -333,7 +358,7 @@ export class Scheduler {
       this.place(
         w.placed,
         i,
-        this.policy === 'kv-budget' ? w.budget : this.predicting ? this.charge(w.placed) : 0,
+        this.policy === 'kv-budget' ? w.budget : this.predicting ? this.cost(w.placed, i) : 0,
       );
       const g = progress.get(w.placed.group);
       if (g) g.push(0);
@@ -421,12 +446,14 @@ export class Scheduler {
       if (lost >= this.blocks[p.index]) {
         this.counters.reprefilled += lost;
         this.counters.misses++;
-        this.overcommit.pressure();
+        if (this.predicting) this.overcommit.pressure();
       }
     }
     if (r.retractions) {
       this.counters.retractions += r.retractions;
-      this.overcommit.pressure(r.retractions);
+      // only what its own placement caused: a rollout placed round-robin (no lengths yet) retracts on a small
+      // pool, which drove the over-commit to its floor before kv-predict placed anything
+      if (this.predicting) this.overcommit.pressure(r.retractions);
     }
     p.ctx = input + r.outputIds.length;
     p.computed = Math.max(p.computed, p.ctx);

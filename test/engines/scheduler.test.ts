@@ -212,6 +212,27 @@ test('kv-predict: static placement until it has lengths, then predicted charges 
   await s.close();
 });
 
+test('kv-predict: a prompt its siblings hold on an engine is charged once; retractions before it placed anything leave the over-commit alone', async () => {
+  const e = new FakeEngine(() => ({ outputIds: [1], retractions: 5 }), { name: 'a', capacityTokens: 1000 });
+  const s = await Scheduler.create([e], { pollMs: 0, policy: 'kv-predict' });
+  const first = await s.acquire(2000, undefined, 400, 'g');
+  await first.generate([1, 2, 3], DEFAULT_SAMPLING);
+  assert.equal(s.overcommit.value, 0.1, 'placed round-robin: its retractions say nothing of the prediction');
+  first.release();
+  s.lengths.seed([300]); // each sample: 400 prompt + 300 predicted
+  s.overcommit.value = 0;
+  const g = [await s.acquire(2000, undefined, 400, 'g'), await s.acquire(2000, undefined, 400, 'g')];
+  assert.equal(s.ledger.reserved[0], 1000, '700 for the first, 300 for its sibling sharing the prompt');
+  const other = s.acquire(2000, undefined, 400, 'h');
+  await tick();
+  assert.equal(s.waiting(), 1, "another prompt's 700 does not fit beside them");
+  await g[0].generate([1, 2, 3], DEFAULT_SAMPLING);
+  assert.ok(s.overcommit.value < 0, 'its own placement retracted: the over-commit shrinks');
+  for (const l of g) l.release();
+  (await other).release();
+  await s.close();
+});
+
 test('LengthModel.promptShare: the between-prompt share of log-length variance (one-way ANOVA ICC)', () => {
   const share = (groups: number[][]) => {
     const m = new LengthModel(1 << 20);
