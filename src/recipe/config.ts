@@ -3,9 +3,10 @@ import { dirname, isAbsolute, join, resolve } from 'node:path';
 import YAML from 'yaml';
 import { z } from 'zod';
 import { SFT_TEMPLATES } from '../data/layouts.js';
+import { RocSchema } from '../rl/roc.js';
 import { MODULE_NAME } from '../sandbox/types.js';
 import { PYTHON_TOOL_NAME, rolloutToolSchema, type ToolSchema } from '../tokenizer/tools.js';
-import { COMPILE_MODES, LOSS_AGGS, MODEL_BACKENDS, PRECISIONS } from '../worker/types.js';
+import { COMPILE_MODES, LOSS_AGGS, MODEL_BACKENDS, PRECISIONS, TrainOptionsSchema } from '../worker/types.js';
 import { TASK_KINDS } from './tasks.js';
 
 // A recipe: model + data + an SFT stage followed by RL stages. Validated at the boundary; every default is
@@ -13,60 +14,12 @@ import { TASK_KINDS } from './tasks.js';
 
 export const RECIPES_DIR = new URL('../../data/recipes/', import.meta.url).pathname;
 
+export { RocSchema };
+
 export const LOGGERS = ['jsonl', 'tensorboard', 'wandb'] as const;
 export type LoggerName = (typeof LOGGERS)[number];
 
 const Levels = z.array(z.number().int().min(0).max(3)).min(1);
-
-export const RocSchema = z
-  .object({
-    doDownSampling: z.boolean().default(true).describe('RoC master switch; off = plain GRPO (--roc off)'),
-    rejectEqualReward: z
-      .boolean()
-      .default(true)
-      .describe('drop groups whose rewards are all equal (all correct or all wrong): their advantages are 0'),
-    rocErrorRatio: z
-      .boolean()
-      .default(true)
-      .describe(
-        "rank positives by the share of their tool responses that are errors (RoC's tool-error penalty)",
-      ),
-    rocAnswerFormat: z
-      .boolean()
-      .default(true)
-      .describe("rank positives by RoC's format penalty (answers in more than one turn)"),
-    minZeroRewardTraceNum: z
-      .number()
-      .int()
-      .default(2)
-      .describe('negatives a kept group must have (-1 = no minimum); a group with fewer is dropped'),
-    minNonZeroRewardTraceNum: z
-      .number()
-      .int()
-      .default(2)
-      .describe('positives a kept group must have (-1 = no minimum); a group with fewer is dropped'),
-    negativeSelection: z
-      .enum(['random', 'first'])
-      .default('random')
-      .describe('negatives kept uniformly at random (seeded), or the first in rollout order (reference)'),
-    errorMatch: z
-      .enum(['substring', 'flag'])
-      .default('substring')
-      .describe(
-        "what counts as a tool error: a response containing 'error' (reference), or the agent loop's error flag",
-      ),
-    noToolErrorPenalty: z
-      .number()
-      .default(0.5)
-      .describe('the tool-error penalty of a trajectory without a tool response (reference value)'),
-    formatTurns: z
-      .enum(['reference', 'paper'])
-      .default('paper')
-      .describe(
-        "turns the format penalty counts: every finished assistant turn ('paper'), or only those after a tool response ('reference')",
-      ),
-  })
-  .strict();
 
 const FieldMapSchema = z
   .object({
@@ -300,8 +253,8 @@ const RlStage = z
     lr: z.number().positive().default(3e-4).describe('AdamW learning rate'),
     ...lrSchedule,
     warmupSteps: z.number().int().min(0).default(0).describe('steps over which lr rises linearly from 0'),
-    clipLow: z.number().default(0.2).describe('PPO ratio clip below: 1 - clipLow'),
-    clipHigh: z.number().default(0.28).describe('PPO ratio clip above: 1 + clipHigh (clip-higher)'),
+    clipLow: TrainOptionsSchema.shape.clipLow.describe('PPO ratio clip below: 1 - clipLow'),
+    clipHigh: TrainOptionsSchema.shape.clipHigh.describe('PPO ratio clip above: 1 + clipHigh (clip-higher)'),
     miniBatches: z.number().int().min(1).default(1).describe('>1 takes several optimizer steps per RL step'),
     epochs: z
       .number()

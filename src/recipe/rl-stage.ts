@@ -2,7 +2,13 @@ import { existsSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { failureOf, sandboxFaultOf, type Trajectory } from '../agent/trajectory.js';
 import type { FilterResult, Problem } from '../data/index.js';
-import { type PenaltyOptions, type RocConfig, type SelectionResult, selectAndScore } from '../rl/index.js';
+import {
+  type PenaltyOptions,
+  penaltyOptions,
+  type RocConfig,
+  type SelectionResult,
+  selectAndScore,
+} from '../rl/index.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
 import { Rng, seedFor } from '../util/rng.js';
 import type { TrainStats } from '../worker/types.js';
@@ -61,13 +67,7 @@ class RlStage {
     private readonly reference: string | null,
   ) {
     this.roc = { ...stage.roc, downSampleToN: stage.groupSize };
-    this.penalty = {
-      errorMatch: stage.roc.errorMatch,
-      noToolErrorPenalty: stage.roc.noToolErrorPenalty,
-      formatTurns: stage.roc.formatTurns,
-      answerOpen: '<answer>',
-      answerClose: '</answer>',
-    };
+    this.penalty = penaltyOptions(stage.roc);
     this.n = this.roc.doDownSampling
       ? Math.max(stage.groupSize, Math.round(stage.groupSize * stage.oversample))
       : stage.groupSize;

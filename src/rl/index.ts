@@ -1,6 +1,7 @@
 export {
   DEFAULT_PENALTY_OPTIONS,
   type PenaltyOptions,
+  penaltyOptions,
   rocAnswerFormatPenalty,
   rocErrorRatioPenalty,
   rocPenalty,
@@ -10,6 +11,7 @@ export {
   type EqualKind,
   groupAdvantages,
   type RocConfig,
+  RocSchema,
   type RocSelection,
   rejectEqualReward,
   resampleOnCorrect,

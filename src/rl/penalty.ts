@@ -1,4 +1,5 @@
 import type { Trajectory } from '../agent/trajectory.js';
+import { RocSchema } from './roc.js';
 
 // RoC penalties (reference roc.py). They only ever rank positive traces; negatives are never weighted.
 
@@ -6,7 +7,7 @@ export interface PenaltyOptions {
   /** 'substring': a tool response counts as an error when its lowercase text contains "error" (reference);
    *  'flag': use the structured `error` flag the agent loop recorded on each tool result. */
   errorMatch: 'substring' | 'flag';
-  /** Error penalty of a trace with no tool response at all (reference: 0.5). */
+  /** Error penalty of a trace with no tool response at all. */
   noToolErrorPenalty: number;
   /** 'reference': count only assistant turns that follow a tool response (the first assistant header lives in
    *  the prompt), so a correct trace with no tool call gets the worst format penalty 1.0;
@@ -16,13 +17,15 @@ export interface PenaltyOptions {
   answerClose: string;
 }
 
-export const DEFAULT_PENALTY_OPTIONS: PenaltyOptions = {
-  errorMatch: 'substring',
-  noToolErrorPenalty: 0.5,
-  formatTurns: 'paper',
-  answerOpen: '<answer>',
-  answerClose: '</answer>',
-};
+/** The penalty options of a stage's RoC settings (their defaults: the schema's); answers in <answer> tags. */
+export function penaltyOptions(
+  roc: Pick<PenaltyOptions, 'errorMatch' | 'noToolErrorPenalty' | 'formatTurns'>,
+): PenaltyOptions {
+  const { errorMatch, noToolErrorPenalty, formatTurns } = roc;
+  return { errorMatch, noToolErrorPenalty, formatTurns, answerOpen: '<answer>', answerClose: '</answer>' };
+}
+
+export const DEFAULT_PENALTY_OPTIONS: PenaltyOptions = penaltyOptions(RocSchema.parse({}));
 
 type PenaltyInput = Pick<Trajectory, 'text' | 'events'>;
 

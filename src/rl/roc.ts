@@ -1,35 +1,77 @@
+import { z } from 'zod';
 import type { Rng } from '../util/rng.js';
 
 // GRPO-RoC selection as pure functions over one prompt's group (reference: reject_equal_reward and
 // resample_of_correct in the verl fork's trainer). Indices refer to rollout order within the group.
 
-export interface RocConfig {
-  /** Master switch (reference `do_down_sampling`). Off = plain GRPO: every rollout is kept. */
-  doDownSampling: boolean;
-  /** Drop groups whose rewards are all equal (all-correct or all-wrong). */
-  rejectEqualReward: boolean;
-  rocErrorRatio: boolean;
-  rocAnswerFormat: boolean;
-  /** Minimum negatives kept per group (-1 = no minimum). */
-  minZeroRewardTraceNum: number;
-  /** Minimum positives kept per group (-1 = no minimum). */
-  minNonZeroRewardTraceNum: number;
+// The RoC options, each default written here once (the recipe's stage.roc; docs/reference prints them).
+export const RocSchema = z
+  .object({
+    doDownSampling: z.boolean().default(true).describe('RoC master switch; off = plain GRPO (--roc off)'),
+    rejectEqualReward: z
+      .boolean()
+      .default(true)
+      .describe('drop groups whose rewards are all equal (all correct or all wrong): their advantages are 0'),
+    rocErrorRatio: z
+      .boolean()
+      .default(true)
+      .describe(
+        "rank positives by the share of their tool responses that are errors (RoC's tool-error penalty)",
+      ),
+    rocAnswerFormat: z
+      .boolean()
+      .default(true)
+      .describe("rank positives by RoC's format penalty (answers in more than one turn)"),
+    minZeroRewardTraceNum: z
+      .number()
+      .int()
+      .default(2)
+      .describe('negatives a kept group must have (-1 = no minimum); a group with fewer is dropped'),
+    minNonZeroRewardTraceNum: z
+      .number()
+      .int()
+      .default(2)
+      .describe('positives a kept group must have (-1 = no minimum); a group with fewer is dropped'),
+    negativeSelection: z
+      .enum(['random', 'first'])
+      .default('random')
+      .describe('negatives kept uniformly at random (seeded), or the first in rollout order (reference)'),
+    errorMatch: z
+      .enum(['substring', 'flag'])
+      .default('substring')
+      .describe(
+        "what counts as a tool error: a response containing 'error' (reference), or the agent loop's error flag",
+      ),
+    noToolErrorPenalty: z
+      .number()
+      .default(0.5)
+      .describe('the tool-error penalty of a trajectory without a tool response (reference value)'),
+    formatTurns: z
+      .enum(['reference', 'paper'])
+      .default('paper')
+      .describe(
+        "turns the format penalty counts: every finished assistant turn ('paper'), or only those after a tool response ('reference')",
+      ),
+  })
+  .strict();
+
+/** The selection's options: the schema's RoC switches and minimums, and the group size G it cuts down to. */
+export type RocConfig = Pick<
+  z.output<typeof RocSchema>,
+  | 'doDownSampling'
+  | 'rejectEqualReward'
+  | 'rocErrorRatio'
+  | 'rocAnswerFormat'
+  | 'minZeroRewardTraceNum'
+  | 'minNonZeroRewardTraceNum'
+  | 'negativeSelection'
+> & {
   /** Target group size G after down-sampling (-1 = keep everything). */
   downSampleToN: number;
-  /** 'random': negatives kept uniformly at random (seeded); 'first': the first k in rollout order (reference). */
-  negativeSelection: 'random' | 'first';
-}
-
-export const DEFAULT_ROC: RocConfig = {
-  doDownSampling: true,
-  rejectEqualReward: true,
-  rocErrorRatio: true,
-  rocAnswerFormat: true,
-  minZeroRewardTraceNum: 2,
-  minNonZeroRewardTraceNum: 2,
-  downSampleToN: 16,
-  negativeSelection: 'random',
 };
+
+/** The schema's defaults; a caller adds downSampleToN (a stage's groupSize). */
+export const DEFAULT_ROC: Omit<RocConfig, 'downSampleToN'> = RocSchema.parse({});
 
 /** Python's round(): halves go to the even neighbour, so round(7.5) + round(8.5) = 16. */
 export function roundHalfEven(x: number): number {
