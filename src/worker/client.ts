@@ -28,8 +28,10 @@ import {
   type SaveOptions,
   type TrainBatch,
   type TrainOptions,
+  TrainOptionsSchema,
   type TrainStats,
   type WorkerStartOptions,
+  type WorkerTrainOptions,
 } from './types.js';
 
 const STDERR_TAIL = 4000;
@@ -497,8 +499,14 @@ export class PolicyWorker {
     const arrays = packTrainBatch(batch);
     if (!(typeof opts?.lr === 'number' && opts.lr >= 0))
       throw new Error('trainStep: opts.lr must be a number ≥ 0');
+    const parsed = TrainOptionsSchema.safeParse(opts);
+    if (!parsed.success) {
+      const i = parsed.error.issues[0];
+      throw new Error(`trainStep: opts.${i.path.join('.')}: ${i.message}`);
+    }
+    const full: WorkerTrainOptions = parsed.data;
     return this.enqueue(async () => {
-      const f = await this.send('train_step', { loss: batch.loss, opts }, arrays);
+      const f = await this.send('train_step', { loss: batch.loss, opts: full }, arrays);
       return f.header.result as TrainStats;
     });
   }

@@ -1,3 +1,4 @@
+import { z } from 'zod';
 import type { GenerateResult, SamplingParams } from '../engines/types.js';
 
 export type { GenerateResult, SamplingParams };
@@ -85,36 +86,51 @@ export interface TrainBatch {
   sequences: TrainSequence[];
 }
 
-export interface TrainOptions {
-  lr: number; // peak learning rate
-  warmupSteps?: number; // linear warmup from lr/warmupSteps to lr, then constant (default 0)
-  weightDecay?: number; // AdamW decoupled weight decay (default 0.01)
-  betas?: [number, number]; // default [0.9, 0.999]
-  eps?: number; // AdamW eps (default 1e-8)
-  gradClip?: number; // max global grad norm (default 1.0; 0 = off)
-  clipLow?: number; // PPO ratio lower clip eps (default 0.2)
-  clipHigh?: number; // PPO ratio upper clip eps, clip-higher (default 0.28)
-  dualClip?: number; // dual-clip constant c for negative advantages (default 3.0)
-  microBatchTokens?: number; // per-rank micro-batch budget in padded tokens (default 8192)
+// The train step's options, each default written here once; the client parses what a caller gives (a partial set)
+// into the full set it sends the worker (test/worker/train-keys.test.ts holds it to the keys policy.py reads).
+// Range checks on the memory options stay in the worker, which names them.
+export const TrainOptionsSchema = z.object({
+  lr: z.number().min(0), // peak learning rate
+  warmupSteps: z.number().int().min(0).default(0), // linear warmup from lr/warmupSteps to lr, then constant
+  weightDecay: z.number().default(0.01), // AdamW decoupled weight decay
+  betas: z.tuple([z.number(), z.number()]).default([0.9, 0.999]),
+  eps: z.number().default(1e-8), // AdamW eps
+  gradClip: z.number().default(1.0), // max global grad norm; 0 = off
+  clipLow: z.number().default(0.2), // PPO ratio lower clip eps
+  clipHigh: z.number().default(0.28), // PPO ratio upper clip eps (clip-higher)
+  dualClip: z.number().default(3.0), // dual-clip constant c for negative advantages
+  microBatchTokens: z.number().int().default(8192), // per-rank micro-batch budget in padded tokens
   // Pack micro-batches to at most this many tokens with no padding (attention kept inside each sequence),
   // instead of padded length-grouped ones; microBatchTokens is then unused. Same loss and gradients.
-  maxTokensPerMicroBatch?: number;
-  gradientCheckpointing?: boolean; // recompute each decoder layer in backward (default false)
-  logitsChunkTokens?: number; // tokens per lm_head + log-softmax slice (default: 128 MiB of fp32 logits, 30 MiB on a CPU)
+  maxTokensPerMicroBatch: z.number().nullable().default(null),
+  gradientCheckpointing: z.boolean().default(false), // recompute each decoder layer in backward
+  // tokens per lm_head + log-softmax slice; null: 128 MiB of fp32 logits, 30 MiB on a CPU
+  logitsChunkTokens: z.number().nullable().default(null),
   // 'token-mean': exact mean over every mask=1 token of the global batch (independent of micro-batching
   // and rank count). 'micro-mean-batch': each micro-batch's token-mean times its sequences / the batch's.
   // 'micro-mean-nominal': times its sequences / nominalSeqs, verl's dynamic-bsz scaling (docs/DECISIONS.md).
-  lossAgg?: LossAgg;
-  nominalSeqs?: number; // 'micro-mean-nominal': the batch's nominal size in sequences (verl's ppo_mini_batch_size × n)
+  // A string here: the worker names a bad one (and the old name 'verl').
+  lossAgg: z.string().default('token-mean'),
+  // 'micro-mean-nominal': the batch's nominal size in sequences (verl's ppo_mini_batch_size × n)
+  nominalSeqs: z.number().nullable().default(null),
   // Off by default, as in the paper (verl users reach for them): KL(π ‖ π_ref) per trained token, estimated from
   // the sampled tokens (k1 = log π - log π_ref; k3 = r - log r - 1, r = π_ref/π, verl's low_var_kl), times klCoef;
   // refLogprobs is one list per sequence aligned with its ids, as oldLogprobs. entropyCoef subtracts that times the
   // policy's entropy (its gradient estimated from the sampled token).
-  klCoef?: number;
+  klCoef: z.number().default(0),
+  klEstimator: z.string().default('k3'),
+  refLogprobs: z.array(z.array(z.number())).nullable().default(null),
+  entropyCoef: z.number().default(0),
+});
+
+/** What a caller gives: lr, and any of the rest. */
+export type TrainOptions = Omit<z.input<typeof TrainOptionsSchema>, 'lossAgg' | 'klEstimator'> & {
+  lossAgg?: LossAgg;
   klEstimator?: 'k1' | 'k3';
-  refLogprobs?: number[][];
-  entropyCoef?: number;
-}
+};
+
+/** What the worker receives: every key. */
+export type WorkerTrainOptions = z.output<typeof TrainOptionsSchema>;
 
 export interface TrainStats {
   loss: number;
