@@ -3,11 +3,13 @@ import { join } from 'node:path';
 import { failureOf, sandboxFaultOf, type Trajectory } from '../agent/trajectory.js';
 import type { FilterResult, Problem } from '../data/index.js';
 import {
+  miniBatchPlan,
   type PenaltyOptions,
   penaltyOptions,
   type RocConfig,
   type SelectionResult,
   selectAndScore,
+  stageLr,
 } from '../rl/index.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
 import { Rng, seedFor } from '../util/rng.js';
@@ -16,7 +18,7 @@ import type { RlStageConfig } from './config.js';
 import { drawable, EpochSampler, rowFilters, sectionProblems, weightedSample } from './data.js';
 import { gainWarning } from './health.js';
 import { type RlMetrics, rlMetrics } from './metrics.js';
-import { mean, pad, readState, type StageHost, stageBar, stageLr } from './stage.js';
+import { mean, pad, readState, type StageHost, stageBar } from './stage.js';
 import type { ScoredItem } from './trainer.js';
 
 // An RL stage as the paper's step: rollout → score → select (reject equal rewards, RoC, advantages) → old and
@@ -211,24 +213,20 @@ class RlStage {
   private async update(items: ScoredItem[], step: number): Promise<TrainStats[]> {
     const { stage, reference } = this;
     const stats: TrainStats[] = [];
-    // verl splits what was kept into mini-batches of the nominal size (ppo_mini_batch_size prompts × rollout.n)
-    // and scales each micro-batch's loss by its share of that size: a step RoC cut takes fewer, smaller steps
-    const nominal = (stage.promptsPerStep / stage.miniBatches) * this.n;
-    const verl = stage.lossAgg === 'micro-mean-nominal';
-    const mb = verl ? nominal : Math.max(1, Math.ceil(items.length / stage.miniBatches));
+    const plan = miniBatchPlan(items.length, { ...stage, samplesPerPrompt: this.n });
     const opts = {
       lr: stageLr(stage, step),
       warmupSteps: stage.warmupSteps,
       clipLow: stage.clipLow,
       clipHigh: stage.clipHigh,
       lossAgg: stage.lossAgg,
-      ...(verl ? { nominalSeqs: nominal } : {}),
+      ...(plan.nominalSeqs !== undefined ? { nominalSeqs: plan.nominalSeqs } : {}),
       ...(reference ? { klCoef: stage.kl.coef, klEstimator: stage.kl.estimator } : {}),
       ...(stage.entropyCoef > 0 ? { entropyCoef: stage.entropyCoef } : {}),
     };
     for (let epoch = 0; epoch < stage.epochs; epoch++)
-      for (let j = 0; j < items.length; j += mb)
-        stats.push(await this.host.backend.grpoStep(items.slice(j, j + mb), { ...opts }));
+      for (let j = 0; j < items.length; j += plan.size)
+        stats.push(await this.host.backend.grpoStep(items.slice(j, j + plan.size), { ...opts }));
     return stats;
   }
 

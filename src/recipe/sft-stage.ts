@@ -1,12 +1,13 @@
 import { join } from 'node:path';
 import type { ChatExample } from '../data/index.js';
+import { stageLr } from '../rl/index.js';
 import { readJsonlTolerant } from '../util/jsonl.js';
 import { Rng, seedFor } from '../util/rng.js';
 import type { TrainStats } from '../worker/types.js';
 import type { SftStageConfig } from './config.js';
 import { drawable, EpochSampler, sectionExamples, weightedPicker } from './data.js';
 import { describeGate, gatePassed, gateWarning, type HealthWarning, sftLossWarning } from './health.js';
-import { round, type StageHost, stageBar, stageLr } from './stage.js';
+import { round, type StageHost, stageBar } from './stage.js';
 import { generateProblems, sftExamples, toolCalls } from './tasks.js';
 import type { HeldoutScore } from './trainer.js';
 

@@ -62,12 +62,6 @@ export const pad = (n: number) => String(n).padStart(6, '0');
 export const mean = (xs: number[]) => (xs.length === 0 ? 0 : xs.reduce((a, b) => a + b, 0) / xs.length);
 export const round = (x: number, d = 4) => Math.round(x * 10 ** d) / 10 ** d;
 
-/** The stage's learning rate at a step (1-based); the worker applies warmup on top. */
-export function stageLr(stage: Stage, step: number): number {
-  if (stage.lrSchedule !== 'cosine') return stage.lr;
-  return stage.minLr + (stage.lr - stage.minLr) * 0.5 * (1 + Math.cos((Math.PI * (step - 1)) / stage.steps));
-}
-
 export function stageBar(host: StageHost, label: string, stage: Stage, start: number): Progress {
   const bar = new Progress(label, stage.steps, host.progress && !process.env.RSTAR2_NO_PROGRESS);
   bar.set(start);

@@ -1,0 +1,18 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { miniBatchPlan, stageLr } from '../../src/rl/index.js';
+
+test('stageLr: constant, or a half cosine from lr at step 1 toward minLr', () => {
+  const s = { lr: 0.4, minLr: 0.1, steps: 4, lrSchedule: 'cosine' as const };
+  assert.equal(stageLr({ ...s, lrSchedule: 'constant' }, 3), 0.4);
+  assert.equal(stageLr(s, 1), 0.4);
+  assert.ok(Math.abs(stageLr(s, 3) - 0.25) < 1e-12);
+  assert.ok(stageLr(s, 4) > 0.1 && stageLr(s, 4) < stageLr(s, 3));
+});
+
+test("miniBatchPlan: near-equal parts of what was kept, or verl's nominal size", () => {
+  const p = { promptsPerStep: 8, miniBatches: 2, samplesPerPrompt: 4, lossAgg: 'token-mean' };
+  assert.deepEqual(miniBatchPlan(13, p), { size: 7 });
+  assert.deepEqual(miniBatchPlan(0, p), { size: 1 });
+  assert.deepEqual(miniBatchPlan(13, { ...p, lossAgg: 'micro-mean-nominal' }), { size: 16, nominalSeqs: 16 });
+});
