@@ -23,6 +23,48 @@ MODEL_BACKENDS = ("native", "transformers")
 # ('micro-mean-nominal': verl's dynamic-bsz scaling, response_mask.shape[0] / ppo_mini_batch_size)
 LOSS_AGGS = ("token-mean", "micro-mean-batch", "micro-mean-nominal")
 
+# ---- the loss math: per-token GRPO loss, KL, entropy bonus, aggregation (Policy.train_step composes them) ----
+
+
+def grpo_token_loss(logp, old, adv, clip_low, clip_high, dual_clip):
+    """Per-token PPO loss with clip-higher and dual clip (verl compute_policy_loss). Returns (loss, clipped)."""
+    ratio = torch.exp(torch.clamp(logp - old, -20.0, 20.0))
+    l1 = -adv * ratio
+    l2 = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    c1 = torch.maximum(l1, l2)
+    clipped = (l2 > l1).float()
+    c2 = torch.minimum(-adv * dual_clip, c1)
+    return torch.where(adv < 0, c2, c1), clipped
+
+
+def kl_penalty(logp, ref, estimator):
+    """Per-token estimate of KL(π ‖ π_ref) from the sampled tokens (Schulman's estimators; verl's kl_penalty 'kl'
+    and 'low_var_kl'): k1 = log π - log π_ref; k3 = r - log r - 1 with r = π_ref / π, ≥ 0, clamped to 10 as verl."""
+    if estimator == "k1":
+        return logp - ref
+    d = torch.clamp(ref - logp, -20.0, 20.0)
+    return torch.clamp(torch.exp(d) - d - 1, max=10.0)
+
+
+def entropy_bonus(logp, ent):
+    """The policy's entropy at each position, with the gradient of a sampled estimate: ∇H = -E_a[(log π(a) + H)
+    ∇log π(a)], from the token taken. The worker's entropy comes out of its chunked log-softmax without a gradient,
+    so its exact gradient would need the logits kept; the value returned is H itself."""
+    g = (logp.detach() + ent) * logp
+    return ent - (g - g.detach())
+
+
+def aggregate(tok_loss, mask, loss_agg, trained_global, n_seqs, n_global, nominal):
+    """A micro-batch's share of the step's loss (LOSS_AGGS): its mask=1 token losses over every trained token of
+    the batch, or its token-mean weighted by its sequences over the batch's or a nominal count."""
+    msum = (tok_loss * mask).sum()
+    if loss_agg == "token-mean":
+        return msum / trained_global
+    return msum / mask.sum().clamp(min=1) * (n_seqs / (nominal if loss_agg == "micro-mean-nominal" else n_global))
+
+
+# ---- the policy ----------------------------------------------------------------------------------------
+
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -398,11 +440,7 @@ class Policy:
                     tok_loss = tok_loss - o["entropyCoef"] * entropy_bonus(logp, ent)
             else:
                 tok_loss, clipped = -logp, torch.zeros_like(logp)
-            msum = (tok_loss * mask).sum()
-            if o["lossAgg"] == "token-mean":
-                loss = msum / trained_global
-            else:  # the micro-batch's token-mean, weighted by its sequences over the batch's or a nominal count
-                loss = msum / mask.sum().clamp(min=1) * (len(idx) / (nominal if o["lossAgg"] == "micro-mean-nominal" else n_global))
+            loss = aggregate(tok_loss, mask, o["lossAgg"], trained_global, len(idx), n_global, nominal)
             with ranks.no_sync(self.r, self.wrapped, last):
                 (loss * ranks.sum_scale(self.r)).backward()
             with torch.no_grad():
@@ -437,34 +475,6 @@ class Policy:
             "microBatches": passes,
             "timeS": dt,
         }
-
-
-def grpo_token_loss(logp, old, adv, clip_low, clip_high, dual_clip):
-    """Per-token PPO loss with clip-higher and dual clip (verl compute_policy_loss). Returns (loss, clipped)."""
-    ratio = torch.exp(torch.clamp(logp - old, -20.0, 20.0))
-    l1 = -adv * ratio
-    l2 = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    c1 = torch.maximum(l1, l2)
-    clipped = (l2 > l1).float()
-    c2 = torch.minimum(-adv * dual_clip, c1)
-    return torch.where(adv < 0, c2, c1), clipped
-
-
-def kl_penalty(logp, ref, estimator):
-    """Per-token estimate of KL(π ‖ π_ref) from the sampled tokens (Schulman's estimators; verl's kl_penalty 'kl'
-    and 'low_var_kl'): k1 = log π - log π_ref; k3 = r - log r - 1 with r = π_ref / π, ≥ 0, clamped to 10 as verl."""
-    if estimator == "k1":
-        return logp - ref
-    d = torch.clamp(ref - logp, -20.0, 20.0)
-    return torch.clamp(torch.exp(d) - d - 1, max=10.0)
-
-
-def entropy_bonus(logp, ent):
-    """The policy's entropy at each position, with the gradient of a sampled estimate: ∇H = -E_a[(log π(a) + H)
-    ∇log π(a)], from the token taken. The worker's entropy comes out of its chunked log-softmax without a gradient,
-    so its exact gradient would need the logits kept; the value returned is H itself."""
-    g = (logp.detach() + ent) * logp
-    return ent - (g - g.detach())
 
 
 def pack(seqs, budget):
