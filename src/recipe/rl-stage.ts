@@ -1,8 +1,8 @@
 import { existsSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { failureOf, sandboxFaultOf, type Trajectory } from '../agent/trajectory.js';
 import type { FilterResult, Problem } from '../data/index.js';
 import { type PenaltyOptions, type RocConfig, type SelectionResult, selectAndScore } from '../rl/index.js';
+import { failureOf, sandboxFaultOf, type Trajectory } from '../rl/trajectory.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
 import { Rng, seedFor } from '../util/rng.js';
 import type { TrainStats } from '../worker/types.js';

@@ -1,4 +1,4 @@
-import type { Trajectory } from '../agent/trajectory.js';
+import type { Trajectory } from './trajectory.js';
 
 // RoC penalties (reference roc.py). They only ever rank positive traces; negatives are never weighted.
 
