@@ -1,8 +1,9 @@
 // GRPO-RoC selection cost per RL step at the reference's scale: 128 prompts × 32 rollouts, each trace with
 // up to 4 tool turns (penalty scoring + reject + RoC + advantages), so its share of a step can be judged.
 // Run: flock /tmp/bench.lock node --import tsx bench/rl-roc.ts [--reps 7]
-import type { TurnEvent } from '../src/agent/trajectory.js';
+
 import { DEFAULT_PENALTY_OPTIONS, DEFAULT_ROC, type Scored, selectAndScore } from '../src/rl/index.js';
+import type { TurnEvent } from '../src/rl/trajectory.js';
 import { Rng } from '../src/util/rng.js';
 import { benchArgs } from './args.js';
 

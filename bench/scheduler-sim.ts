@@ -30,10 +30,10 @@
 // the longest response there, and a longer response is cut at --budget.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Trajectory } from '../src/agent/trajectory.js';
 import { fitEngineModel, parseSamples } from '../src/engines/calibrate.js';
 import { LengthModel, Overcommit } from '../src/engines/predict.js';
 import { AUTO_PREDICT_MIN_KV, KvLedger } from '../src/engines/scheduler.js';
+import type { Trajectory } from '../src/rl/trajectory.js';
 import { streamJsonl } from '../src/util/jsonl.js';
 import { Rng } from '../src/util/rng.js';
 import { benchArgs } from './args.js';

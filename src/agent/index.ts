@@ -12,8 +12,6 @@ export {
   type ToolOutcome,
   type TurnBoundary,
 } from './loop.js';
-export { decodeFailureText, type ParsedToolCall, parseToolCalls } from './parser.js';
 export { loadProblems } from './problems.js';
 export { openRolloutStack, type RolloutStack, type StackOptions } from './stack.js';
 export { agentTemplate, type TemplateAdapterOptions } from './template.js';
-export type { Trajectory, TrajectoryFinish, TurnEvent } from './trajectory.js';

@@ -1,11 +1,11 @@
 import { type RolloutStats, Scheduler, type SchedulerOptions } from '../engines/scheduler.js';
 import { DEFAULT_SAMPLING, type Engine, type GenerateResult, type SamplingParams } from '../engines/types.js';
+import type { Trajectory, TrajectoryFinish, TurnEvent } from '../rl/trajectory.js';
 import { executePythonTool, PYTHON_TOOL_NAME, type PythonToolOptions } from '../sandbox/tool.js';
 import type { CodeRunner } from '../sandbox/types.js';
+import { decodeFailureText, type ParsedToolCall, parseToolCalls } from '../tokenizer/parser.js';
 import { seedFor } from '../util/rng.js';
 import { type BatchingOptions, BatchingRunner } from './batching.js';
-import { decodeFailureText, type ParsedToolCall, parseToolCalls } from './parser.js';
-import type { Trajectory, TrajectoryFinish, TurnEvent } from './trajectory.js';
 
 // The multi-turn agent loop (rStar2's RStar2AgentLoop.run), token-in/token-out: the prompt is
 // tokenised once; each turn appends the engine's sampled ids (mask 1, with their logprobs) and then

@@ -1,5 +1,5 @@
-import type { Trajectory } from '../agent/trajectory.js';
 import type { Backend } from '../eval/backend.js';
+import type { Trajectory } from '../rl/trajectory.js';
 
 // One user message → one agent trajectory. The rStar2 template is single-question, so each message
 // is answered on its own (no conversation memory); the tool state does not persist either.

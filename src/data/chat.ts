@@ -1,4 +1,4 @@
-import { parseToolCalls } from '../agent/parser.js';
+import { parseToolCalls } from '../tokenizer/parser.js';
 import { PYTHON_TOOL_NAME, type ToolSpec } from '../tokenizer/tools.js';
 import { kindOf, readRows, resolveFiles } from './files.js';
 

@@ -1,6 +1,6 @@
 import { closeSync, existsSync, fstatSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
-import type { Trajectory } from '../agent/trajectory.js';
-import { failureOf } from '../agent/trajectory.js';
+import type { Trajectory } from '../rl/trajectory.js';
+import { failureOf } from '../rl/trajectory.js';
 import { dropTornTail, stripBom } from '../util/jsonl.js';
 import type { ScoredSample } from './score.js';
 

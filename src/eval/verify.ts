@@ -1,7 +1,7 @@
-import type { Trajectory } from '../agent/trajectory.js';
 import { VerifierPool } from '../reward/pool.js';
 import type { VerifyProfile } from '../reward/types.js';
 import { checkProfile } from '../reward/verify.js';
+import type { Trajectory } from '../rl/trajectory.js';
 import { normaliseAnswer } from './score.js';
 
 /** Scores a trajectory's text (and finish: an errored rollout scores 0) against the gold answer. */

@@ -3,7 +3,6 @@ import { join } from 'node:path';
 import { runRollouts } from '../agent/loop.js';
 import { toRolloutProblem } from '../agent/problems.js';
 import { openRolloutStack, type RolloutStack } from '../agent/stack.js';
-import type { Trajectory } from '../agent/trajectory.js';
 import {
   type ChatExample,
   loadChatExamples,
@@ -16,6 +15,7 @@ import {
 import { EmbeddedEngine } from '../engines/embedded.js';
 import type { RolloutStats } from '../engines/scheduler.js';
 import type { WeightSyncEngine } from '../engines/types.js';
+import type { Trajectory } from '../rl/trajectory.js';
 import type { CodeRunner } from '../sandbox/types.js';
 import {
   buildCharTokenizer,

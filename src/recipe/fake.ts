@@ -1,7 +1,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Trajectory, TurnEvent } from '../agent/trajectory.js';
 import type { ChatExample } from '../data/index.js';
+import type { Trajectory, TurnEvent } from '../rl/trajectory.js';
 import { Rng } from '../util/rng.js';
 import type { TrainOptions, TrainStats } from '../worker/types.js';
 import { answerText, demoStyle, type TaskProblem, toolCallText, toolObservationText } from './tasks.js';

@@ -1,6 +1,6 @@
-import type { Trajectory } from '../agent/trajectory.js';
 import type { RolloutStats } from '../engines/scheduler.js';
 import type { RocMetrics } from '../rl/index.js';
+import type { Trajectory } from '../rl/trajectory.js';
 import type { TrainStats } from '../worker/types.js';
 import { mean, round } from './stage.js';
 

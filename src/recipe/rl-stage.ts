@@ -1,6 +1,5 @@
 import { existsSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { failureOf, sandboxFaultOf, type Trajectory } from '../agent/trajectory.js';
 import type { FilterResult, Problem } from '../data/index.js';
 import {
   miniBatchPlan,
@@ -11,6 +10,7 @@ import {
   selectAndScore,
   stageLr,
 } from '../rl/index.js';
+import { failureOf, sandboxFaultOf, type Trajectory } from '../rl/trajectory.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
 import { Rng, seedFor } from '../util/rng.js';
 import type { TrainStats } from '../worker/types.js';

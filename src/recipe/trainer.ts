@@ -1,10 +1,10 @@
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, hostname } from 'node:os';
 import { join } from 'node:path';
-import { failureOf, type Trajectory } from '../agent/trajectory.js';
 import { type ChatExample, loadProblems, type Problem, type SftTemplate } from '../data/index.js';
 import type { RolloutStats } from '../engines/scheduler.js';
 import { type Scored, VerifierPool } from '../reward/index.js';
+import { failureOf, type Trajectory } from '../rl/trajectory.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
 import { pidNamespace } from '../util/lock.js';
 import { seedFor } from '../util/rng.js';

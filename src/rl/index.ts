@@ -25,3 +25,10 @@ export {
   type SelectionResult,
   selectAndScore,
 } from './step.js';
+export {
+  failureOf,
+  sandboxFaultOf,
+  type Trajectory,
+  type TrajectoryFinish,
+  type TurnEvent,
+} from './trajectory.js';

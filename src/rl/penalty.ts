@@ -1,5 +1,5 @@
-import type { Trajectory } from '../agent/trajectory.js';
 import { RocSchema } from './roc.js';
+import type { Trajectory } from './trajectory.js';
 
 // RoC penalties (reference roc.py). They only ever rank positive traces; negatives are never weighted.
 

@@ -1,7 +1,7 @@
-import type { Trajectory } from '../agent/trajectory.js';
 import type { Rng } from '../util/rng.js';
 import { type PenaltyOptions, rocAnswerFormatPenalty, rocErrorRatioPenalty, rocPenalty } from './penalty.js';
 import { groupAdvantages, type RocConfig, rejectEqualReward, resampleOnCorrect } from './roc.js';
+import type { Trajectory } from './trajectory.js';
 
 // One RL step's data selection: reject equal-reward groups -> RoC down-sampling -> advantages over the kept
 // group. RoC off (`doDownSampling: false`) is plain GRPO over the same code path.

@@ -21,6 +21,7 @@ export {
   type ToolTurnBoundary,
   toolTurnIds,
 } from './chat.js';
+export { decodeFailureText, type ParsedToolCall, parseToolCalls } from './parser.js';
 export {
   COMPACT_TEMPLATE,
   QWEN_TEMPLATE,

@@ -1,8 +1,8 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { positiveInt, seed } from '../cli/options.js';
-import { registerPlanCommand } from './plan.js';
+import { float, positiveInt, seed } from '../cli/options.js';
+import { type Config, formatPlan } from './plan.js';
 import { MODEL_PRESETS, type ModelPreset } from './presets.js';
 
 export function registerWorkerCommands(program: Command): void {
@@ -65,6 +65,65 @@ export function registerWorkerCommands(program: Command): void {
               ? `, ${written} shards${written < shards ? ` (${shards} asked; a shard holds whole tensors)` : ''}`
               : ''),
         );
+      },
+    );
+}
+
+function registerPlanCommand(program: Command): void {
+  program
+    .command('plan')
+    .description(
+      'Memory per GPU of training a Qwen2/Qwen3 model: precision × DDP/FSDP, with activation savings',
+    )
+    .requiredOption('--model <dir>', 'a Hugging Face model directory (its config.json is read)')
+    .requiredOption('--gpus <n>', 'GPUs (ranks) in the job', positiveInt())
+    .requiredOption(
+      '--gpu-mem <GiB>',
+      'memory of one GPU in GiB (e.g. 80)',
+      float({ min: 0, minExclusive: true }),
+    )
+    .requiredOption(
+      '--max-tokens-per-micro-batch <n>',
+      'tokens in one micro-batch on one rank (model.maxTokensPerMicroBatch in a recipe)',
+      positiveInt(),
+    )
+    .option(
+      '--logprob-chunk <n>',
+      "tokens per log-prob slice (TrainOptions.logitsChunkTokens; default: the worker's 1 GiB of fp32 logits)",
+      positiveInt(),
+    )
+    .action(
+      (o: {
+        model: string;
+        gpus: number;
+        gpuMem: number;
+        maxTokensPerMicroBatch: number;
+        logprobChunk?: number;
+      }) => {
+        const path = join(o.model, 'config.json');
+        let config: Config;
+        try {
+          config = JSON.parse(readFileSync(path, 'utf8'));
+        } catch (e) {
+          throw new Error(`--model: cannot read ${path}: ${(e as Error).message}`);
+        }
+        for (const k of [
+          'vocab_size',
+          'hidden_size',
+          'intermediate_size',
+          'num_hidden_layers',
+          'num_attention_heads',
+        ])
+          if (!(typeof config[k] === 'number' && (config[k] as number) > 0))
+            throw new Error(`${path}: ${k} must be a positive number, got ${JSON.stringify(config[k])}`);
+        const lines = formatPlan({
+          config,
+          gpus: o.gpus,
+          gpuMemGiB: o.gpuMem,
+          maxTokens: o.maxTokensPerMicroBatch,
+          logprobChunk: o.logprobChunk,
+        });
+        console.log(lines.join('\n'));
       },
     );
 }

@@ -1,12 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { resolve } from 'node:path';
-import type {
-  EngineLoad,
-  GenerateResult,
-  SamplingParams,
-  WeightGroup,
-  WeightMeta,
-} from '../engines/types.js';
 import { freePort } from '../util/net.js';
 import { findPython, PYTHON_DIR } from '../util/python.js';
 import { checkLaunch, type Master, rankEnvs } from './launch.js';
@@ -20,16 +13,21 @@ import {
   type WireArray,
 } from './protocol.js';
 import {
+  type EngineLoad,
+  type GenerateResult,
   type LogprobsOptions,
   type LogprobsResult,
   type ModelConfig,
   type ModelInfo,
   PRECISIONS,
+  type SamplingParams,
   type SaveOptions,
   type TrainBatch,
   type TrainOptions,
   TrainOptionsSchema,
   type TrainStats,
+  type WeightGroup,
+  type WeightMeta,
   type WorkerStartOptions,
   type WorkerTrainOptions,
 } from './types.js';

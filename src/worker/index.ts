@@ -4,6 +4,8 @@ export { checkLaunch, type LaunchOptions, parseMaster, rankEnvs } from './launch
 export { MODEL_PRESETS, type ModelPreset } from './presets.js';
 export { PROTOCOL_VERSION } from './protocol.js';
 export type {
+  EngineLoad,
+  FinishReason,
   GenerateResult,
   LogprobsOptions,
   LogprobsResult,
@@ -15,6 +17,8 @@ export type {
   TrainOptions,
   TrainSequence,
   TrainStats,
+  WeightGroup,
+  WeightMeta,
   WorkerStartOptions,
 } from './types.js';
 export { MODEL_BACKENDS, type ModelBackend, PRECISIONS, type Precision } from './types.js';

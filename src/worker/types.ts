@@ -1,7 +1,59 @@
 import { z } from 'zod';
-import type { GenerateResult, SamplingParams } from '../engines/types.js';
 
-export type { GenerateResult, SamplingParams };
+// What one generate call takes and returns: the embedded worker's protocol, and the record every engine speaks
+// (engines/types.ts re-exports it).
+export interface SamplingParams {
+  temperature: number; // 0 = greedy
+  topP: number; // 1 = off
+  topK: number; // -1 = off
+  maxNewTokens: number;
+  stopTokenIds: number[]; // generation ends after emitting one of these (it is included in outputIds)
+  stopStrings: string[]; // generation ends once the decoded output contains one (included in outputIds)
+  seed?: number;
+  /** Generate all maxNewTokens: the model's end-of-sequence token does not end it (SGLang, vLLM), so a timing probe
+   *  (bench/engine-probe.ts) knows how many steps it ran. */
+  ignoreEos?: boolean;
+}
+
+export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
+
+export interface GenerateResult {
+  outputIds: number[];
+  logprobs: number[]; // sampling logprob of each output id, same length as outputIds
+  finishReason: FinishReason;
+  error?: string; // set when finishReason is 'error'
+  cachedTokens?: number; // input tokens the engine served from its prefix cache (SGLang meta_info.cached_tokens)
+  retractions?: number; // times the engine retracted this request (KV overflow), where reported
+}
+
+export interface EngineLoad {
+  capacityTokens: number; // KV-cache token capacity
+  usedTokens?: number; // live usage where the backend reports it
+  running?: number;
+  queued?: number;
+  /** Tokens per KV block (vLLM block_size, SGLang page_size): the engine caches whole blocks only. */
+  blockTokens?: number;
+}
+
+/** A process group the trainer's rank 0 (rank 0) and every engine rank (1..worldSize-1) join for broadcasts. */
+export interface WeightGroup {
+  masterAddress: string; // the trainer's address as the engines reach it; it listens on masterPort
+  masterPort: number;
+  worldSize: number;
+  groupName: string;
+  backend: 'nccl' | 'gloo'; // gloo: CPU engines and the tests
+  timeoutS?: number; // the join's timeout, and every collective's without bucketTimeoutS (default 600)
+  /** How long one bucket of an update may take (each collective's timeout, where the engine takes one): a push that
+   *  stalls part-way fails this soon, not after the join's long wait. */
+  bucketTimeoutS?: number;
+}
+
+/** The tensors one broadcast carries, in order: Hugging Face names, torch dtype names, shapes. */
+export interface WeightMeta {
+  names: string[];
+  dtypes: string[];
+  shapes: number[][];
+}
 
 // Hugging Face `config.json` keys of a Qwen2/Qwen3-family decoder (extra keys pass through untouched).
 export interface ModelConfig {

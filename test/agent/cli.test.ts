@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { loadProblems } from '../../src/agent/problems.js';
-import type { Trajectory } from '../../src/agent/trajectory.js';
+import type { Trajectory } from '../../src/rl/trajectory.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'rstar2-rollout-'));

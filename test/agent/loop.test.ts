@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { BatchingRunner } from '../../src/agent/batching.js';
 import { type AgentOptions, runRollouts, runTrajectory, streamRollouts } from '../../src/agent/loop.js';
-import type { Trajectory } from '../../src/agent/trajectory.js';
 import { FakeEngine, type FakeReply } from '../../src/engines/fake.js';
 import { type RolloutStats, Scheduler } from '../../src/engines/scheduler.js';
+import type { Trajectory } from '../../src/rl/trajectory.js';
 import { CALL, decode, encode, FakeRunner, IM_END, template } from './helpers.js';
 
 /** An engine that plays `script[k]` where k = tool responses seen so far in the input. */

@@ -3,7 +3,6 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { parseToolCalls } from '../../src/agent/parser.js';
 import {
   type ChatExample,
   chatExampleFromRow,
@@ -15,6 +14,7 @@ import { answerText, toolCallText } from '../../src/recipe/tasks.js';
 import { SandboxPool } from '../../src/sandbox/pool.js';
 import { executePythonTool, PYTHON_TOOL_NAME } from '../../src/sandbox/tool.js';
 import { ChatTemplate } from '../../src/tokenizer/index.js';
+import { parseToolCalls } from '../../src/tokenizer/parser.js';
 
 const SFT = 'data/samples/sft-arith-tools.jsonl';
 const jsonl = (rows: unknown[]) => rows.map((r) => JSON.stringify(r)).join('\n') + '\n';

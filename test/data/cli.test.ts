@@ -4,7 +4,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { Trajectory } from '../../src/agent/trajectory.js';
+import type { Trajectory } from '../../src/rl/trajectory.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
 const FIX = 'data/samples';

@@ -3,12 +3,12 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { runTrajectory } from '../../src/agent/loop.js';
-import { failureOf } from '../../src/agent/trajectory.js';
 import { HttpClient, HttpError } from '../../src/engines/http.js';
 import { Scheduler } from '../../src/engines/scheduler.js';
 import { SGLangEngine } from '../../src/engines/sglang.js';
 import { DEFAULT_SAMPLING, type Engine } from '../../src/engines/types.js';
 import { VllmEngine } from '../../src/engines/vllm.js';
+import { failureOf } from '../../src/rl/trajectory.js';
 import { CALL, encode, FakeRunner, template } from '../agent/helpers.js';
 import { type Fake, fakeServer, GEN_PATH, OUT } from './fake-servers.js';
 

@@ -4,7 +4,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { Trajectory } from '../../src/agent/trajectory.js';
+import type { Trajectory } from '../../src/rl/trajectory.js';
 
 const sim = (...args: string[]) =>
   spawnSync(

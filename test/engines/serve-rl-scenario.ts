@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import type { Trajectory } from '../../src/agent/trajectory.js';
 import { SGLangEngine } from '../../src/engines/sglang.js';
 import { EmbeddedBackend } from '../../src/recipe/backend.js';
 import { parseRecipe } from '../../src/recipe/config.js';
+import type { Trajectory } from '../../src/rl/trajectory.js';
 import { initModelDir } from '../../src/worker/init-model.js';
 import { SpawnRunner } from '../sandbox/helpers.js';
 import { maxAbsDiff, sampling } from '../worker/helpers.js';

@@ -1,4 +1,4 @@
-import type { Trajectory } from '../../src/agent/trajectory.js';
+import type { Trajectory } from '../../src/rl/trajectory.js';
 
 // A real-shaped scored trajectory: generated ids (mask 1) then a tool observation (mask 0) per call.
 export function traj(

@@ -4,12 +4,12 @@ import { appendFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { Trajectory } from '../../src/agent/trajectory.js';
 import { loadProblems } from '../../src/eval/bench.js';
 import { modelTag } from '../../src/eval/cli.js';
 import { fakeTrajectory } from '../../src/eval/fake.js';
 import { type EvalConfig, perRequest, rescoreEvalDir, reverifyEvalDir, runEval } from '../../src/eval/run.js';
 import { fallbackVerify, lastBoxed, openVerifier } from '../../src/eval/verify.js';
+import type { Trajectory } from '../../src/rl/trajectory.js';
 import { appendJsonl, readJsonl } from '../../src/util/jsonl.js';
 import { sleep } from '../../src/util/sleep.js';
 

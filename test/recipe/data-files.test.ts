@@ -3,12 +3,12 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { Trajectory } from '../../src/agent/trajectory.js';
 import type { Problem } from '../../src/data/index.js';
 import { parseRecipe } from '../../src/recipe/config.js';
 import { emptyStats } from '../../src/recipe/fake.js';
 import type { PolicyBackend, RolloutRequest } from '../../src/recipe/trainer.js';
 import { Trainer } from '../../src/recipe/trainer.js';
+import type { Trajectory } from '../../src/rl/trajectory.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
 process.env.RSTAR2_NO_PROGRESS = '1';

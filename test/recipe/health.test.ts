@@ -4,7 +4,6 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { Trajectory } from '../../src/agent/trajectory.js';
 import type { ChatExample } from '../../src/data/index.js';
 import { answersExact } from '../../src/recipe/backend.js';
 import { applySets, parseRecipe } from '../../src/recipe/config.js';
@@ -12,6 +11,7 @@ import { FakeBackend } from '../../src/recipe/fake.js';
 import { gainWarning, gateWarning, HealthError, healthSummary } from '../../src/recipe/health.js';
 import type { RolloutRequest, ScoredItem } from '../../src/recipe/trainer.js';
 import { forkRun, readState, Trainer } from '../../src/recipe/trainer.js';
+import type { Trajectory } from '../../src/rl/trajectory.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
 process.env.RSTAR2_NO_PROGRESS = '1';

@@ -2,7 +2,6 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { test } from 'node:test';
 import { agentTemplate } from '../../src/agent/template.js';
-import type { Trajectory } from '../../src/agent/trajectory.js';
 import { type ChatExample, chatSegments } from '../../src/data/index.js';
 import { loadRecipe, parseRecipe } from '../../src/recipe/config.js';
 import {
@@ -19,6 +18,7 @@ import {
   toolObservationText,
 } from '../../src/recipe/tasks.js';
 import { scoreTrajectory } from '../../src/reward/index.js';
+import type { Trajectory } from '../../src/rl/trajectory.js';
 import { executePythonTool } from '../../src/sandbox/tool.js';
 import { buildCharTokenizer, ChatTemplate, tokenizerFromFiles } from '../../src/tokenizer/index.js';
 import { SpawnRunner } from '../sandbox/helpers.js';

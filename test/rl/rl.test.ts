@@ -1,6 +1,5 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { TurnEvent } from '../../src/agent/trajectory.js';
 import {
   DEFAULT_PENALTY_OPTIONS,
   DEFAULT_ROC,
@@ -15,6 +14,7 @@ import {
   type Scored,
   selectAndScore,
 } from '../../src/rl/index.js';
+import type { TurnEvent } from '../../src/rl/trajectory.js';
 import { Rng } from '../../src/util/rng.js';
 
 const REF: PenaltyOptions = { ...DEFAULT_PENALTY_OPTIONS, formatTurns: 'reference', errorMatch: 'substring' };
