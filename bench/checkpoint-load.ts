@@ -39,7 +39,7 @@ const root = mkdtempSync(join(tmpdir(), 'rstar2-loadbench-'));
 try {
   const make = `
 import json, sys
-from rstar2_worker.policy import Policy
+from rstar2_worker.train.policy import Policy
 p = Policy()
 p.init(json.loads(sys.argv[1]), 0)
 p.save(sys.argv[2], False)
@@ -50,7 +50,7 @@ p.save(sys.argv[3], False, 4)
   const measure = `
 import sys, time
 import torch
-from rstar2_worker.policy import Policy
+from rstar2_worker.train.policy import Policy
 torch.set_num_threads(1)
 def kb(key):
     for line in open("/proc/self/status"):

@@ -24,8 +24,8 @@ if not (os.environ.get("GOMP_SPINCOUNT") or os.environ.get("OMP_WAIT_POLICY")):
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from rstar2_worker import engine as E  # noqa: E402
-from rstar2_worker import policy as P  # noqa: E402
+from rstar2_worker.engine import engine as E  # noqa: E402
+from rstar2_worker.train import policy as P  # noqa: E402
 
 
 def matmul_gflops(n=1024, reps=10):

@@ -4,7 +4,7 @@ import os
 import sys
 import traceback
 
-from . import PROTOCOL_VERSION
+from rstar2_worker import PROTOCOL_VERSION
 
 
 def main():
@@ -16,7 +16,7 @@ def main():
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     inp = sys.stdin.buffer
-    from .protocol import write_frame
+    from rstar2_worker.protocol import write_frame
 
     # tests simulate a stale checkout with RSTAR2_WORKER_FAKE_VERSION
     version = int(os.environ.get("RSTAR2_WORKER_FAKE_VERSION", PROTOCOL_VERSION))
@@ -34,13 +34,13 @@ def main():
     torch.set_num_threads(int(os.environ.get("RSTAR2_THREADS", "2")))
     if not torch.cuda.is_available():
         keep_freed_memory()
-    from . import dist
-    from .server import serve
+    from rstar2_worker.train import dist
+    from rstar2_worker.server import serve
 
     try:
         r = dist.from_env()
         dist.init(r, report=lambda why: (hello_error(out, version, why), out.flush()))
-        from .policy import pick_backend
+        from rstar2_worker.train.policy import pick_backend
 
         pick_backend(os.environ.get("RSTAR2_MODEL_BACKEND") or "native")  # transformers missing: say so now
     except Exception as e:  # bad env, sharding this torch cannot do, unreachable master: say so, don't hang
@@ -105,7 +105,7 @@ def keep_freed_memory():
 def hello_error(out, version, msg):
     """Why this rank cannot start: a frame from rank 0; the others say it on stderr and exit, since under
     torchrun, Slurm or on a second node their stdout is shared with rank 0's frames."""
-    from .protocol import write_frame
+    from rstar2_worker.protocol import write_frame
 
     if os.environ.get("RANK", "0") == "0":
         write_frame(out, {"op": "hello", "id": 0, "version": version, "error": msg})

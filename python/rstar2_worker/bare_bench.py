@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from .model import attn_bias
+from rstar2_worker.models.model import attn_bias
 
 
 class BareBench:

@@ -25,7 +25,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from .model import varlen_impl
+from rstar2_worker.models.model import varlen_impl
 
 # Qwen3-14B's config.json (the paper's base model)
 QWEN3_14B = dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,

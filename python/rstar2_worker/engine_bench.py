@@ -27,8 +27,9 @@ import traceback
 import numpy as np
 import torch
 
-from . import gpu_check, server
-from . import policy as P
+from rstar2_worker import gpu_check
+from rstar2_worker import server
+from rstar2_worker.train import policy as P
 
 SAMPLING = {"temperature": 1.0, "topP": 1.0, "topK": -1, "stopTokenIds": [], "stopStrings": []}
 TINY = dict(gpu_check.HALF_B, vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -164,7 +165,7 @@ def decode_job(p):
 def breakdown_job(p):
     """Where a decode step's time goes at the largest batch: the forward (graph replay), sampling, and the rest
     (scheduling, inputs, bookkeeping), each timed with the GPU synchronised around it (slower than the timed run)."""
-    from . import engine as E
+    from rstar2_worker.engine import engine as E
 
     B = BATCHES[-1]
     runner, sample = p.engine.runner, E.sampler.sample
@@ -314,7 +315,7 @@ def main():
         if on and off:
             R["multiturn_fewer_re_prefilled"] = round(1 - on["re_prefilled"] / max(off["re_prefilled"], 1), 4)
             log(f"prefix reuse: {R['multiturn_fewer_re_prefilled'] * 100:.1f} % fewer re-prefilled tokens")
-    from . import model as M
+    from rstar2_worker.models import model as M
 
     R["meta"]["compiled"] = bool(M.FUSED)
     save()

@@ -42,7 +42,7 @@ def on_gpu():
     import torch
 
     torch.set_default_device("cuda")
-    from .policy import Policy
+    from rstar2_worker.train.policy import Policy
 
     return torch, Policy
 
@@ -161,7 +161,7 @@ def logprob_grad():
     torch, _ = on_gpu()
     import torch.nn.functional as F
 
-    from . import model as M
+    from rstar2_worker.models import model as M
 
     torch.manual_seed(0)
     V, H, N = 151936, 896, 4000  # Qwen's vocabulary; 4,000 tokens are 3 of the default slices
@@ -196,7 +196,7 @@ def compiled():
     gradient of a train-like loss, padded and packed (varlen attention) rows, checkpointing, fp32, bf16 and
     bf16 autocast, Qwen2 (q/k/v biases) and Qwen3 (q/k norms)."""
     torch, _ = on_gpu()
-    from . import model as M
+    from rstar2_worker.models import model as M
 
     g = torch.Generator().manual_seed(0)
     rows = [torch.randint(0, SMALL["vocab_size"], (n,), generator=g, device="cpu").tolist() for n in (300, 17, 129, 64)]
@@ -284,8 +284,8 @@ def throughput():
         ("grpo", rl, [[0] * 128 + [1] * (n - 128) for n in lens], [None] * len(rl), [(-1.0) ** i for i in range(len(rl))],
          {"maxTokensPerMicroBatch": 16384, "gradientCheckpointing": True}),
     ))
-    from . import model as M
-    from .policy import pack
+    from rstar2_worker.models import model as M
+    from rstar2_worker.train.policy import pack
 
     for precision in ("bf16", "bf16-mixed"):  # bf16 weights and AdamW state; fp32 weights, bf16 matmuls
         os.environ["RSTAR2_PRECISION"] = precision

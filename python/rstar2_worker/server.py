@@ -8,9 +8,10 @@ import traceback
 import numpy as np
 import torch.distributed
 
-from . import dist, weight_sync
-from .policy import Policy
-from .protocol import ragged, read_frame, write_frame
+from rstar2_worker.train import dist
+from rstar2_worker.train import weight_sync
+from rstar2_worker.train.policy import Policy
+from rstar2_worker.protocol import ragged, read_frame, write_frame
 
 
 # ops every rank runs (rank 0 forwards them); the others run on rank 0 alone unless the model is sharded
@@ -243,7 +244,7 @@ def handle(policy, h, a):
         policy.engine.invalidate()
         return {"staged": 0, "applied": n}, None
     if op == "bare_bench":  # bench/worker.ts baseline, not part of the client API
-        from .bare_bench import BareBench
+        from rstar2_worker.bare_bench import BareBench
 
         policy._need_model()
         if policy.r.sharding == "fsdp":  # rank 0 alone on sharded weights would wait for the others forever

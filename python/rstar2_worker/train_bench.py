@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from . import gpu_check
-from . import model as M
+from rstar2_worker import gpu_check
+from rstar2_worker.models import model as M
 
 THREE_B = dict(model_type="qwen2", vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
                num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
@@ -83,7 +83,7 @@ def hf_loop(model, precision, ids):
 
 def worker(cfg, precision, state):
     """The policy worker with the transformers model's weights."""
-    from .policy import Policy
+    from rstar2_worker.train.policy import Policy
 
     os.environ["RSTAR2_PRECISION"] = precision
     p = Policy()

@@ -11,7 +11,7 @@ import json
 import torch
 import torch.distributed as dist
 
-from .weight_sync import custom_group
+from rstar2_worker.train.weight_sync import custom_group
 
 
 class WeightSyncExtension:

@@ -17,8 +17,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-from rstar2_worker.checkpoint import write_safetensors
-from rstar2_worker.weight_sync import custom_group
+from rstar2_worker.train.checkpoint import write_safetensors
+from rstar2_worker.train.weight_sync import custom_group
 
 groups = {}
 for line in sys.stdin:

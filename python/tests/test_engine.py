@@ -7,9 +7,9 @@ import unittest
 
 import torch
 
-from rstar2_worker import policy as P
-from rstar2_worker import sampler as SA
-from rstar2_worker.kv_pool import BlockPool
+from rstar2_worker.train import policy as P
+from rstar2_worker.engine import sampler as SA
+from rstar2_worker.engine.kv_pool import BlockPool
 from tests.test_memory import CFG  # the same tiny GQA model the memory tests use
 
 GREEDY = {"temperature": 0.0, "maxNewTokens": 24}
@@ -204,7 +204,8 @@ class Parts(unittest.TestCase):
             self.assertEqual(SA.inverse_cdf(probs, u, chunk=64).tolist(), want.tolist(), V)
 
     def test_engines_side_by_side_take_a_gpu_each_or_share_one(self):
-        from rstar2_worker import dist, engine as E
+        from rstar2_worker.train import dist
+        from rstar2_worker.engine import engine as E
 
         with env(RSTAR2_ENGINE="2/4"):
             self.assertEqual(dist.engine_slot(), (2, 4))

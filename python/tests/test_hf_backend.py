@@ -13,9 +13,9 @@ from unittest import mock
 import torch
 import torch.nn as nn
 
-from rstar2_worker import hf_model
-from rstar2_worker import model as M
-from rstar2_worker.policy import Policy, pick_backend
+from rstar2_worker.models import hf_model
+from rstar2_worker.models import model as M
+from rstar2_worker.train.policy import Policy, pick_backend
 
 CFG = {
     "model_type": "qwen2",

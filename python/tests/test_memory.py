@@ -14,14 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from rstar2_worker import engine as E
-from rstar2_worker import kv_pool as KV
-from rstar2_worker import model as M
-from rstar2_worker import model_runner as MR
-from rstar2_worker import policy as P
-from rstar2_worker import sampler as SA
-from rstar2_worker import scheduler as SC
-from rstar2_worker.checkpoint import read_config, read_state_dict
+from rstar2_worker.engine import engine as E
+from rstar2_worker.engine import kv_pool as KV
+from rstar2_worker.models import model as M
+from rstar2_worker.engine import model_runner as MR
+from rstar2_worker.train import policy as P
+from rstar2_worker.engine import sampler as SA
+from rstar2_worker.engine import scheduler as SC
+from rstar2_worker.train.checkpoint import read_config, read_state_dict
 
 CFG = {
     "vocab_size": 97,

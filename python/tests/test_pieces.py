@@ -10,8 +10,8 @@ import unittest
 
 import torch
 
-from rstar2_worker import model as M
-from rstar2_worker import policy as P
+from rstar2_worker.models import model as M
+from rstar2_worker.train import policy as P
 from tests.test_memory import CFG  # the memory tests' tiny GQA model
 
 ROWS = [[5, 9, 2, 44, 7, 1, 3], [8, 8, 1], [12, 3, 90, 4, 4], [2, 2]]

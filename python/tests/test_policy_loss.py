@@ -4,7 +4,7 @@ import unittest
 
 import torch
 
-from rstar2_worker import policy as P
+from rstar2_worker.train import policy as P
 from tests.test_memory import CFG  # the memory tests' tiny GQA model
 SEQS = [[3, 9, 2, 44, 7, 1, 3, 30], [8, 8, 1, 5, 6], [12, 3, 50, 4, 4, 9]]
 MASKS = [[0] + [1] * (len(s) - 1) for s in SEQS]
@@ -175,7 +175,7 @@ if __name__ == "__main__":
 
 class RankScaleTest(unittest.TestCase):
     def test_fsdp_ranks_scale_their_loss_by_the_world_so_its_averaging_sums(self):
-        from rstar2_worker import dist as D
+        from rstar2_worker.train import dist as D
 
         # each rank's loss is its share of the global token mean: the gradients must be summed over ranks. FSDP
         # averages them (divides by the world), so its ranks multiply first; DDP's sum_hook sums already

@@ -8,7 +8,7 @@ import unittest
 
 import torch
 
-from rstar2_worker import model as M
+from rstar2_worker.models import model as M
 
 QWEN = {  # Qwen2.5-7B's shape with its published YaRN block
     "vocab_size": 64,

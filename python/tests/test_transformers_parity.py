@@ -13,7 +13,7 @@ import unittest
 
 import torch
 
-from rstar2_worker.policy import Policy
+from rstar2_worker.train.policy import Policy
 
 SMALL = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, rope_theta=1e6, tie_word_embeddings=False)

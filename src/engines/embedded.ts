@@ -1,6 +1,6 @@
 import type { Engine, EngineLoad, GenerateResult, SamplingParams } from './types.js';
 
-// The policy worker's own serving engine (python/rstar2_worker/engine.py) as an Engine. Each request goes to
+// The policy worker's own serving engine (python/rstar2_worker/engine/engine.py) as an Engine. Each request goes to
 // the worker as it comes; the worker batches whatever is running between decode steps (continuous batching),
 // reuses the KV of a trajectory's earlier turns, and answers each request as it ends, so a trajectory whose
 // turn finished early runs its tool call while the others still decode.

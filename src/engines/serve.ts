@@ -12,7 +12,7 @@ import type { WorkerStartOptions } from '../worker/types.js';
 import { EmbeddedEngine } from './embedded.js';
 import type { GenerateResult, SamplingParams, WeightMeta } from './types.js';
 
-// `rstar2 serve`: the built-in engine (python/rstar2_worker/engine.py, through one policy worker) behind SGLang's
+// `rstar2 serve`: the built-in engine (python/rstar2_worker/engine/engine.py, through one policy worker) behind SGLang's
 // native HTTP API, the part src/engines/sglang.ts drives, so `--engines sglang+URL` trains and evaluates on it
 // unchanged, and behind OpenAI's completions and chat routes for other clients. Bodies follow SGLang's
 // io_struct.py (GenerateReqInput, UpdateWeightFromDiskReqInput, InitWeightsUpdateGroupReqInput,

@@ -2,7 +2,7 @@ import { isIP } from 'node:net';
 
 // Rank layout with torchrun's contract: each process gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 // GROUP_RANK (the node), MASTER_ADDR and MASTER_PORT, so a rank started by `rstar2 train`, by torchrun or by
-// a Slurm script reads the same variables (python/rstar2_worker/dist.py).
+// a Slurm script reads the same variables (python/rstar2_worker/train/dist.py).
 
 export interface LaunchOptions {
   ranks?: number; // processes on this node (torchrun's --nproc-per-node), default 1

@@ -74,7 +74,7 @@ test('sandbox.demoteAfterMs: 50 unless the recipe says otherwise; 0 turns demoti
 });
 
 test('the memory plan counts parameters as the worker builds them', () => {
-  // counted from the worker's own torch modules (python/rstar2_worker/model.py) for the same configs
+  // counted from the worker's own torch modules (python/rstar2_worker/models/model.py) for the same configs
   const tiny = { ...MODEL_PRESETS.tiny };
   assert.equal(parameterCount(tiny), 854_144);
   const small3 = { ...MODEL_PRESETS['tiny-qwen3'], vocab_size: 1000, tie_word_embeddings: false };

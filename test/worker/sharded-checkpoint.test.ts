@@ -137,7 +137,7 @@ test('safetensors are memory-mapped copy-on-write: the file is mapped, never rea
     const path = join(dir, 'model.safetensors');
     const code = `
 import sys, torch
-from rstar2_worker.checkpoint import read_safetensors, write_safetensors
+from rstar2_worker.train.checkpoint import read_safetensors, write_safetensors
 path = sys.argv[1]
 write_safetensors(path, {"a": torch.arange(4096, dtype=torch.float32), "b": torch.ones(3, dtype=torch.bfloat16)})
 sd = read_safetensors(path)

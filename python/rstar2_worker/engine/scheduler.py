@@ -8,7 +8,7 @@ SGLang retracts; it is prefilled again, from its cached prefix, when it is readm
 """
 import collections
 
-from .kv_pool import block_hash
+from rstar2_worker.engine.kv_pool import block_hash
 
 
 class Sequence:

@@ -9,12 +9,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import dist as ranks
-from . import hf_model
-from .checkpoint import read_config, read_state_dict, write_json, write_state_dict
-from .engine import Engine
-from . import model as M
-from .model import CausalLM, Config, count_params, to_device
+from rstar2_worker.train import dist as ranks
+from rstar2_worker.models import hf_model
+from rstar2_worker.train.checkpoint import read_config, read_state_dict, write_json, write_state_dict
+from rstar2_worker.engine.engine import Engine
+from rstar2_worker.models import model as M
+from rstar2_worker.models.model import CausalLM, Config, count_params, to_device
 
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 MODEL_BACKENDS = ("native", "transformers")

@@ -20,7 +20,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from . import dist as ranks
+from rstar2_worker.train import dist as ranks
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 

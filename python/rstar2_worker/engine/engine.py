@@ -22,12 +22,12 @@ import time
 
 import torch
 
-from . import dist as ranks
-from . import model as M
-from . import sampler
-from .kv_pool import KVPool, bytes_per_token
-from .model_runner import ModelRunner
-from .scheduler import Scheduler, Sequence
+from rstar2_worker.train import dist as ranks
+from rstar2_worker.models import model as M
+from rstar2_worker.engine import sampler
+from rstar2_worker.engine.kv_pool import KVPool, bytes_per_token
+from rstar2_worker.engine.model_runner import ModelRunner
+from rstar2_worker.engine.scheduler import Scheduler, Sequence
 
 
 def env_int(name, default):
@@ -155,7 +155,7 @@ class Engine:
         if p.r.sharding == "fsdp":
             raise ValueError("generate under sharding: fsdp is not supported: roll out on SGLang/vLLM engines (--engines)")
         if p.backend == "transformers":
-            from . import hf_model
+            from rstar2_worker.models import hf_model
 
             raise ValueError(hf_model.UNSUPPORTED)
         temperature = float(sp.get("temperature", 1.0))
@@ -167,7 +167,7 @@ class Engine:
         if max_new < 0 or temperature < 0 or not (0 < top_p <= 1):
             raise ValueError(f"bad sampling params: maxNewTokens={max_new} temperature={temperature} topP={top_p}")
         if stop_strs and p.detok is None:
-            from .detok import Detok
+            from rstar2_worker.engine.detok import Detok
 
             tok = os.path.join(p.src_dir or "", "tokenizer.json")
             if not (p.src_dir and os.path.exists(tok)):

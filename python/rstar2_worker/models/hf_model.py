@@ -8,8 +8,8 @@ import sys
 import torch
 import torch.nn as nn
 
-from .checkpoint import check_weights, read_config
-from .model import CausalLM, next_tokens, predicting_hidden
+from rstar2_worker.train.checkpoint import check_weights, read_config
+from rstar2_worker.models.model import CausalLM, next_tokens, predicting_hidden
 
 
 def import_transformers():
