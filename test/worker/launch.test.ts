@@ -91,7 +91,10 @@ test('sharding: fsdp picks FSDP2 from torch 2.4, FSDP1 on 2.2–2.3, and refuses
   // the worker reads torchrun's variables and says what is wrong with them
   const env = py('from rstar2_worker.train.dist import from_env; from_env()', { WORLD_SIZE: '2', RANK: '2' });
   assert.match(env.stderr, /RANK=2 must be in \[0, WORLD_SIZE=2\)/);
-  const noMaster = py('from rstar2_worker.train.dist import from_env; from_env()', { WORLD_SIZE: '2', RANK: '1' });
+  const noMaster = py('from rstar2_worker.train.dist import from_env; from_env()', {
+    WORLD_SIZE: '2',
+    RANK: '1',
+  });
   assert.match(noMaster.stderr, /WORLD_SIZE=2 needs MASTER_ADDR and MASTER_PORT/);
 });
 
