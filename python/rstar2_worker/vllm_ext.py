@@ -3,7 +3,7 @@ VLLM_SERVER_DEV_MODE=1 (for /collective_rpc) and `--worker-extension-cls rstar2_
 
 The methods run in every vLLM worker (one per tensor-parallel rank), called through POST /collective_rpc
 with one JSON string argument, as vLLM's RLHF example does. Unlike that example, the group is a plain
-torch.distributed one (rstar2_worker.weight_sync.custom_group), because the trainer's side is plain torch.
+torch.distributed one (rstar2_worker.train.weight_sync.custom_group), because the trainer's side is plain torch.
 """
 import datetime
 import json
