@@ -129,6 +129,7 @@ for (const api of ['sglang', 'vllm'] as const)
     try {
       const engine = api === 'sglang' ? new SGLangEngine(f.url, FAST) : new VllmEngine(f.url, FAST);
       const s = await Scheduler.create([engine], { pollMs: 0, policy: 'kv-predict' });
+      s.lengths.seed([100]); // placed by kv-predict: only then do its misses move the over-commit
       const prompt = Array.from({ length: 40 }, (_, i) => i + 1);
       const l = await s.acquire(1000, undefined, prompt.length);
       f.cached = 0;
