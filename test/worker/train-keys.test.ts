@@ -9,7 +9,7 @@ import { TrainOptionsSchema } from '../../src/worker/types.js';
 // defaults filled in) are exactly those policy.py reads from `opts`. A key added on one side alone fails here.
 
 function pythonKeys(): string[] {
-  const src = readFileSync(join(PYTHON_DIR, 'rstar2_worker', 'policy.py'), 'utf8');
+  const src = readFileSync(join(PYTHON_DIR, 'rstar2_worker', 'train', 'policy.py'), 'utf8');
   const body = src.slice(
     src.indexOf('    def train_step('),
     src.indexOf('\ndef ', src.indexOf('    def train_step(')),
