@@ -138,6 +138,7 @@ export class Scheduler {
   readonly lengths: LengthModel;
   readonly overcommit = new Overcommit();
   private readonly members: Set<Placed>[];
+  private readonly groupsOn: Map<string, number>[]; // per engine: placed samples of each prompt, for cost()
   private readonly waiters: Waiter[] = [];
   private readonly inFlight: number[];
   private readonly busySince: number[];
@@ -174,6 +175,7 @@ export class Scheduler {
     this.down = engines.map(() => false);
     this.log = opts.log ?? ((l) => console.error(l));
     this.members = engines.map(() => new Set());
+    this.groupsOn = engines.map(() => new Map());
     this.inFlight = engines.map(() => 0);
     this.busySince = engines.map(() => 0);
     this.busyMs = engines.map(() => 0);
@@ -288,9 +290,8 @@ export class Scheduler {
 
   /** What placing p on engine k adds to the KV it holds: p's charge, less a prompt its siblings there share. */
   private cost(p: Placed, k: number): number {
-    if (p.group !== undefined)
-      for (const q of this.members[k]) if (q.group === p.group) return this.charge(p) - this.shared(p, k);
-    return this.charge(p);
+    const siblings = p.group === undefined ? 0 : (this.groupsOn[k].get(p.group) ?? 0);
+    return this.charge(p) - (siblings > 0 ? this.shared(p, k) : 0);
   }
 
   private pump(): void {
@@ -373,11 +374,18 @@ export class Scheduler {
     p.held = held;
     this.ledger.take(i, held);
     this.members[i].add(p);
+    if (p.group !== undefined) this.groupsOn[i].set(p.group, (this.groupsOn[i].get(p.group) ?? 0) + 1);
   }
 
   private unplace(p: Placed): void {
     this.ledger.give(p.index, p.held);
     this.members[p.index].delete(p);
+    if (p.group !== undefined) {
+      const on = this.groupsOn[p.index];
+      const left = (on.get(p.group) ?? 1) - 1;
+      if (left > 0) on.set(p.group, left);
+      else on.delete(p.group);
+    }
   }
 
   /** Moves a trajectory off an engine that stopped answering; false when no engine is left. */
