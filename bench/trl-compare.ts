@@ -22,7 +22,7 @@
 // TRL's Python packages are python/bench/requirements.txt, installed into .venv when missing.
 //
 // Run: npx tsx bench/trl-compare.ts [--variants plain,tool] [--rounds 2] [--steps 5] [--sft-steps 120]
-//        [--work /tmp/rstar2-trl-compare] [--out bench/samples/trl-compare.json] [--threads 2] [--reuse]
+//        [--work /tmp/rstar2-trl-compare] [--out bench/samples/trl-compare.json] [--threads 2] [--reuse] [--trl-spin]
 // Timings on a shared machine are noisy: compare the ratios of one run, whose sides alternate.
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -43,6 +43,9 @@ const { values } = benchArgs(import.meta.url, {
     out: { type: 'string', default: 'bench/samples/trl-compare.json' },
     // the model, data and SFT checkpoint an earlier run left in --work, instead of building them again
     reuse: { type: 'boolean', default: false },
+    // TRL's process under the worker's libgomp wait (GOMP_SPINCOUNT=1000) instead of libgomp's default, to tell
+    // a thread-wait effect from the code's own speed on a loaded host
+    'trl-spin': { type: 'boolean', default: false },
   },
 });
 const variants = values.variants.split(',');
@@ -405,6 +408,7 @@ async function trl(model: string, data: string, variant: string, dir: string): P
   const { out, samples, t0 } = await measured(python, args, {
     ...process.env,
     TRL_EXPERIMENTAL_SILENCE: '1',
+    ...(values['trl-spin'] ? { GOMP_SPINCOUNT: '1000' } : {}),
   });
   const r = lastJson(out);
   const done: Step[] = r.steps.map((s: Record<string, number>) => ({
@@ -497,6 +501,7 @@ const report: Record<string, unknown> = {
     steps,
     rounds,
     threads,
+    trlSpin: values['trl-spin'],
     params: built.params,
     sft: built.sft,
     decodeBoundTokensPerS: boundTokS,
