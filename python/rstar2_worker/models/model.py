@@ -194,9 +194,9 @@ class Attention(nn.Module):
     def forward(self, x, pos, rope, bias, cache=None, cache_at=0, seqlens=None, paged=None):
         B, T, _ = x.shape
         c = self.cfg
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or x.is_cuda:  # CUDA: a captured graph must read the live weights, not a cache
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        else:  # one matmul instead of three: at decode's few rows each linear runs far below the matmul rate
+        else:  # CPU: one matmul instead of three; at decode's few rows each linear runs far below the matmul rate
             q, k, v = fused_linear(x, (self.q_proj, self.k_proj, self.v_proj))
         q = q.view(B, T, c.num_attention_heads, c.head_dim)
         k = k.view(B, T, c.num_key_value_heads, c.head_dim)
@@ -441,7 +441,8 @@ class MLP(nn.Module):
 
     def forward(self, x):
         f = FUSED.get("silu_mul") if x.is_cuda and not torch.is_grad_enabled() else None
-        gu = (self.gate_proj(x), self.up_proj(x)) if torch.is_grad_enabled() else fused_linear(x, (self.gate_proj, self.up_proj))
+        plain = torch.is_grad_enabled() or x.is_cuda  # as in Attention.forward
+        gu = (self.gate_proj(x), self.up_proj(x)) if plain else fused_linear(x, (self.gate_proj, self.up_proj))
         return self.down_proj((f or silu_mul)(*gu))
 
 
