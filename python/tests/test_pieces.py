@@ -186,3 +186,17 @@ class PiecesTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def test_fused_linear_follows_in_place_weight_writes():
+    # the cached concatenation must not outlive a weight sync or optimizer step (both write the parameters in place)
+    torch.manual_seed(0)
+    ls = (torch.nn.Linear(8, 6), torch.nn.Linear(8, 4), torch.nn.Linear(8, 4))
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        for _ in range(2):
+            got = M.fused_linear(x, ls)
+            for g, m in zip(got, ls):
+                torch.testing.assert_close(g, m(x))
+            ls[1].weight.add_(1.0)
+            ls[2].bias.copy_(torch.randn(4))

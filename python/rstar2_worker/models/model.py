@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import time
+import weakref
 
 import torch
 import torch.nn as nn
@@ -193,9 +194,13 @@ class Attention(nn.Module):
     def forward(self, x, pos, rope, bias, cache=None, cache_at=0, seqlens=None, paged=None):
         B, T, _ = x.shape
         c = self.cfg
-        q = self.q_proj(x).view(B, T, c.num_attention_heads, c.head_dim)
-        k = self.k_proj(x).view(B, T, c.num_key_value_heads, c.head_dim)
-        v = self.v_proj(x).view(B, T, c.num_key_value_heads, c.head_dim)
+        if torch.is_grad_enabled() or x.is_cuda:  # CUDA: a captured graph must read the live weights, not a cache
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:  # CPU: one matmul instead of three; at decode's few rows each linear runs far below the matmul rate
+            q, k, v = fused_linear(x, (self.q_proj, self.k_proj, self.v_proj))
+        q = q.view(B, T, c.num_attention_heads, c.head_dim)
+        k = k.view(B, T, c.num_key_value_heads, c.head_dim)
+        v = v.view(B, T, c.num_key_value_heads, c.head_dim)
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if paged is not None:  # the engine's KV pool (model_runner.Paged): heads stay in [B, T, heads, D] throughout
@@ -436,7 +441,28 @@ class MLP(nn.Module):
 
     def forward(self, x):
         f = FUSED.get("silu_mul") if x.is_cuda and not torch.is_grad_enabled() else None
-        return self.down_proj((f or silu_mul)(self.gate_proj(x), self.up_proj(x)))
+        plain = torch.is_grad_enabled() or x.is_cuda  # as in Attention.forward
+        gu = (self.gate_proj(x), self.up_proj(x)) if plain else fused_linear(x, (self.gate_proj, self.up_proj))
+        return self.down_proj((f or silu_mul)(*gu))
+
+
+_FUSED_W = weakref.WeakKeyDictionary()
+
+
+def fused_linear(x, linears):
+    """The outputs of `linears` (same input) from one matmul over their concatenated weights, kept per first
+    linear and rebuilt when any weight is replaced or written in place (weight sync, load, an optimizer step bump
+    the tensors' version counters), so the checkpoint, export and training keep HF's separate parameters."""
+    ps = [t for m in linears for t in (m.weight, m.bias) if t is not None]
+    key = tuple((t.data_ptr(), t._version) for t in ps)
+    hit = _FUSED_W.get(linears[0])
+    if hit is None or hit[0] != key:
+        w = torch.cat([m.weight for m in linears])
+        b = None if linears[0].bias is None else torch.cat([m.bias for m in linears])
+        hit = (key, w, b)
+        _FUSED_W[linears[0]] = hit
+    y = F.linear(x, hit[1], hit[2])
+    return y.split([m.out_features for m in linears], -1)
 
 
 class DecoderLayer(nn.Module):
