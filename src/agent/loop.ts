@@ -96,6 +96,188 @@ export function defaultPythonExecutor(
   };
 }
 
+/** A trajectory as it grows, turn by turn, and the one way it ends. */
+class Growing {
+  readonly t: Trajectory;
+  private readonly t0 = Date.now();
+
+  constructor(
+    problem: RolloutProblem,
+    sample: number,
+    private readonly template: AgentTemplate,
+  ) {
+    this.t = {
+      id: `${problem.id}#${sample}`,
+      promptId: problem.id,
+      sample,
+      promptIds: [],
+      responseIds: [],
+      responseMask: [],
+      responseLogprobs: [],
+      events: [],
+      finish: 'error',
+      text: '',
+      numToolCalls: 0,
+      numToolErrors: 0,
+      ms: 0,
+    };
+    if (problem.gold !== undefined) this.t.gold = problem.gold;
+  }
+
+  ev(e: TurnEvent): void {
+    this.t.events.push(e);
+  }
+
+  push(ids: number[], mask: 0 | 1, lps?: number[]): void {
+    for (let i = 0; i < ids.length; i++) {
+      this.t.responseIds.push(ids[i]);
+      this.t.responseMask.push(mask);
+      this.t.responseLogprobs.push(lps ? lps[i] : 0);
+    }
+  }
+
+  /** Cuts the response back to `n` ids. */
+  truncate(n: number): void {
+    this.t.responseIds.length = this.t.responseMask.length = this.t.responseLogprobs.length = n;
+  }
+
+  end(finish: TrajectoryFinish, error?: string): Trajectory {
+    const t = this.t;
+    t.finish = finish;
+    if (error !== undefined) t.error = error;
+    try {
+      t.text = this.template.decode(t.responseIds);
+    } catch (e) {
+      // ids the tokenizer cannot decode (a mismatched engine): keep the record, say why
+      t.finish = 'error';
+      t.error = `${error ? `${error}; ` : ''}cannot decode response: ${(e as Error).message}`;
+    }
+    t.ms = Date.now() - this.t0;
+    return t;
+  }
+}
+
+/** AgentOptions with their defaults applied, read once per trajectory. */
+function turnSettings(opts: AgentOptions) {
+  const names = opts.toolNames ?? opts.template.toolNames;
+  const base: SamplingParams = { ...DEFAULT_SAMPLING, ...opts.sampling };
+  return {
+    maxTurns: opts.maxTurns ?? 5,
+    budget: opts.maxResponseTokens ?? 8192,
+    maxCalls: opts.maxParallelCalls ?? 1,
+    maxAttempts: opts.maxAttempts ?? 3,
+    maxResumes: opts.maxResumes ?? 3,
+    exec: opts.executeTool ?? defaultPythonExecutor(opts.toolOptions, names),
+    // a prompt that shows no tool: a <tool_call> the model writes anyway is text of its answer
+    parse: (names?.length === 0 ? () => [] : parseToolCalls) as typeof parseToolCalls,
+    base,
+    stopTokenIds: [...new Set([...base.stopTokenIds, ...opts.template.stopTokenIds])],
+  };
+}
+type TurnSettings = ReturnType<typeof turnSettings>;
+type Lease = Awaited<ReturnType<Scheduler['acquire']>>;
+
+/** One assistant turn: generated, resumed after server aborts, retried after errors. The engine's result, or the
+ *  trajectory ended when the turn cannot be completed. */
+async function generateTurn(
+  g: Growing,
+  lease: Lease,
+  turn: number,
+  s: TurnSettings,
+  signal?: AbortSignal,
+): Promise<GenerateResult | Trajectory> {
+  const t = g.t;
+  let attempts = 0;
+  let resumes = 0;
+  for (;;) {
+    if (signal?.aborted) return g.end('error', 'rollout aborted by caller');
+    const out = await lease.generate(
+      [...t.promptIds, ...t.responseIds],
+      { ...s.base, stopTokenIds: s.stopTokenIds, maxNewTokens: s.budget - t.responseIds.length },
+      signal,
+    );
+    t.engine = lease.engine.name; // the scheduler moves a trajectory off an engine that stopped answering
+    if (out.finishReason === 'error' || out.logprobs.length !== out.outputIds.length) {
+      const msg =
+        out.error ?? `engine returned ${out.logprobs.length} logprobs for ${out.outputIds.length} ids`;
+      g.ev({ kind: 'error', turn, message: msg });
+      if (++attempts >= s.maxAttempts) return g.end('error', `${lease.engine.name}: ${msg}`);
+      continue;
+    }
+    g.push(out.outputIds, 1, out.logprobs);
+    if (out.finishReason === 'abort') {
+      if (signal?.aborted) return g.end('error', 'rollout aborted by caller');
+      g.ev({ kind: 'error', turn, message: `generation aborted (${out.error ?? 'no reason'}); resuming` });
+      if (++resumes > s.maxResumes)
+        return g.end('error', `${lease.engine.name}: generation aborted ${resumes} times`);
+      if (t.responseIds.length < s.budget) continue;
+    }
+    return out;
+  }
+}
+
+/** The turn's calls run together; a call that throws or did not parse becomes error text for the model. */
+async function runCalls(
+  g: Growing,
+  calls: ParsedToolCall[],
+  turn: number,
+  exec: ToolExecutor,
+  runner: CodeRunner,
+) {
+  return Promise.all(
+    calls.map(async (c): Promise<ToolOutcome> => {
+      g.ev({
+        kind: 'tool_call',
+        turn,
+        name: c.name,
+        arguments: c.arguments,
+        ...(c.parseError === undefined ? {} : { parseError: c.parseError }),
+      });
+      if (c.parseError !== undefined) return { text: decodeFailureText(c.parseError), error: true };
+      try {
+        return await exec(c, runner);
+      } catch (e) {
+        return { text: `Error when executing tool: ${(e as Error).message}`, error: true };
+      }
+    }),
+  );
+}
+
+/** Appends the tool turn (mask 0) after the generation that ended at genEnd; false if it would fill the budget,
+ *  as a trajectory must never end on a tool turn (the reward must land on an assistant token). */
+function appendToolTurn(
+  g: Growing,
+  outcomes: ToolOutcome[],
+  genEnd: number,
+  turn: number,
+  toolMs: number,
+  s: TurnSettings,
+  opts: AgentOptions,
+): boolean {
+  const t = g.t;
+  const sep =
+    opts.turnBoundary === 'rerender' && s.stopTokenIds.includes(t.responseIds[genEnd - 1])
+      ? (opts.template.turnSeparatorIds ?? [])
+      : [];
+  const toolIds = [...sep, ...opts.template.toolTurnIds(outcomes.map((o) => o.text))];
+  const start = t.responseIds.length;
+  const overflow = start + toolIds.length >= s.budget;
+  for (const o of outcomes) {
+    g.ev({
+      kind: 'tool_result',
+      turn,
+      text: o.text,
+      error: o.error,
+      ms: toolMs,
+      ...(o.status === undefined ? {} : { status: o.status }),
+      start,
+      end: overflow ? start : start + toolIds.length,
+    });
+  }
+  if (!overflow) g.push(toolIds, 0);
+  return !overflow;
+}
+
 /** Runs one trajectory to its end. Never throws: engine failures end it with finish 'error'. */
 export async function runTrajectory(
   problem: RolloutProblem,
@@ -104,123 +286,40 @@ export async function runTrajectory(
   opts: AgentOptions,
   signal?: AbortSignal,
 ): Promise<Trajectory> {
-  const t0 = Date.now();
-  const { template } = opts;
-  const maxTurns = opts.maxTurns ?? 5;
-  const budget = opts.maxResponseTokens ?? 8192;
-  const maxCalls = opts.maxParallelCalls ?? 1;
-  const maxAttempts = opts.maxAttempts ?? 3;
-  const maxResumes = opts.maxResumes ?? 3;
-  const names = opts.toolNames ?? template.toolNames;
-  const exec = opts.executeTool ?? defaultPythonExecutor(opts.toolOptions, names);
-  // a prompt that shows no tool: a <tool_call> the model writes anyway is text of its answer
-  const parse: typeof parseToolCalls = names?.length === 0 ? () => [] : parseToolCalls;
-  const base: SamplingParams = { ...DEFAULT_SAMPLING, ...opts.sampling };
-  const stopTokenIds = [...new Set([...base.stopTokenIds, ...template.stopTokenIds])];
-
-  const traj: Trajectory = {
-    id: `${problem.id}#${sample}`,
-    promptId: problem.id,
-    sample,
-    promptIds: [],
-    responseIds: [],
-    responseMask: [],
-    responseLogprobs: [],
-    events: [],
-    finish: 'error',
-    text: '',
-    numToolCalls: 0,
-    numToolErrors: 0,
-    ms: 0,
-  };
-  if (problem.gold !== undefined) traj.gold = problem.gold;
-  const ev = (e: TurnEvent) => traj.events.push(e);
-  const push = (ids: number[], mask: 0 | 1, lps?: number[]) => {
-    for (let i = 0; i < ids.length; i++) {
-      traj.responseIds.push(ids[i]);
-      traj.responseMask.push(mask);
-      traj.responseLogprobs.push(lps ? lps[i] : 0);
-    }
-  };
-  const end = (finish: TrajectoryFinish, error?: string): Trajectory => {
-    traj.finish = finish;
-    if (error !== undefined) traj.error = error;
-    try {
-      traj.text = template.decode(traj.responseIds);
-    } catch (e) {
-      // ids the tokenizer cannot decode (a mismatched engine): keep the record, say why
-      traj.finish = 'error';
-      traj.error = `${error ? `${error}; ` : ''}cannot decode response: ${(e as Error).message}`;
-    }
-    traj.ms = Date.now() - t0;
-    return traj;
-  };
-
+  const s = turnSettings(opts);
+  const g = new Growing(problem, sample, opts.template);
+  const t = g.t;
   try {
-    traj.promptIds = problem.promptIds ?? template.promptIds(problem.question ?? '');
+    t.promptIds = problem.promptIds ?? opts.template.promptIds(problem.question ?? '');
   } catch (e) {
-    return end('error', `cannot build prompt: ${(e as Error).message}`);
+    return g.end('error', `cannot build prompt: ${(e as Error).message}`);
   }
-  if (traj.promptIds.length === 0) return end('error', 'problem has neither promptIds nor question');
-
-  let lease: Awaited<ReturnType<Scheduler['acquire']>>;
+  if (t.promptIds.length === 0) return g.end('error', 'problem has neither promptIds nor question');
+  let lease: Lease;
   try {
-    lease = await scheduler.acquire(
-      traj.promptIds.length + budget,
-      signal,
-      traj.promptIds.length,
-      problem.id,
-    );
+    lease = await scheduler.acquire(t.promptIds.length + s.budget, signal, t.promptIds.length, problem.id);
   } catch (e) {
-    return end('error', (e as Error).message);
+    return g.end('error', (e as Error).message);
   }
-  traj.engine = lease.engine.name;
+  t.engine = lease.engine.name;
   try {
     for (let turn = 1; ; turn++) {
-      // one assistant turn, resumed after server aborts and retried after errors
-      const start = traj.responseIds.length;
+      const start = t.responseIds.length;
       const tTurn = Date.now();
-      let attempts = 0;
-      let resumes = 0;
-      let out: GenerateResult;
-      for (;;) {
-        const remaining = budget - traj.responseIds.length;
-        if (signal?.aborted) return end('error', 'rollout aborted by caller');
-        out = await lease.generate(
-          [...traj.promptIds, ...traj.responseIds],
-          { ...base, stopTokenIds, maxNewTokens: remaining },
-          signal,
-        );
-        traj.engine = lease.engine.name; // the scheduler moves a trajectory off an engine that stopped answering
-        if (out.finishReason === 'error' || out.logprobs.length !== out.outputIds.length) {
-          const msg =
-            out.error ?? `engine returned ${out.logprobs.length} logprobs for ${out.outputIds.length} ids`;
-          ev({ kind: 'error', turn, message: msg });
-          if (++attempts >= maxAttempts) return end('error', `${lease.engine.name}: ${msg}`);
-          continue;
-        }
-        push(out.outputIds, 1, out.logprobs);
-        if (out.finishReason === 'abort') {
-          if (signal?.aborted) return end('error', 'rollout aborted by caller');
-          ev({ kind: 'error', turn, message: `generation aborted (${out.error ?? 'no reason'}); resuming` });
-          if (++resumes > maxResumes)
-            return end('error', `${lease.engine.name}: generation aborted ${resumes} times`);
-          if (traj.responseIds.length < budget) continue;
-        }
-        break;
-      }
+      const out = await generateTurn(g, lease, turn, s, signal);
+      if (!('finishReason' in out)) return out;
       // The engine had no room for one token: the model's context is full. A tool turn must not be the last, as
       // when it would not fit the budget, so the one that filled the context is taken back.
-      if (out.finishReason === 'length' && traj.responseIds.length === start && start > 0) {
-        for (const e of traj.events) {
+      if (out.finishReason === 'length' && t.responseIds.length === start && start > 0) {
+        for (const e of t.events) {
           if (e.kind !== 'tool_result' || e.turn !== turn - 1) continue;
           e.end = e.start;
-          traj.responseIds.length = traj.responseMask.length = traj.responseLogprobs.length = e.start;
+          g.truncate(e.start);
         }
-        return end('tool_overflow');
+        return g.end('tool_overflow');
       }
-      const genEnd = traj.responseIds.length;
-      ev({
+      const genEnd = t.responseIds.length;
+      g.ev({
         kind: 'generation',
         turn,
         start,
@@ -230,59 +329,20 @@ export async function runTrajectory(
       });
 
       // reference order: budget, then turn limit, then parse
-      if (traj.responseIds.length >= budget) return end('length');
-      const calls = parse(template.decode(traj.responseIds.slice(start, genEnd))).slice(0, maxCalls);
-      if (calls.length === 0) return end(out.finishReason === 'length' ? 'length' : 'answered');
-      if (turn >= maxTurns) return end('max_turns');
+      if (genEnd >= s.budget) return g.end('length');
+      const calls = s.parse(opts.template.decode(t.responseIds.slice(start, genEnd))).slice(0, s.maxCalls);
+      if (calls.length === 0) return g.end(out.finishReason === 'length' ? 'length' : 'answered');
+      if (turn >= s.maxTurns) return g.end('max_turns');
 
       const tTool = Date.now();
-      const outcomes = await Promise.all(
-        calls.map(async (c): Promise<ToolOutcome> => {
-          ev({
-            kind: 'tool_call',
-            turn,
-            name: c.name,
-            arguments: c.arguments,
-            ...(c.parseError === undefined ? {} : { parseError: c.parseError }),
-          });
-          if (c.parseError !== undefined) return { text: decodeFailureText(c.parseError), error: true };
-          try {
-            return await exec(c, opts.runner);
-          } catch (e) {
-            return { text: `Error when executing tool: ${(e as Error).message}`, error: true };
-          }
-        }),
-      );
-      const toolMs = Date.now() - tTool;
-      traj.numToolCalls += calls.length;
-      traj.numToolErrors += outcomes.filter((o) => o.error).length;
-
-      const lastId = traj.responseIds[genEnd - 1];
-      const sep =
-        opts.turnBoundary === 'rerender' && stopTokenIds.includes(lastId)
-          ? (template.turnSeparatorIds ?? [])
-          : [];
-      const toolIds = [...sep, ...template.toolTurnIds(outcomes.map((o) => o.text))];
-      const toolStart = traj.responseIds.length;
-      // never end on a tool turn: the reward must land on an assistant token
-      const overflow = traj.responseIds.length + toolIds.length >= budget;
-      for (const o of outcomes) {
-        ev({
-          kind: 'tool_result',
-          turn,
-          text: o.text,
-          error: o.error,
-          ms: toolMs,
-          ...(o.status === undefined ? {} : { status: o.status }),
-          start: toolStart,
-          end: overflow ? toolStart : toolStart + toolIds.length,
-        });
-      }
-      if (overflow) return end('tool_overflow');
-      push(toolIds, 0);
+      const outcomes = await runCalls(g, calls, turn, s.exec, opts.runner);
+      t.numToolCalls += calls.length;
+      t.numToolErrors += outcomes.filter((o) => o.error).length;
+      if (!appendToolTurn(g, outcomes, genEnd, turn, Date.now() - tTool, s, opts))
+        return g.end('tool_overflow');
     }
   } catch (e) {
-    return end('error', `agent loop failed: ${(e as Error).message}`);
+    return g.end('error', `agent loop failed: ${(e as Error).message}`);
   } finally {
     lease.release();
   }
