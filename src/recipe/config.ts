@@ -824,75 +824,55 @@ function pickStages<T extends { name: string }>(stages: T[], names: string[], so
   return stages.filter((s) => names.includes(s.name));
 }
 
-export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overrides = {}): Recipe {
-  const sets = overrides.set ?? [];
-  const input = sets.length ? applySets(raw, sets) : raw;
-  const r = RecipeSchema.safeParse(input);
-  if (!r.success) {
-    const { lines, fromSet } = issueLines(r.error.issues, input, sets);
-    throw new Error(
-      `${fromSet ? `--set does not fit recipe ${source}` : `invalid recipe ${source}`}:\n${lines.join('\n')}`,
-    );
-  }
+/** Stages without files of their own take the recipe's data.sft / data.train; the kinds that filled one. */
+function fillSharedData(recipe: Recipe): Set<string> {
   const filled = new Set<string>();
-  for (const s of r.data.stages) {
+  for (const s of recipe.stages) {
     const key = s.type === 'sft' ? 'sft' : 'train';
-    const shared = r.data.data[key];
+    const shared = recipe.data[key];
     if (!s.data.files && shared) {
       s.data.files = [...shared];
-      if (key === 'train' && r.data.data.weights) s.data.weights ??= [...r.data.data.weights];
+      if (key === 'train' && recipe.data.weights) s.data.weights ??= [...recipe.data.weights];
       filled.add(key);
     }
   }
-  // the shorthand fills only stages without files of their own: one that fills none would be ignored unseen
-  for (const set of overrides.set ?? []) {
-    const key = /^data\.(sft|train)=/.exec(set)?.[1];
-    const kind = key === 'sft' ? 'sft' : 'rl';
-    const stages = r.data.stages.filter((s) => (s.type === 'sft') === (kind === 'sft'));
-    if (key && !filled.has(key))
-      throw new Error(
-        `--set data.${key}: ${stages.length ? `every ${kind} stage (${stages.map((s) => s.name).join(', ')}) lists its own files` : `the recipe has no ${kind} stage`}, ` +
-          `so it would be ignored; set stages.NAME.data.files instead`,
-      );
-  }
-  // after the shorthand's check: data.sft with --stages that drops the SFT stage is not a mistake
-  if (overrides.stages) r.data.stages = pickStages(r.data.stages, overrides.stages, source);
-  const names = new Set<string>();
-  const noData = (where: string, path: string) =>
-    new Error(
-      `invalid recipe ${source}: ${where} has no data: give ${path}.files (JSONL/Parquet paths or globs, e.g. ` +
-        `--set ${path}.files=[train.jsonl]) or set ${path}.generate: true for the built-in arithmetic tasks`,
+  return filled;
+}
+
+/** What the schema cannot say of one stage alone or beside the others. */
+function checkStage(s: Recipe['stages'][number], source: string): void {
+  const w = s.data.weights;
+  if (w && (w.length !== s.data.files?.length || w.every((x) => x === 0)))
+    throw new Error(
+      `invalid recipe ${source}: stage ${s.name}: data.weights needs one weight per entry of data.files ` +
+        `(${s.data.files?.length ?? 0}), not all 0; got [${w.join(', ')}]`,
     );
-  if (!r.data.eval.files && !r.data.eval.generate && !overrides.incomplete) throw noData('eval', 'eval');
-  for (const s of r.data.stages) {
-    if (!s.data.files && !s.data.generate && !overrides.incomplete)
-      throw noData(`stage ${s.name}`, `stages.${s.name}.data`);
-    if (names.has(s.name)) throw new Error(`invalid recipe ${source}: duplicate stage name "${s.name}"`);
-    names.add(s.name);
-    const w = s.data.weights;
-    if (w && (w.length !== s.data.files?.length || w.every((x) => x === 0)))
-      throw new Error(
-        `invalid recipe ${source}: stage ${s.name}: data.weights needs one weight per entry of data.files ` +
-          `(${s.data.files?.length ?? 0}), not all 0; got [${w.join(', ')}]`,
-      );
-    if (s.lrSchedule === 'cosine' && s.minLr > s.lr)
-      throw new Error(`invalid recipe ${source}: stage ${s.name}: minLr ${s.minLr} is above lr ${s.lr}`);
-    if (s.type === 'sft' && s.gate && s.gate.heldout >= s.demos)
-      throw new Error(`invalid recipe ${source}: stage ${s.name}: gate.heldout must be < demos`);
-    if (s.type === 'rl' && s.lossAgg === 'micro-mean-nominal' && s.promptsPerStep % s.miniBatches !== 0)
-      throw new Error(
-        `invalid recipe ${source}: stage ${s.name}: lossAgg 'micro-mean-nominal' scales by mini-batches of ` +
-          `promptsPerStep / miniBatches prompts (verl's ppo_mini_batch_size), so promptsPerStep ${s.promptsPerStep} ` +
-          `must be a multiple of miniBatches ${s.miniBatches}`,
-      );
-    if (s.type === 'rl' && s.roc.minZeroRewardTraceNum + s.roc.minNonZeroRewardTraceNum > s.groupSize) {
-      throw new Error(
-        `invalid recipe ${source}: stage ${s.name}: minZeroRewardTraceNum + minNonZeroRewardTraceNum must be <= groupSize`,
-      );
-    }
+  if (s.lrSchedule === 'cosine' && s.minLr > s.lr)
+    throw new Error(`invalid recipe ${source}: stage ${s.name}: minLr ${s.minLr} is above lr ${s.lr}`);
+  if (s.type === 'sft' && s.gate && s.gate.heldout >= s.demos)
+    throw new Error(`invalid recipe ${source}: stage ${s.name}: gate.heldout must be < demos`);
+  if (s.type === 'rl' && s.lossAgg === 'micro-mean-nominal' && s.promptsPerStep % s.miniBatches !== 0)
+    throw new Error(
+      `invalid recipe ${source}: stage ${s.name}: lossAgg 'micro-mean-nominal' scales by mini-batches of ` +
+        `promptsPerStep / miniBatches prompts (verl's ppo_mini_batch_size), so promptsPerStep ${s.promptsPerStep} ` +
+        `must be a multiple of miniBatches ${s.miniBatches}`,
+    );
+  if (s.type === 'rl' && s.roc.minZeroRewardTraceNum + s.roc.minNonZeroRewardTraceNum > s.groupSize) {
+    throw new Error(
+      `invalid recipe ${source}: stage ${s.name}: minZeroRewardTraceNum + minNonZeroRewardTraceNum must be <= groupSize`,
+    );
   }
-  // read and checked here, so a run's config.json holds the schema it ran with
-  const t = r.data.tool;
+}
+
+function noData(source: string, where: string, path: string): Error {
+  return new Error(
+    `invalid recipe ${source}: ${where} has no data: give ${path}.files (JSONL/Parquet paths or globs, e.g. ` +
+      `--set ${path}.files=[train.jsonl]) or set ${path}.generate: true for the built-in arithmetic tasks`,
+  );
+}
+
+/** tool.schema read and checked at parse time, so a run's config.json holds the schema it ran with. */
+function readToolSchema(t: Recipe['tool'], source: string): void {
   try {
     let schema: unknown = t.schema;
     if (typeof schema === 'string') {
@@ -908,6 +888,43 @@ export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overri
   } catch (e) {
     throw new Error(`invalid recipe ${source}: ${(e as Error).message}`);
   }
+}
+
+export function parseRecipe(raw: unknown, source = '<recipe>', overrides: Overrides = {}): Recipe {
+  const sets = overrides.set ?? [];
+  const input = sets.length ? applySets(raw, sets) : raw;
+  const r = RecipeSchema.safeParse(input);
+  if (!r.success) {
+    const { lines, fromSet } = issueLines(r.error.issues, input, sets);
+    throw new Error(
+      `${fromSet ? `--set does not fit recipe ${source}` : `invalid recipe ${source}`}:\n${lines.join('\n')}`,
+    );
+  }
+  const filled = fillSharedData(r.data);
+  // the shorthand fills only stages without files of their own: one that fills none would be ignored unseen
+  for (const set of sets) {
+    const key = /^data\.(sft|train)=/.exec(set)?.[1];
+    const kind = key === 'sft' ? 'sft' : 'rl';
+    const stages = r.data.stages.filter((s) => (s.type === 'sft') === (kind === 'sft'));
+    if (key && !filled.has(key))
+      throw new Error(
+        `--set data.${key}: ${stages.length ? `every ${kind} stage (${stages.map((s) => s.name).join(', ')}) lists its own files` : `the recipe has no ${kind} stage`}, ` +
+          `so it would be ignored; set stages.NAME.data.files instead`,
+      );
+  }
+  // after the shorthand's check: data.sft with --stages that drops the SFT stage is not a mistake
+  if (overrides.stages) r.data.stages = pickStages(r.data.stages, overrides.stages, source);
+  if (!r.data.eval.files && !r.data.eval.generate && !overrides.incomplete)
+    throw noData(source, 'eval', 'eval');
+  const names = new Set<string>();
+  for (const s of r.data.stages) {
+    if (!s.data.files && !s.data.generate && !overrides.incomplete)
+      throw noData(source, `stage ${s.name}`, `stages.${s.name}.data`);
+    if (names.has(s.name)) throw new Error(`invalid recipe ${source}: duplicate stage name "${s.name}"`);
+    names.add(s.name);
+    checkStage(s, source);
+  }
+  readToolSchema(r.data.tool, source);
   // absolute, so the run's config.json finds it from any directory a resume starts in
   if (r.data.reward.module) r.data.reward.module = resolve(r.data.reward.module);
   if (r.data.eval.samples > 1 && r.data.eval.temperature === 0)
