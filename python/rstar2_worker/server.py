@@ -243,15 +243,10 @@ def handle(policy, h, a):
         n = policy.staged.apply(policy.model)
         policy.engine.invalidate()
         return {"staged": 0, "applied": n}, None
-    if op == "bare_bench":  # bench/worker.ts baseline, not part of the client API
-        from rstar2_worker.bare_bench import BareBench
-
-        policy._need_model()
-        if policy.r.sharding == "fsdp":  # rank 0 alone on sharded weights would wait for the others forever
-            raise ValueError("bare_bench needs the whole model on rank 0: not under sharding fsdp")
-        if getattr(policy, "bare", None) is None or policy.bare.model is not policy.model:
-            policy.bare = BareBench(policy.model)
-        if h["kind"] == "generate":
-            return {"tokS": policy.bare.generate(int(h["batch"]), int(h["prompt"]), int(h["new"]))}, None
-        return {"tokS": policy.bare.train(int(h["batch"]), int(h["len"]))}, None
+    if op == "bare_bench":  # bench/worker.ts's baseline, not part of the client API; the bench is not shipped
+        try:
+            import bare_bench  # python/bench/bare_bench.py
+        except ImportError:
+            raise ValueError("bare_bench: python/bench is not on the worker's PYTHONPATH (bench/worker.ts puts it there)") from None
+        return bare_bench.handle(policy, h), None
     raise ValueError(f"unknown op {op!r}")

@@ -561,7 +561,8 @@ export class PolicyWorker {
     else await this.ranks[0].call(this.nextId++, { op: 'flush_cache' }, {});
   }
 
-  /** Bench hook: runs the bare PyTorch baseline loop inside the worker (bench/worker.ts). */
+  /** Bench hook: runs the bare PyTorch baseline loop inside the worker (bench/worker.ts, which starts the worker
+   *  with python/bench/bare_bench.py on its PYTHONPATH). */
   async bareBench(
     spec:
       | { kind: 'generate'; batch: number; prompt: number; new: number }

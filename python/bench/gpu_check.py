@@ -1,4 +1,4 @@
-"""GPU checks run by bench/gpu-check.sh: `python -m rstar2_worker.gpu_check preflight|parity|generate|...`.
+"""GPU checks run by bench/gpu-check.sh: `python python/bench/gpu_check.py preflight|parity|generate|...`.
 
 parity: random-init Qwen2 and Qwen3 models built by transformers, saved with save_pretrained, loaded by the
 worker; logits and one SFT step's loss are compared with transformers' own, and the worker's sharded save is
@@ -15,6 +15,8 @@ import os
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # rstar2_worker, run from anywhere
 
 
 def fail(msg):
@@ -322,5 +324,5 @@ if __name__ == "__main__":
     fns = {"preflight": preflight, "parity": parity, "generate": generate, "hf-backend": hf_backend,
            "logprob-grad": logprob_grad, "compiled": compiled, "throughput": throughput}
     if what not in fns:
-        fail(f"usage: python -m rstar2_worker.gpu_check {'|'.join(fns)}")
+        fail(f"usage: python python/bench/gpu_check.py {'|'.join(fns)}")
     fns[what]()

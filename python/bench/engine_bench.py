@@ -1,7 +1,7 @@
 """The built-in engine against transformers' generate, and a multi-turn rollout with and without prefix reuse.
 
-    PYTHONPATH=python python3 -m rstar2_worker.engine_bench [--out F.json]      # one GPU (bench/gpu-check.sh)
-    PYTHONPATH=python python3 -m rstar2_worker.engine_bench --tiny              # smoke test, CPU
+    python3 python/bench/engine_bench.py [--out F.json]      # one GPU (bench/gpu-check.sh)
+    python3 python/bench/engine_bench.py --tiny              # smoke test, CPU
 
 decode: a random-init model of Qwen2.5-0.5B's shape in bf16 (gpu_check.HALF_B), prompts of --prompt random
   tokens, every row running to its length (no stop token). The engine is driven as the worker's request loop
@@ -24,12 +24,14 @@ import sys
 import time
 import traceback
 
-import numpy as np
-import torch
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # rstar2_worker, run from anywhere
 
-from rstar2_worker import gpu_check
-from rstar2_worker import server
-from rstar2_worker.train import policy as P
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import gpu_check  # noqa: E402  (python/bench, beside this file)
+from rstar2_worker import server  # noqa: E402
+from rstar2_worker.train import policy as P  # noqa: E402
 
 SAMPLING = {"temperature": 1.0, "topP": 1.0, "topK": -1, "stopTokenIds": [], "stopStrings": []}
 TINY = dict(gpu_check.HALF_B, vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
