@@ -5,7 +5,7 @@
 
 decode: a random-init model of Qwen2.5-0.5B's shape in bf16 (gpu_check.HALF_B), prompts of --prompt random
   tokens, every row running to its length (no stop token). The engine is driven as the worker's request loop
-  drives it (server.Generating: the request taken from a frame, stdin polled between steps, the reply written as a
+  drives it (loop.Generating: the request taken from a frame, stdin polled between steps, the reply written as a
   frame); one full-length warm-up call (it captures the CUDA graphs), then one timed call. transformers: the same
   weights in Qwen2ForCausalLM (sdpa), generate(do_sample, temperature 1, top_k 0, min_new_tokens = max_new_tokens),
   dynamic cache and static cache (compile off), --hf-new tokens (its per-token rate at a shorter length flatters
@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import gpu_check  # noqa: E402  (python/bench, beside this file)
-from rstar2_worker import server  # noqa: E402
+from rstar2_worker import loop  # noqa: E402
 from rstar2_worker.train import policy as P  # noqa: E402
 
 SAMPLING = {"temperature": 1.0, "topP": 1.0, "topK": -1, "stopTokenIds": [], "stopStrings": []}
@@ -102,7 +102,7 @@ class Driver:
 
     def __init__(self, p):
         self.p, self.out = p, io.BytesIO()
-        self.gen = server.Generating(p.engine, self.out)
+        self.gen = loop.Generating(p.engine, self.out)
         rfd, self.wfd = os.pipe()  # stdin with nothing waiting, as in a rollout between requests
         self.inp = os.fdopen(rfd, "rb", buffering=0)
         self.early = collections.deque()

@@ -35,7 +35,7 @@ def main():
     if not torch.cuda.is_available():
         keep_freed_memory()
     from rstar2_worker.train import dist
-    from rstar2_worker.server import serve
+    from rstar2_worker import loop
 
     try:
         r = dist.from_env()
@@ -54,7 +54,7 @@ def main():
         dev = f"cuda ({torch.cuda.get_device_name(r.local_rank)})" if torch.cuda.is_available() else f"cpu ({n} thread{'s' * (n != 1)})"
         write_frame(out, {"op": "hello", "id": 0, "version": version, "torch": torch.__version__, "world": r.world, "device": dev})
     try:
-        serve(inp, out, r)
+        loop.run(inp, out, r)
     except Exception as e:
         traceback.print_exc()
         gone = dist.peer_gone(r, e)  # a follower waiting on rank 0 for the next request

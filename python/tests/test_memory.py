@@ -20,7 +20,7 @@ from rstar2_worker.models import model as M
 from rstar2_worker.engine import model_runner as MR
 from rstar2_worker.train import policy as P
 from rstar2_worker.engine import sampler as SA
-from rstar2_worker.engine import scheduler as SC
+from rstar2_worker.engine import batch_scheduler as SC
 from rstar2_worker.train.checkpoint import read_config, read_state_dict
 
 CFG = {

@@ -1,7 +1,7 @@
 """The policy worker's serving engine: requests join and leave between decode steps over one KV pool.
 
 `add` queues a request (one or more prompts), `step` runs one engine step (admission, a prefill chunk, a
-decode step) and returns the requests that finished, `abort` stops rows. The parts: scheduler.py (what runs),
+decode step) and returns the requests that finished, `abort` stops rows. The parts: batch_scheduler.py (what runs),
 kv_pool.py (where keys and values live, prefix reuse), model_runner.py (the forward, CUDA graphs),
 sampler.py (tokens on the device). The model is the policy's own, so a train step updates what it serves;
 every weight change drops the cached prefixes (`invalidate`).
@@ -27,7 +27,7 @@ from rstar2_worker.models import model as M
 from rstar2_worker.engine import sampler
 from rstar2_worker.engine.kv_pool import KVPool, bytes_per_token
 from rstar2_worker.engine.model_runner import ModelRunner
-from rstar2_worker.engine.scheduler import Scheduler, Sequence
+from rstar2_worker.engine.batch_scheduler import BatchScheduler, Sequence
 
 
 def env_int(name, default):
@@ -121,7 +121,7 @@ class Engine:
             compile_pieces()
         self.runner = ModelRunner(p.model, self.kv, p.device, self.max_len, autocast, graphs, max_batch)
         prefill = env_int("RSTAR2_PREFILL_TOKENS", 8192 if self.gpu else 2048)
-        self.sched = Scheduler(self.kv.blocks, max_batch, prefill, os.environ.get("RSTAR2_PREFIX_CACHE", "1") != "0")
+        self.sched = BatchScheduler(self.kv.blocks, max_batch, prefill, os.environ.get("RSTAR2_PREFIX_CACHE", "1") != "0")
         print(f"rstar2 worker: engine KV pool {self.kv.blocks.capacity} tokens ({num_blocks * bs * per / 2**20:.0f} MiB, "
               f"blocks of {bs}), up to {max_batch} rows, CUDA graphs {'on' if graphs is True else graphs or 'off'}", file=sys.stderr)
 

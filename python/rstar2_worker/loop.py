@@ -1,4 +1,5 @@
-"""Request loop: one frame in, one frame out, in order."""
+"""The worker loop: frames in on stdin, replies out on stdout, in order; rank 0 forwards what every rank runs.
+(Not a server: the client owns the process and speaks to it over its pipes.)"""
 import collections
 import os
 import select
@@ -20,7 +21,7 @@ ALL_RANKS = {"init", "load", "reset_optimizer", "save", "train_step", "logprobs"
 MIDWAY = {"train_step", "logprobs", "save", "weights_join", "weights_broadcast"}
 
 
-def serve(inp, out, r):
+def run(inp, out, r):
     # unbuffered, so that select() sees every byte not yet read: the engine polls it between steps
     inp = getattr(inp, "raw", inp)
     early = collections.deque()  # frames read while the engine ran that wait for it to finish, in order
@@ -52,7 +53,7 @@ def serve(inp, out, r):
         err = None
         try:
             reply, reply_arrays = handle(policy, header, arrays)
-        except Exception as e:  # report, keep serving
+        except Exception as e:  # report, go on
             traceback.print_exc(file=sys.stderr)
             err = f"{header.get('op')}: {type(e).__name__}: {e}"
             if shared and r.world > 1 and header.get("op") in MIDWAY and not isinstance(e, (ValueError, OSError)):
