@@ -17,6 +17,7 @@ multiturn: --trajectories trajectories, --turns turns each: a turn generates --t
 """
 import argparse
 import collections
+import dataclasses
 import io
 import json
 import os
@@ -91,8 +92,7 @@ def as_worker():
 
 
 def new_policy():
-    os.environ["RSTAR2_PRECISION"] = A.precision
-    p = P.Policy()
+    p = P.Policy(settings=gpu_check.settings(precision=A.precision))
     p.init(CFG, 0)
     return p
 
@@ -247,8 +247,8 @@ def hf_job(p):
 
 
 def multiturn_job(p, prefix_cache):
-    os.environ["RSTAR2_PREFIX_CACHE"] = "1" if prefix_cache else "0"
-    p.engine.release()
+    p.settings = dataclasses.replace(p.settings, prefix_cache=prefix_cache)
+    p.engine.release()  # the next pool is built with the new setting
     d = Driver(p)
     g = np.random.default_rng(7)
     first = rand_prompts(TRAJ, PROMPT, 3)

@@ -87,8 +87,7 @@ def worker(cfg, precision, state):
     """The policy worker with the transformers model's weights."""
     from rstar2_worker.train.policy import Policy
 
-    os.environ["RSTAR2_PRECISION"] = precision
-    p = Policy()
+    p = Policy(settings=gpu_check.settings(precision=precision))
     init = M.CausalLM.init_weights
     M.CausalLM.init_weights = lambda self, seed: None  # drawn on the CPU (15 s at 3B) only to be overwritten next
     try:
@@ -178,7 +177,7 @@ def main(argv=None):
     name = torch.cuda.get_device_name()
     peak = float(os.environ.get("RSTAR2_PEAK_TFLOPS") or next((v for k, v in gpu_check.PEAK_TFLOPS.items() if k in name), 0))
     R = {"meta": {"gpu": name, "torch": torch.__version__, "transformers": transformers.__version__, "tokens": T,
-                  "warmup": a.warmup, "steps": a.steps, "peakTflops": peak, "compile": M.compile_mode()}, "cases": {}}
+                  "warmup": a.warmup, "steps": a.steps, "peakTflops": peak, "compile": gpu_check.settings().compile}, "cases": {}}
     print(f"train-bench: {name}, torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
     g = torch.Generator().manual_seed(0)
     for case in cases:

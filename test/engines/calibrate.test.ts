@@ -132,9 +132,15 @@ test('python/bench/decode_timing.py (CPU, a tiny shape) writes samples that cali
   const out = join(dir, 's.jsonl');
   const r = spawnSync(
     findPython(),
-    [join(PYTHON_DIR, 'bench', 'decode_timing.py'), '--config', cfg, '--kv-tokens', '4096', '--batches', '4,16'].concat(
-      ['--contexts', '64,256', '--prefills', '128,512,1024', '--reps', '2', '--out', out],
-    ),
+    [
+      join(PYTHON_DIR, 'bench', 'decode_timing.py'),
+      '--config',
+      cfg,
+      '--kv-tokens',
+      '4096',
+      '--batches',
+      '4,16',
+    ].concat(['--contexts', '64,256', '--prefills', '128,512,1024', '--reps', '2', '--out', out]),
     { env, encoding: 'utf8' },
   );
   assert.equal(r.status, 0, r.stderr);

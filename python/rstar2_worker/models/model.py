@@ -312,15 +312,6 @@ def first_line(e):
     return f"{type(e).__name__}: {str(e).splitlines()[0]}" if str(e) else type(e).__name__
 
 
-def compile_mode(env=os.environ):
-    """model.compile from RSTAR2_COMPILE: 'auto' (the default; also '1'), 'on', or 'off' (also '0')."""
-    v = env.get("RSTAR2_COMPILE", "auto")
-    mode = {"1": "auto", "0": "off"}.get(v, v)
-    if mode not in ("auto", "on", "off"):
-        raise ValueError(f"RSTAR2_COMPILE must be auto, on or off, got {v!r}")
-    return mode
-
-
 def compile_pieces(mode, device):
     """Fills PIECES for model.compile `mode` ('auto': on CUDA, 'on': on any device, 'off'), each piece tried
     forward and backward once on small inputs here, so that a torch without a working compiler (torch 1.13 has
