@@ -9,7 +9,7 @@
 # import, each served, probed and trained against with NCCL and disk weight sync, the served weights checked.
 # Needs CUDA, torch >= 2 (>= 2.2 for step 3) and transformers in $RSTAR2_PYTHON (default: the project venv, .venv).
 # Run from anywhere: bash bench/gpu-check.sh    Exit: 0 all passed, 1 a check failed, 2 missing prerequisites.
-# RSTAR2_GPU_CHECK_SKIP=train-bench leaves out the train step's benchmark (run alone: python -m rstar2_worker.train_bench).
+# RSTAR2_GPU_CHECK_SKIP=train-bench leaves out the train step's benchmark (run alone: python python/bench/train_bench.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${RSTAR2_VENV:-.venv}
@@ -18,24 +18,24 @@ PY=${RSTAR2_PYTHON:-$( [ -x "$VENV/bin/python" ] && echo "$VENV/bin/python" || c
 command -v node >/dev/null || { echo "gpu-check: node is not on PATH (steps 2 and 3 run TypeScript)" >&2; exit 2; }
 node --import tsx -e '' 2>/dev/null || { echo "gpu-check: node cannot load tsx here; run npm ci (steps 2 and 3 need it)" >&2; exit 2; }
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" RSTAR2_PYTHON="$PY"
-"$PY" -m rstar2_worker.gpu_check preflight
-"$PY" -m rstar2_worker.gpu_check parity
-"$PY" -m rstar2_worker.gpu_check generate
+"$PY" python/bench/gpu_check.py preflight
+"$PY" python/bench/gpu_check.py parity
+"$PY" python/bench/gpu_check.py generate
 # the built-in engine against transformers' generate on the same weights, and a multi-turn rollout's prefix reuse
-"$PY" -m rstar2_worker.engine_bench
-"$PY" -m rstar2_worker.gpu_check hf-backend
-"$PY" -m rstar2_worker.gpu_check logprob-grad
-"$PY" -m rstar2_worker.gpu_check compiled
+"$PY" python/bench/engine_bench.py
+"$PY" python/bench/gpu_check.py hf-backend
+"$PY" python/bench/gpu_check.py logprob-grad
+"$PY" python/bench/gpu_check.py compiled
 PEAKS=$(mktemp); trap 'rm -f "$PEAKS"' EXIT
-RSTAR2_GPU_PEAKS="$PEAKS" "$PY" -m rstar2_worker.gpu_check throughput
+RSTAR2_GPU_PEAKS="$PEAKS" "$PY" python/bench/gpu_check.py throughput
 node --import tsx bench/gpu-plan.ts "$PEAKS"
 # the train step against the plain transformers loop (issue 41's targets), 0.5B and 3B shapes
 case ",${RSTAR2_GPU_CHECK_SKIP:-}," in *,train-bench,*) echo "gpu-check: train-bench skipped (RSTAR2_GPU_CHECK_SKIP)" ;;
-  *) "$PY" -m rstar2_worker.train_bench ;; esac
+  *) "$PY" python/bench/train_bench.py ;; esac
 node --import tsx bench/gpu-fsdp.ts
 # (4) the engine time model's tool: Qwen3-14B's TP4 rank, a few points, fitted as scheduler-sim --calibrate fits them
 SAMPLES=$(mktemp); trap 'rm -f "$PEAKS" "$SAMPLES"' EXIT
-"$PY" -m rstar2_worker.decode_timing --tp 4 --kv-tokens 131072 --batches 64,128,256 --contexts 256,512 \
+"$PY" python/bench/decode_timing.py --tp 4 --kv-tokens 131072 --batches 64,128,256 --contexts 256,512 \
   --prefills 256,1024,4096 --out "$SAMPLES"
 node --import tsx -e "
   import { readFileSync } from 'node:fs';

@@ -16,7 +16,7 @@
 //        [--seeds 1,2,3] [--calibrate samples.jsonl [--comm-ms MS]] [--order evidence|plain|oracle|oracle-lengths|oracle-peak]
 //        [--prompt-share 0.5] [--replay RUN_DIR|EVAL_DIR|T.jsonl[,…]]
 // --calibrate fits the regime's time constants (src/engines/calibrate.ts) from {batch, kv, ms} decode-step and
-// {tokens, ms} prefill lines measured on your engine, or on one GPU by `python -m rstar2_worker.decode_timing`
+// {tokens, ms} prefill lines measured on your engine, or on one GPU by `python python/bench/decode_timing.py`
 // (one tensor-parallel rank: the regime's assumed all-reduce time is added; --comm-ms 0 where the samples came
 // from a whole tensor-parallel engine, which includes it); --order plain ranks waiting prompts without their
 // in-flight siblings' progress (the ablation of kv-predict's evidence ordering); --order oracle admits each

@@ -6,7 +6,8 @@
 // Worker numbers are timed in TypeScript (protocol, batching and bookkeeping included). The bare loop (same
 // model, plain forward / multinomial / backward / AdamW) runs inside the same worker process, and the two
 // alternate repetition by repetition, so both see the same machine load. Prints medians and ratios.
-import { Rng } from '../src/util/index.js';
+import { join } from 'node:path';
+import { PYTHON_DIR, Rng } from '../src/util/index.js';
 import { MODEL_PRESETS, type ModelPreset, PolicyWorker, type TrainBatch } from '../src/worker/index.js';
 import { benchArgs, median } from './args.js';
 
@@ -57,7 +58,8 @@ for (const name of values.models.split(',') as ModelPreset[]) {
     stopStrings: [],
     seed: 0,
   };
-  const w = await PolicyWorker.start({ threads });
+  // the bare loop is python/bench/bare_bench.py, which the worker imports from its PYTHONPATH
+  const w = await PolicyWorker.start({ threads, env: { PYTHONPATH: join(PYTHON_DIR, 'bench') } });
   const r = {
     gen: [] as number[],
     bareGen: [] as number[],

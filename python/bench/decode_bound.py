@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from rstar2_worker.engine import engine as E  # noqa: E402
+from rstar2_worker.settings import Settings  # noqa: E402
 from rstar2_worker.train import policy as P  # noqa: E402
 
 
@@ -50,7 +51,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    p = P.Policy()
+    p = P.Policy(settings=Settings.from_env())  # RSTAR2_* as the worker reads them
     p.load(a.model)
     params = sum(x.numel() for x in p.model.parameters())
     prompts = np.random.default_rng(0).integers(0, p.cfg.vocab_size, size=(a.batch, a.prompt)).tolist()

@@ -17,9 +17,15 @@ def main():
     sys.stdout = sys.stderr
     inp = sys.stdin.buffer
     from rstar2_worker.protocol import write_frame
+    from rstar2_worker.settings import Settings
 
+    try:
+        settings = Settings.from_env()  # read once, here; passed down from here
+    except ValueError as e:
+        hello_error(out, PROTOCOL_VERSION, f"ValueError: {e}")
+        return 1
     # tests simulate a stale checkout with RSTAR2_WORKER_FAKE_VERSION
-    version = int(os.environ.get("RSTAR2_WORKER_FAKE_VERSION", PROTOCOL_VERSION))
+    version = PROTOCOL_VERSION if settings.fake_version is None else settings.fake_version
     try:
         import numpy  # noqa: F401
         import torch
@@ -31,18 +37,18 @@ def main():
             "python/requirements.txt into .venv), or set RSTAR2_PYTHON to a Python that has torch.",
         )
         return 1
-    torch.set_num_threads(int(os.environ.get("RSTAR2_THREADS", "2")))
+    torch.set_num_threads(settings.threads)
     if not torch.cuda.is_available():
         keep_freed_memory()
     from rstar2_worker.train import dist
-    from rstar2_worker.server import serve
+    from rstar2_worker import loop
 
     try:
-        r = dist.from_env()
-        dist.init(r, report=lambda why: (hello_error(out, version, why), out.flush()))
+        r = dist.from_env(settings)
+        dist.init(r, settings, report=lambda why: (hello_error(out, version, why), out.flush()))
         from rstar2_worker.train.policy import pick_backend
 
-        pick_backend(os.environ.get("RSTAR2_MODEL_BACKEND") or "native")  # transformers missing: say so now
+        pick_backend(settings.model_backend)  # transformers missing: say so now
     except Exception as e:  # bad env, sharding this torch cannot do, unreachable master: say so, don't hang
         traceback.print_exc()
         hello_error(out, version, f"{type(e).__name__}: {e}")
@@ -54,7 +60,7 @@ def main():
         dev = f"cuda ({torch.cuda.get_device_name(r.local_rank)})" if torch.cuda.is_available() else f"cpu ({n} thread{'s' * (n != 1)})"
         write_frame(out, {"op": "hello", "id": 0, "version": version, "torch": torch.__version__, "world": r.world, "device": dev})
     try:
-        serve(inp, out, r)
+        loop.run(inp, out, r, settings)
     except Exception as e:
         traceback.print_exc()
         gone = dist.peer_gone(r, e)  # a follower waiting on rank 0 for the next request

@@ -1,12 +1,14 @@
 import json
 import math
 import os
+import sys
 import tempfile
 import unittest
 
 import torch
 
-from rstar2_worker import decode_timing as D
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))  # the bench, not in the package
+import decode_timing as D  # noqa: E402
 
 TINY = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
             vocab_size=100)

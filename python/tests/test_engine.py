@@ -1,12 +1,13 @@
 """The serving engine (engine.py and its parts) against itself run the plain way: a request alone, fresh, in a
 pool that never fills, one step at a time. Run by test/worker/engine.test.ts (python -m unittest)."""
 import contextlib
+import dataclasses
 import io
-import os
 import unittest
 
 import torch
 
+from rstar2_worker.settings import Settings
 from rstar2_worker.train import policy as P
 from rstar2_worker.engine import sampler as SA
 from rstar2_worker.engine.kv_pool import BlockPool
@@ -15,29 +16,16 @@ from tests.test_memory import CFG  # the same tiny GQA model the memory tests us
 GREEDY = {"temperature": 0.0, "maxNewTokens": 24}
 
 
-@contextlib.contextmanager
-def env(**kv):
-    old = {k: os.environ.get(k) for k in kv}
-    os.environ.update({k: str(v) for k, v in kv.items()})
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def policy(seed=3, **envs):
-    """A policy on the CPU with a model whose logits are far from uniform, its engine built under `envs`."""
-    p = P.Policy()
+    """A policy on the CPU with a model whose logits are far from uniform, its engine built with the settings the
+    environment variables `envs` give."""
+    p = P.Policy(settings=Settings.from_env({k: str(v) for k, v in envs.items()}))
     p.device = torch.device("cpu")
     p.init(CFG, seed)
     with torch.no_grad():
         for prm in p.model.parameters():
             prm.mul_(4)
-    with env(**envs), contextlib.redirect_stderr(io.StringIO()):
+    with contextlib.redirect_stderr(io.StringIO()):
         p.engine._ensure()
     return p
 
@@ -119,8 +107,8 @@ class Engine(unittest.TestCase):
         p = policy()
         q = prompt(6, 20)
         before = p.generate([q], GREEDY)[0][0]
-        with env(RSTAR2_KV_RELEASE=1):
-            p.train_step("sft", [q + before], [[0] * len(q) + [1] * len(before)], [None], [0.0], {"lr": 0.0})
+        p.settings = dataclasses.replace(p.settings, kv_release=True)  # RSTAR2_KV_RELEASE=1, as on a GPU
+        p.train_step("sft", [q + before], [[0] * len(q) + [1] * len(before)], [None], [0.0], {"lr": 0.0})
         self.assertIsNone(p.engine.kv, "the train step ran without the pool")
         self.assertEqual(p.generate([q], GREEDY)[0][0], before, "lr 0: the same weights, a new pool, the same tokens")
         self.assertIsNotNone(p.engine.kv)
@@ -204,22 +192,22 @@ class Parts(unittest.TestCase):
             self.assertEqual(SA.inverse_cdf(probs, u, chunk=64).tolist(), want.tolist(), V)
 
     def test_engines_side_by_side_take_a_gpu_each_or_share_one(self):
-        from rstar2_worker.train import dist
         from rstar2_worker.engine import engine as E
 
-        with env(RSTAR2_ENGINE="2/4"):
-            self.assertEqual(dist.engine_slot(), (2, 4))
-            real = torch.cuda.device_count
-            try:
-                torch.cuda.device_count = lambda: 1  # four engines on one GPU: each a quarter of the memory
-                self.assertEqual(E.sharing(torch.device("cuda", 0)), 4)
-                torch.cuda.device_count = lambda: 2  # on two GPUs, engines 0 and 2 on the first
-                self.assertEqual(E.sharing(torch.device("cuda", 0)), 2)
-            finally:
-                torch.cuda.device_count = real
+        slot = Settings.from_env({"RSTAR2_ENGINE": "2/4"}).engine
+        self.assertEqual(slot, (2, 4))
+        self.assertEqual(E.slot_name(slot), "2/4")
+        real = torch.cuda.device_count
+        try:
+            torch.cuda.device_count = lambda: 1  # four engines on one GPU: each a quarter of the memory
+            self.assertEqual(E.sharing(torch.device("cuda", 0), slot), 4)
+            torch.cuda.device_count = lambda: 2  # on two GPUs, engines 0 and 2 on the first
+            self.assertEqual(E.sharing(torch.device("cuda", 0), slot), 2)
+        finally:
+            torch.cuda.device_count = real
         for bad in ("4/4", "x"):
-            with env(RSTAR2_ENGINE=bad), self.assertRaisesRegex(ValueError, "RSTAR2_ENGINE"):
-                dist.engine_slot()
+            with self.assertRaisesRegex(ValueError, "RSTAR2_ENGINE"):
+                Settings.from_env({"RSTAR2_ENGINE": bad})
         self.assertEqual(E.gpu_budget(free=100, total=140, fraction=0.5, engines=4), 17.5)
         self.assertEqual(E.gpu_budget(free=10, total=140, fraction=0.5, engines=1), 9.0, "never past 90 % of free")
 

@@ -20,7 +20,8 @@ from rstar2_worker.models import model as M
 from rstar2_worker.engine import model_runner as MR
 from rstar2_worker.train import policy as P
 from rstar2_worker.engine import sampler as SA
-from rstar2_worker.engine import scheduler as SC
+from rstar2_worker.engine import batch_scheduler as SC
+from rstar2_worker.settings import Settings
 from rstar2_worker.train.checkpoint import read_config, read_state_dict
 
 CFG = {
@@ -344,8 +345,8 @@ class DeviceAndPrecision(unittest.TestCase):
         self.assertTrue(ids[0] and ids[1])
 
     def test_unknown_precision_is_named(self):
-        with self.assertRaisesRegex(ValueError, "precision must be one of fp32, bf16-mixed, bf16, got 'fp16'"):
-            P.pick_precision("fp16")
+        with self.assertRaisesRegex(ValueError, "RSTAR2_PRECISION must be one of fp32, bf16-mixed, bf16, got 'fp16'"):
+            Settings.from_env({"RSTAR2_PRECISION": "fp16"})
 
     def test_adamw_is_fused_on_a_gpu_unless_offloaded(self):
         # the default (foreach) AdamW read each parameter's GPU-held step count back twice a step: 582 waits
@@ -364,11 +365,7 @@ class DeviceAndPrecision(unittest.TestCase):
         self.assertEqual(seen, [None, True, None])
 
     def policy(self, precision):
-        os.environ["RSTAR2_PRECISION"] = precision
-        try:
-            pol = P.Policy()
-        finally:
-            del os.environ["RSTAR2_PRECISION"]
+        pol = P.Policy(settings=Settings(precision=precision))
         pol.init(CFG, 8)
         return pol
 

@@ -359,7 +359,7 @@ export class PolicyWorker {
     signals?: (AbortSignal | undefined)[],
   ): Promise<Frame> {
     const id = this.nextId++;
-    // rank 0 passes the request on to the ranks that must run it too (python/rstar2_worker/server.py)
+    // rank 0 passes the request on to the ranks that must run it too (python/rstar2_worker/loop.py)
     const reply = this.ranks[0].call(id, { ...header, op }, arrays);
     const off = signals ? this.cancelRows(id, signals) : () => {};
     reply.then(off, off);
@@ -561,7 +561,8 @@ export class PolicyWorker {
     else await this.ranks[0].call(this.nextId++, { op: 'flush_cache' }, {});
   }
 
-  /** Bench hook: runs the bare PyTorch baseline loop inside the worker (bench/worker.ts). */
+  /** Bench hook: runs the bare PyTorch baseline loop inside the worker (bench/worker.ts, which starts the worker
+   *  with python/bench/bare_bench.py on its PYTHONPATH). */
   async bareBench(
     spec:
       | { kind: 'generate'; batch: number; prompt: number; new: number }

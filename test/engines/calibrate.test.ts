@@ -105,7 +105,7 @@ test('no fitted constant is negative: a bent prefill line measured on an H100 ge
   );
 });
 
-test('python -m rstar2_worker.decode_timing (CPU, a tiny shape) writes samples that calibrate fits', {
+test('python/bench/decode_timing.py (CPU, a tiny shape) writes samples that calibrate fits', {
   timeout: 120_000,
 }, () => {
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-dt-'));
@@ -132,9 +132,15 @@ test('python -m rstar2_worker.decode_timing (CPU, a tiny shape) writes samples t
   const out = join(dir, 's.jsonl');
   const r = spawnSync(
     findPython(),
-    ['-m', 'rstar2_worker.decode_timing', '--config', cfg, '--kv-tokens', '4096', '--batches', '4,16'].concat(
-      ['--contexts', '64,256', '--prefills', '128,512,1024', '--reps', '2', '--out', out],
-    ),
+    [
+      join(PYTHON_DIR, 'bench', 'decode_timing.py'),
+      '--config',
+      cfg,
+      '--kv-tokens',
+      '4096',
+      '--batches',
+      '4,16',
+    ].concat(['--contexts', '64,256', '--prefills', '128,512,1024', '--reps', '2', '--out', out]),
     { env, encoding: 'utf8' },
   );
   assert.equal(r.status, 0, r.stderr);

@@ -35,7 +35,7 @@ describe('npm package', { timeout: 300_000 }, () => {
   });
   after(() => stage?.remove());
 
-  test('the tarball holds the build, the Python side and the data the code reads, and no tests', () => {
+  test('the tarball holds the build, the Python side and the data the code reads, and no tests or benches', () => {
     for (const f of [
       'bin/rstar2.js',
       'dist/cli/main.js',
@@ -57,7 +57,7 @@ describe('npm package', { timeout: 300_000 }, () => {
     ])
       assert.ok(files.includes(f), `${f} missing from the tarball`);
     const unwanted = files.filter((f) =>
-      /^(src|test|bench|scripts|docs)\/|\.pyc$|__pycache__|\.build-stamp|quickstart-results|^tsconfig/.test(
+      /^(src|test|bench|scripts|docs|python\/bench|python\/tests)\/|\.pyc$|__pycache__|\.build-stamp|quickstart-results|^tsconfig/.test(
         f,
       ),
     );

@@ -61,6 +61,9 @@ test('sharding: fsdp picks FSDP2 from torch 2.4, FSDP1 on 2.2–2.3, and refuses
       encoding: 'utf8',
       timeout: 60_000,
     });
+  // the rank as the worker builds it at start-up: its settings read from the environment, then torchrun's variables
+  const FROM_ENV =
+    'from rstar2_worker.settings import Settings\nfrom rstar2_worker.train.dist import from_env\nr = from_env(Settings.from_env())';
   const pick = py(
     'from rstar2_worker.train.dist import fsdp_flavour as f\n' +
       "print([f(v) for v in ['2.4.0', '2.6.0+cu124', '2.10.1', '2.13.0+cpu', '2.2.1', '2.3.0a0']])\n" +
@@ -73,25 +76,22 @@ test('sharding: fsdp picks FSDP2 from torch 2.4, FSDP1 on 2.2–2.3, and refuses
     'sharding: fsdp needs torch >= 2.2 (FSDP2 from 2.4); this torch is 2.1',
     'sharding: fsdp needs torch >= 2.2 (FSDP2 from 2.4); this torch is 1.13',
   ]);
-  const old = py(
-    'import torch\ntorch.__version__ = "1.13.1"\nfrom rstar2_worker.train.dist import from_env\nfrom_env()',
-    {
-      RSTAR2_SHARDING: 'fsdp',
-    },
-  );
+  const old = py(`import torch\ntorch.__version__ = "1.13.1"\n${FROM_ENV}`, {
+    RSTAR2_SHARDING: 'fsdp',
+  });
   assert.match(
     old.stderr,
     /RuntimeError: sharding: fsdp needs torch >= 2.2 \(FSDP2 from 2.4\); this torch is 1.13/,
   );
-  const here = py('from rstar2_worker.train.dist import from_env\nprint(from_env().fsdp)', {
+  const here = py(`${FROM_ENV}\nprint(r.fsdp)`, {
     RSTAR2_SHARDING: 'fsdp',
   });
   assert.equal(here.status, 0, here.stderr);
   assert.match(here.stdout, /^fsdp[12]$/m);
   // the worker reads torchrun's variables and says what is wrong with them
-  const env = py('from rstar2_worker.train.dist import from_env; from_env()', { WORLD_SIZE: '2', RANK: '2' });
+  const env = py(FROM_ENV, { WORLD_SIZE: '2', RANK: '2' });
   assert.match(env.stderr, /RANK=2 must be in \[0, WORLD_SIZE=2\)/);
-  const noMaster = py('from rstar2_worker.train.dist import from_env; from_env()', {
+  const noMaster = py(FROM_ENV, {
     WORLD_SIZE: '2',
     RANK: '1',
   });

@@ -125,7 +125,7 @@ test('rstar2 plan reads config.json, prints the table and names bad input', () =
 });
 
 // Peaks measured on an H200 (2026-11-27, torch 2.11, model.compile on, log-prob slices of 1 GiB of fp32 logits;
-// torch.cuda.max_memory_allocated, one rank, random weights; python -m rstar2_worker.train_bench):
+// torch.cuda.max_memory_allocated, one rank, random weights; python python/bench/train_bench.py):
 // [config, precision, tokens in the largest micro-batch, per-layer checkpointing, GiB]. The single sequences
 // trained unpacked, the GRPO batch packed to 16K with varlen attention. The 3B point was not used to shape the
 // accounting (fitted on the 0.5B ones): it checks it.

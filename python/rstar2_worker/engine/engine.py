@@ -1,20 +1,15 @@
 """The policy worker's serving engine: requests join and leave between decode steps over one KV pool.
 
 `add` queues a request (one or more prompts), `step` runs one engine step (admission, a prefill chunk, a
-decode step) and returns the requests that finished, `abort` stops rows. The parts: scheduler.py (what runs),
+decode step) and returns the requests that finished, `abort` stops rows. The parts: batch_scheduler.py (what runs),
 kv_pool.py (where keys and values live, prefix reuse), model_runner.py (the forward, CUDA graphs),
 sampler.py (tokens on the device). The model is the policy's own, so a train step updates what it serves;
 every weight change drops the cached prefixes (`invalidate`).
 
-Settings come from the environment (the worker inherits the rstar2 process's, docs/ENGINES.md "The built-in engine"):
-RSTAR2_KV_TOKENS (pool size in tokens), else RSTAR2_KV_FRACTION of the GPU's memory (default 0.5; split between
-the built-in engines on one GPU, RSTAR2_ENGINE; at most 90 % of what is free) or
-RSTAR2_KV_MIB on a CPU (default 128); RSTAR2_KV_BLOCK tokens a block (16); RSTAR2_MAX_BATCH rows (256 on a GPU,
-64 on a CPU); RSTAR2_PREFILL_TOKENS a step (8192 on a GPU, 2048 on a CPU); RSTAR2_CUDA_GRAPHS 0 to turn graphs
-off, "eager" to run their bucketed path without capture (tests); RSTAR2_COMPILE off to leave small ops unfused (on
-a GPU they are compiled with torch.compile where it works; model.compile); RSTAR2_KV_RELEASE 1 to free the pool for
-every train step (default on a GPU, where training needs that memory); RSTAR2_PREFIX_CACHE 0 to compute every
-prompt in full (what prefix reuse saves, measured: engine_bench.py).
+Its sizes and switches are the policy's settings (settings.py: RSTAR2_KV_TOKENS, RSTAR2_KV_FRACTION, RSTAR2_KV_MIB,
+RSTAR2_KV_BLOCK, RSTAR2_MAX_BATCH, RSTAR2_PREFILL_TOKENS, RSTAR2_CUDA_GRAPHS, RSTAR2_KV_RELEASE, RSTAR2_PREFIX_CACHE,
+RSTAR2_COMPILE; docs/ENGINES.md "The built-in engine"), read as the pool is built, so a policy given new settings
+gets them at its next pool. What prefix reuse saves is measured by python/bench/engine_bench.py.
 """
 import os
 import sys
@@ -22,17 +17,11 @@ import time
 
 import torch
 
-from rstar2_worker.train import dist as ranks
 from rstar2_worker.models import model as M
 from rstar2_worker.engine import sampler
 from rstar2_worker.engine.kv_pool import KVPool, bytes_per_token
 from rstar2_worker.engine.model_runner import ModelRunner
-from rstar2_worker.engine.scheduler import Scheduler, Sequence
-
-
-def env_int(name, default):
-    v = os.environ.get(name)
-    return int(v) if v not in (None, "") else default
+from rstar2_worker.engine.batch_scheduler import BatchScheduler, Sequence
 
 
 def gpu_budget(free, total, fraction, engines):
@@ -41,9 +30,13 @@ def gpu_budget(free, total, fraction, engines):
     return min(fraction * total / engines, 0.9 * free)
 
 
-def sharing(device):
-    """How many built-in engines started side by side (RSTAR2_ENGINE) run on this GPU."""
-    slot = ranks.engine_slot()
+def slot_name(slot):
+    """settings.engine as RSTAR2_ENGINE wrote it ("i/n"), or None."""
+    return f"{slot[0]}/{slot[1]}" if slot else None
+
+
+def sharing(device, slot):
+    """How many built-in engines started side by side (slot: (i, n), settings.engine) run on this GPU."""
     if slot is None:
         return 1
     n, gpus = slot[1], torch.cuda.device_count()
@@ -87,8 +80,13 @@ class Engine:
         return self.policy.device.type == "cuda"
 
     @property
+    def settings(self):
+        """The policy's settings, each by-device default filled in for this engine's device."""
+        return self.policy.settings.on_device(self.gpu)
+
+    @property
     def release_for_training(self):
-        return os.environ.get("RSTAR2_KV_RELEASE", "1" if self.gpu else "0") == "1"
+        return self.settings.kv_release
 
     def dtype(self):
         return torch.float32 if self.policy.precision == "fp32" else torch.bfloat16
@@ -96,32 +94,30 @@ class Engine:
     def _ensure(self):
         if self.kv is not None:
             return
-        p, cfg = self.policy, self.policy.cfg
+        p, cfg, s = self.policy, self.policy.cfg, self.settings
         dt = self.dtype()
         per = bytes_per_token(cfg, dt)
-        bs = env_int("RSTAR2_KV_BLOCK", 16)
-        tokens = env_int("RSTAR2_KV_TOKENS", 0)
+        bs = s.kv_block
+        tokens = s.kv_tokens
         if not tokens:
             if self.gpu:
                 torch.cuda.empty_cache()
                 free, total = torch.cuda.mem_get_info(p.device)
-                budget = gpu_budget(free, total, float(os.environ.get("RSTAR2_KV_FRACTION") or 0.5), sharing(p.device))
+                budget = gpu_budget(free, total, s.kv_fraction, sharing(p.device, s.engine))
             else:
-                budget = env_int("RSTAR2_KV_MIB", 128) << 20
+                budget = s.kv_mib << 20
             tokens = int(budget // per)
         num_blocks = max(tokens // bs, 2) + 1  # + block 0, which padding uses
         self.kv = KVPool(cfg, num_blocks, bs, dt, p.device)
         scale = float(cfg.rope_scaling.get("factor", 1.0)) if cfg.rope_type != "default" else 1.0
         self.max_len = min(self.kv.blocks.capacity, max(int(cfg.max_position_embeddings * scale), 32768))
-        max_batch = env_int("RSTAR2_MAX_BATCH", 256 if self.gpu else 64)
-        graphs = os.environ.get("RSTAR2_CUDA_GRAPHS", "1" if self.gpu else "0")
-        graphs = "eager" if graphs == "eager" else graphs == "1" and self.gpu
+        max_batch = s.max_batch
+        graphs = "eager" if s.cuda_graphs == "eager" else s.cuda_graphs == "1" and self.gpu
         autocast = torch.bfloat16 if p.precision == "bf16-mixed" else None
-        if self.gpu and M.compile_mode() != "off" and hasattr(torch, "compile") and not M.FUSED:
+        if self.gpu and s.compile != "off" and hasattr(torch, "compile") and not M.FUSED:
             compile_pieces()
         self.runner = ModelRunner(p.model, self.kv, p.device, self.max_len, autocast, graphs, max_batch)
-        prefill = env_int("RSTAR2_PREFILL_TOKENS", 8192 if self.gpu else 2048)
-        self.sched = Scheduler(self.kv.blocks, max_batch, prefill, os.environ.get("RSTAR2_PREFIX_CACHE", "1") != "0")
+        self.sched = BatchScheduler(self.kv.blocks, max_batch, s.prefill_tokens, s.prefix_cache)
         print(f"rstar2 worker: engine KV pool {self.kv.blocks.capacity} tokens ({num_blocks * bs * per / 2**20:.0f} MiB, "
               f"blocks of {bs}), up to {max_batch} rows, CUDA graphs {'on' if graphs is True else graphs or 'off'}", file=sys.stderr)
 
@@ -219,13 +215,13 @@ class Engine:
         if self.sched is None and self.policy.model is not None and self.policy.r.sharding != "fsdp":
             self._ensure()
         if self.sched is None:
-            return {"running": 0, "queued": 0, "usedTokens": 0, "capacityTokens": 0, "blockTokens": env_int("RSTAR2_KV_BLOCK", 16)}
+            return {"running": 0, "queued": 0, "usedTokens": 0, "capacityTokens": 0, "blockTokens": self.policy.settings.kv_block}
         b, st = self.kv.blocks, self.stats
         return {"running": len(self.sched.running) + len(self.sched.prefilling), "queued": len(self.sched.waiting),
                 "usedTokens": b.used, "capacityTokens": b.capacity, "blockTokens": b.block_size,
                 "decodeSteps": st["decode_steps"], "generatedTokens": st["generated"],
                 "prefillTokens": st["prefill_tokens"], "cachedTokens": st["cached_tokens"], "retractions": st["retractions"],
-                "slot": os.environ.get("RSTAR2_ENGINE") or None, "device": str(self.policy.device),
+                "slot": slot_name(self.policy.settings.engine), "device": str(self.policy.device),
                 "maxLen": self.max_len}
 
     # ---- one step --------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 # A [chunk, vocab] slice of fp32 logits is at most this big on a GPU (uncompiled, log-softmax and its exp add two
 # more of the same; compiled, no fp32 slice exists: the logits in the matmul's dtype and their gradient). 1 GiB is
 # 1,766 tokens of Qwen's vocabulary: at 128 MiB an 8K step of a 0.5B model on an H200 ran 38 slices, 48 ms
-# slower, and above 1 GiB it was slower again (bench: python -m rstar2_worker.train_bench --variants).
+# slower, and above 1 GiB it was slower again (bench: python python/bench/train_bench.py --variants).
 LOGITS_CHUNK_BYTES = 1 << 30
 # On a CPU, fp32 logit slices and eager attention scores stay under glibc's highest mmap threshold (32 MiB,
 # which the worker sets): a bigger block is mapped fresh and unmapped on free, so every step would fault all its
@@ -310,15 +310,6 @@ class Piece:
 
 def first_line(e):
     return f"{type(e).__name__}: {str(e).splitlines()[0]}" if str(e) else type(e).__name__
-
-
-def compile_mode(env=os.environ):
-    """model.compile from RSTAR2_COMPILE: 'auto' (the default; also '1'), 'on', or 'off' (also '0')."""
-    v = env.get("RSTAR2_COMPILE", "auto")
-    mode = {"1": "auto", "0": "off"}.get(v, v)
-    if mode not in ("auto", "on", "off"):
-        raise ValueError(f"RSTAR2_COMPILE must be auto, on or off, got {v!r}")
-    return mode
 
 
 def compile_pieces(mode, device):

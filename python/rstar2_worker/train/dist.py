@@ -18,8 +18,6 @@ import threading
 import torch
 import torch.distributed as dist
 
-SHARDINGS = ("ddp", "fsdp")
-
 
 class Rank:
     def __init__(self, rank=0, world=1, local_rank=0, sharding="ddp", offload=False):
@@ -41,27 +39,12 @@ def env_int(name, default):
         raise ValueError(f"{name}={v!r} is not an integer") from None
 
 
-def engine_slot():
-    """(i, n) from RSTAR2_ENGINE="i/n": this worker is built-in engine i of n started side by side (agent/stack.ts),
-    else None."""
-    v = os.environ.get("RSTAR2_ENGINE")
-    if not v:
-        return None
-    try:
-        i, n = (int(x) for x in v.split("/"))
-    except ValueError:
-        raise ValueError(f"RSTAR2_ENGINE={v!r} must be i/n") from None
-    if not 0 <= i < n:
-        raise ValueError(f"RSTAR2_ENGINE={v!r}: i must be in [0, n)")
-    return i, n
-
-
-def from_env():
-    """The rank as torchrun describes it, plus RSTAR2_SHARDING / RSTAR2_OFFLOAD_OPTIMIZER."""
+def from_env(settings):
+    """The rank as torchrun describes it, with the settings' sharding and optimizer offload."""
     world = env_int("WORLD_SIZE", 1)
     rank = env_int("RANK", 0)
     local = env_int("LOCAL_RANK", rank)
-    engine = engine_slot()
+    engine = settings.engine
     if engine and world == 1 and "LOCAL_RANK" not in os.environ and torch.cuda.is_available():
         local = engine[0] % torch.cuda.device_count()  # several built-in engines: one per GPU, round the GPUs
     if world < 1 or not 0 <= rank < world:
@@ -69,14 +52,8 @@ def from_env():
     env = os.environ
     if world > 1 and not (env.get("MASTER_ADDR") and env.get("MASTER_PORT")):
         raise ValueError(f"WORLD_SIZE={world} needs MASTER_ADDR and MASTER_PORT (torchrun sets them)")
-    sharding = env.get("RSTAR2_SHARDING") or "ddp"
-    if sharding not in SHARDINGS:
-        raise ValueError(f"RSTAR2_SHARDING must be one of {', '.join(SHARDINGS)}, got {sharding!r}")
-    offload = env.get("RSTAR2_OFFLOAD_OPTIMIZER", "") not in ("", "0")
-    if offload and sharding != "fsdp":
-        raise ValueError("optimizer offload needs sharding: fsdp (DDP keeps the optimizer on the device)")
-    r = Rank(rank, world, local, sharding, offload)
-    if sharding == "fsdp":
+    r = Rank(rank, world, local, settings.sharding, settings.offload_optimizer)
+    if r.sharding == "fsdp":
         r.fsdp = fsdp_flavour(torch.__version__)
     return r
 
@@ -94,11 +71,11 @@ def fsdp_flavour(version):
 
 # How long ranks wait for each other to join (the store, gloo's connections, the agreement below). A wrong --master,
 # a port nobody listens on or a node never started then fails within a minute of the start, naming the fix; nodes
-# started by hand further apart raise RSTAR2_DIST_JOIN_TIMEOUT_S. Collectives afterwards get RSTAR2_DIST_TIMEOUT_S.
-JOIN_TIMEOUT_S = 45
+# started by hand further apart raise RSTAR2_DIST_JOIN_TIMEOUT_S (settings.dist_join_timeout_s, 45 s). Collectives
+# afterwards get RSTAR2_DIST_TIMEOUT_S (settings.dist_timeout_s).
 
 
-def init(r, report=None):
+def init(r, settings, report=None):
     """Joins the process group (NCCL when this rank has a GPU, else gloo) and the gloo control group. A rank
     that has not joined within the join timeout passes why to report(message) (default: stderr) and exits."""
     cuda = torch.cuda.is_available()
@@ -110,10 +87,10 @@ def init(r, report=None):
         torch.set_default_device(f"cuda:{r.local_rank}")
     if r.world == 1 and r.sharding == "ddp":
         return
-    work = datetime.timedelta(seconds=env_int("RSTAR2_DIST_TIMEOUT_S", 600))
+    work = datetime.timedelta(seconds=settings.dist_timeout_s)
     idle = datetime.timedelta(days=7)  # followers wait on the control group between requests, maybe hours apart
     settable = hasattr(dist.distributed_c10d, "_set_pg_timeout")
-    join = datetime.timedelta(seconds=env_int("RSTAR2_DIST_JOIN_TIMEOUT_S", JOIN_TIMEOUT_S)) if settable else work
+    join = datetime.timedelta(seconds=settings.dist_join_timeout_s) if settable else work
     # CPU tensors get gloo beside NCCL: under optimizer offload the gradient norm is reduced from the CPU
     backend = "cuda:nccl,cpu:gloo" if cuda else "gloo"
     if r.world == 1 and not os.environ.get("MASTER_ADDR"):  # FSDP on one rank started by hand

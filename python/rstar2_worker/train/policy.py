@@ -15,9 +15,7 @@ from rstar2_worker.train.checkpoint import read_config, read_state_dict, write_j
 from rstar2_worker.engine.engine import Engine
 from rstar2_worker.models import model as M
 from rstar2_worker.models.model import CausalLM, Config, count_params, to_device
-
-PRECISIONS = ("fp32", "bf16-mixed", "bf16")
-MODEL_BACKENDS = ("native", "transformers")
+from rstar2_worker.settings import MODEL_BACKENDS, Settings
 # how a train step's per-token losses become one: the mean over every trained token of the batch; or each
 # micro-batch's token-mean times its sequences over the batch's ('micro-mean-batch') or over a nominal count
 # ('micro-mean-nominal': verl's dynamic-bsz scaling, response_mask.shape[0] / ppo_mini_batch_size)
@@ -75,8 +73,10 @@ TOKENIZER_FILES = (
 
 
 class Policy:
-    def __init__(self, r=None):
+    def __init__(self, r=None, settings=None):
+        """settings: the worker's (Settings.from_env at start-up); None: every default, whatever the environment."""
         self.r = r or ranks.Rank()
+        self.settings = settings or Settings()
         self.rank, self.world = self.r.rank, self.r.world
         self.model = None
         self.wrapped = None  # the model as train steps run it: DDP, FSDP, or the model itself
@@ -88,8 +88,8 @@ class Policy:
         self.step = 0
         self.weight_group = None  # weight_sync.Group once the rollout engines joined one
         self.gen = torch.Generator()  # draws the sampling seed of each generate row that comes without one
-        self.device, self.precision = pick_device(self.r.local_rank), pick_precision(os.environ.get("RSTAR2_PRECISION", "fp32"))
-        self.backend = pick_backend(os.environ.get("RSTAR2_MODEL_BACKEND") or "native")
+        self.device, self.precision = pick_device(self.r.local_rank), self.settings.precision
+        self.backend = pick_backend(self.settings.model_backend)
         self.engine = Engine(self)
         self.compiled = None  # what model.compile decided (model.compile_pieces)
         self.direct = 0  # ids of generate calls made in-process (Policy.generate), apart from the client's
@@ -100,7 +100,7 @@ class Policy:
         """This rank's device; precision bf16 also stores the weights (and so AdamW's state) in bf16."""
         self.model.to(self.device, torch.bfloat16 if self.precision == "bf16" else torch.float32)
         if self.compiled is None:  # once a process: compiled pieces serve every model it loads
-            mode = M.compile_mode()
+            mode = self.settings.compile
             if mode == "auto" and self.r.sharding == "fsdp" and self.device.type == "cuda":
                 # FSDP with the compiled pieces has not run on a GPU yet (bench/gpu-check.sh's FSDP step); 'on' asks
                 # for it anyway
@@ -508,12 +508,6 @@ def pick_backend(name):
         raise ValueError(f"model backend must be one of {', '.join(MODEL_BACKENDS)}, got {name!r}")
     if name == "transformers":
         hf_model.import_transformers()  # fail at start, naming the package, not at the first load
-    return name
-
-
-def pick_precision(name):
-    if name not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {name!r}")
     return name
 
 

@@ -1,7 +1,7 @@
 """Weight sync by broadcast: the trainer's rank 0 joins a process group with the rollout engines' ranks
 (SGLang's /init_weights_update_group, vLLM's vllm_ext.WeightSyncExtension) as rank 0 and broadcasts every
 weight, by Hugging Face name, in the order it announced them, cast to the engines' dtype
-(RSTAR2_WEIGHT_SYNC_DTYPE, which the client sets; unset: the trainer's own). The engines receive them in
+(`cast`: settings.weight_sync_dtype, RSTAR2_WEIGHT_SYNC_DTYPE, which the client sets; None: the trainer's own). The engines receive them in
 buckets, one update call each (src/recipe/weight-sync.ts); rank 0 sends one tensor at a time and waits for
 it, so the sender holds one cast copy at most whatever the buckets.
 
@@ -14,15 +14,15 @@ _new_process_group_helper, whose signature moved across versions; we follow both
 """
 import datetime
 import inspect
-import os
 import time
 
 import torch
 import torch.distributed as dist
 
+from rstar2_worker.settings import WEIGHT_SYNC_DTYPES
 from rstar2_worker.train import dist as ranks
 
-DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+DTYPE_NAMES = {getattr(torch, n): n for n in WEIGHT_SYNC_DTYPES}
 
 
 class Group:
@@ -83,16 +83,8 @@ def weights(r, policy):
     return list(sd.items())
 
 
-def sync_dtype():
-    """The dtype the engines receive, or None for each weight's own."""
-    name = os.environ.get("RSTAR2_WEIGHT_SYNC_DTYPE") or None
-    if name is not None and name not in DTYPE_NAMES.values():
-        raise ValueError(f"RSTAR2_WEIGHT_SYNC_DTYPE must be one of {sorted(DTYPE_NAMES.values())}, got {name!r}")
-    return name
-
-
-def meta(named):
-    cast = sync_dtype()
+def meta(named, cast):
+    """What the engines receive: names, dtypes (`cast`, or each weight's own when None) and shapes."""
     return {
         "names": [n for n, _ in named],
         "dtypes": [cast or DTYPE_NAMES[t.dtype] for _, t in named],
@@ -100,10 +92,10 @@ def meta(named):
     }
 
 
-def broadcast(group, named, device):
-    """Sends every tensor from rank 0; the engines receive in the same order (names announced beforehand)."""
+def broadcast(group, named, device, cast):
+    """Sends every tensor from rank 0, cast to `cast` (None: its own dtype); the engines receive in the same order
+    (names announced beforehand)."""
     t0, nbytes = time.time(), 0
-    cast = sync_dtype()
     dtype = getattr(torch, cast) if cast else None
     with torch.no_grad():
         for _, t in named:

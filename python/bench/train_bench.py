@@ -1,8 +1,8 @@
 """The policy worker's train step against the plain loop a user would write with transformers, in one process on
 one GPU (bench/gpu-check.sh runs it; docs/RESULTS.md "On GPUs" reports it).
 
-    python -m rstar2_worker.train_bench [--cases 0.5b-bf16,0.5b-bf16-mixed,0.5b-packed,3b-bf16] [--variants]
-                                        [--profile] [--out FILE.json]
+    python python/bench/train_bench.py [--cases 0.5b-bf16,0.5b-bf16-mixed,0.5b-packed,3b-bf16] [--variants]
+                                       [--profile] [--out FILE.json]
 
 Each case: random weights of the shape (transformers initialises them, the worker loads the same ones), one
 sequence of 8,192 tokens; the worker's `Policy.train_step` as gpu_check's throughput step calls it (SFT loss,
@@ -21,10 +21,12 @@ import statistics
 import sys
 import time
 
-import torch
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # rstar2_worker, run from anywhere
 
-from rstar2_worker import gpu_check
-from rstar2_worker.models import model as M
+import torch  # noqa: E402
+
+import gpu_check  # noqa: E402  (python/bench, beside this file)
+from rstar2_worker.models import model as M  # noqa: E402
 
 THREE_B = dict(model_type="qwen2", vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
                num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
@@ -85,8 +87,7 @@ def worker(cfg, precision, state):
     """The policy worker with the transformers model's weights."""
     from rstar2_worker.train.policy import Policy
 
-    os.environ["RSTAR2_PRECISION"] = precision
-    p = Policy()
+    p = Policy(settings=gpu_check.settings(precision=precision))
     init = M.CausalLM.init_weights
     M.CausalLM.init_weights = lambda self, seed: None  # drawn on the CPU (15 s at 3B) only to be overwritten next
     try:
@@ -155,7 +156,7 @@ def profile_step(step):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m rstar2_worker.train_bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python python/bench/train_bench.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
@@ -176,7 +177,7 @@ def main(argv=None):
     name = torch.cuda.get_device_name()
     peak = float(os.environ.get("RSTAR2_PEAK_TFLOPS") or next((v for k, v in gpu_check.PEAK_TFLOPS.items() if k in name), 0))
     R = {"meta": {"gpu": name, "torch": torch.__version__, "transformers": transformers.__version__, "tokens": T,
-                  "warmup": a.warmup, "steps": a.steps, "peakTflops": peak, "compile": M.compile_mode()}, "cases": {}}
+                  "warmup": a.warmup, "steps": a.steps, "peakTflops": peak, "compile": gpu_check.settings().compile}, "cases": {}}
     print(f"train-bench: {name}, torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
     g = torch.Generator().manual_seed(0)
     for case in cases:

@@ -1,4 +1,4 @@
-"""GPU checks run by bench/gpu-check.sh: `python -m rstar2_worker.gpu_check preflight|parity|generate|...`.
+"""GPU checks run by bench/gpu-check.sh: `python python/bench/gpu_check.py preflight|parity|generate|...`.
 
 parity: random-init Qwen2 and Qwen3 models built by transformers, saved with save_pretrained, loaded by the
 worker; logits and one SFT step's loss are compared with transformers' own, and the worker's sharded save is
@@ -15,6 +15,17 @@ import os
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # rstar2_worker, run from anywhere
+
+
+def settings(**over):
+    """The worker's settings as the environment gives them (RSTAR2_*), with `over` in place of some."""
+    import dataclasses
+
+    from rstar2_worker.settings import Settings
+
+    return dataclasses.replace(Settings.from_env(), **over)
 
 
 def fail(msg):
@@ -70,7 +81,7 @@ def parity():
             hf.save_pretrained(d)  # safetensors: the default since transformers 4.35
             with open(os.path.join(d, "config.json")) as f:
                 saved = json.load(f)
-            p = Policy()
+            p = Policy(settings=settings())
             p.load(d)
         rope_keys = "rope_parameters" if "rope_parameters" in saved else "rope_theta/rope_scaling"
         ids = torch.randint(0, SMALL["vocab_size"], (2, 64))
@@ -102,7 +113,7 @@ def hf_backend():
     ids = torch.randint(0, SMALL["vocab_size"], (1, 64))
     with tempfile.TemporaryDirectory() as d:
         hf.save_pretrained(d)  # safetensors: the default since transformers 4.35
-        p = Policy()
+        p = Policy(settings=settings())
         p.backend = "transformers"
         p.load(d)
     seq = ids[0].tolist()
@@ -129,7 +140,7 @@ def generate():
     hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**SMALL, head_dim=64)).float().eval()
     with tempfile.TemporaryDirectory() as d:
         hf.save_pretrained(d)
-        p = Policy()
+        p = Policy(settings=settings())
         p.load(d)
     prompts = [torch.randint(0, SMALL["vocab_size"], (n,)).tolist() for n in (17, 40)]
     ours, _, _ = p.generate(prompts, {"temperature": 0.0, "maxNewTokens": 32})
@@ -288,8 +299,7 @@ def throughput():
     from rstar2_worker.train.policy import pack
 
     for precision in ("bf16", "bf16-mixed"):  # bf16 weights and AdamW state; fp32 weights, bf16 matmuls
-        os.environ["RSTAR2_PRECISION"] = precision
-        p = Policy()
+        p = Policy(settings=settings(precision=precision))
         info = p.init(HALF_B, 0)
         n = info["params"] - V * h  # the embedding lookup is no matmul
         for label, (kind, seqs, masks, olds, advs, opts) in cases:
@@ -322,5 +332,5 @@ if __name__ == "__main__":
     fns = {"preflight": preflight, "parity": parity, "generate": generate, "hf-backend": hf_backend,
            "logprob-grad": logprob_grad, "compiled": compiled, "throughput": throughput}
     if what not in fns:
-        fail(f"usage: python -m rstar2_worker.gpu_check {'|'.join(fns)}")
+        fail(f"usage: python python/bench/gpu_check.py {'|'.join(fns)}")
     fns[what]()

@@ -1,11 +1,11 @@
 """The built-in engine against transformers' generate, and a multi-turn rollout with and without prefix reuse.
 
-    PYTHONPATH=python python3 -m rstar2_worker.engine_bench [--out F.json]      # one GPU (bench/gpu-check.sh)
-    PYTHONPATH=python python3 -m rstar2_worker.engine_bench --tiny              # smoke test, CPU
+    python3 python/bench/engine_bench.py [--out F.json]      # one GPU (bench/gpu-check.sh)
+    python3 python/bench/engine_bench.py --tiny              # smoke test, CPU
 
 decode: a random-init model of Qwen2.5-0.5B's shape in bf16 (gpu_check.HALF_B), prompts of --prompt random
   tokens, every row running to its length (no stop token). The engine is driven as the worker's request loop
-  drives it (server.Generating: the request taken from a frame, stdin polled between steps, the reply written as a
+  drives it (loop.Generating: the request taken from a frame, stdin polled between steps, the reply written as a
   frame); one full-length warm-up call (it captures the CUDA graphs), then one timed call. transformers: the same
   weights in Qwen2ForCausalLM (sdpa), generate(do_sample, temperature 1, top_k 0, min_new_tokens = max_new_tokens),
   dynamic cache and static cache (compile off), --hf-new tokens (its per-token rate at a shorter length flatters
@@ -17,6 +17,7 @@ multiturn: --trajectories trajectories, --turns turns each: a turn generates --t
 """
 import argparse
 import collections
+import dataclasses
 import io
 import json
 import os
@@ -24,12 +25,14 @@ import sys
 import time
 import traceback
 
-import numpy as np
-import torch
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # rstar2_worker, run from anywhere
 
-from rstar2_worker import gpu_check
-from rstar2_worker import server
-from rstar2_worker.train import policy as P
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import gpu_check  # noqa: E402  (python/bench, beside this file)
+from rstar2_worker import loop  # noqa: E402
+from rstar2_worker.train import policy as P  # noqa: E402
 
 SAMPLING = {"temperature": 1.0, "topP": 1.0, "topK": -1, "stopTokenIds": [], "stopStrings": []}
 TINY = dict(gpu_check.HALF_B, vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -89,8 +92,7 @@ def as_worker():
 
 
 def new_policy():
-    os.environ["RSTAR2_PRECISION"] = A.precision
-    p = P.Policy()
+    p = P.Policy(settings=gpu_check.settings(precision=A.precision))
     p.init(CFG, 0)
     return p
 
@@ -100,7 +102,7 @@ class Driver:
 
     def __init__(self, p):
         self.p, self.out = p, io.BytesIO()
-        self.gen = server.Generating(p.engine, self.out)
+        self.gen = loop.Generating(p.engine, self.out)
         rfd, self.wfd = os.pipe()  # stdin with nothing waiting, as in a rollout between requests
         self.inp = os.fdopen(rfd, "rb", buffering=0)
         self.early = collections.deque()
@@ -245,8 +247,8 @@ def hf_job(p):
 
 
 def multiturn_job(p, prefix_cache):
-    os.environ["RSTAR2_PREFIX_CACHE"] = "1" if prefix_cache else "0"
-    p.engine.release()
+    p.settings = dataclasses.replace(p.settings, prefix_cache=prefix_cache)
+    p.engine.release()  # the next pool is built with the new setting
     d = Driver(p)
     g = np.random.default_rng(7)
     first = rand_prompts(TRAJ, PROMPT, 3)

@@ -31,7 +31,7 @@ class Sequence:
         return self.tokens[self.prompt_len :]
 
 
-class Scheduler:
+class BatchScheduler:
     def __init__(self, blocks, max_batch, prefill_tokens, prefix_cache=True):
         self.pool = blocks  # kv_pool.BlockPool
         self.bs = blocks.block_size

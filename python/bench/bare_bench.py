@@ -2,6 +2,8 @@
 
 Runs inside the worker process (op `bare_bench`) so bench/worker.ts can interleave worker and bare
 repetitions under the same machine load. Training uses a copy of the model, so the policy is untouched.
+Not part of the worker package: the worker's loop imports this module only for that op, found on the
+PYTHONPATH that bench/worker.ts starts the worker with (python/bench).
 """
 import copy
 import time
@@ -53,3 +55,15 @@ class BareBench:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return B * T / (time.perf_counter() - t0)
+
+
+def handle(policy, h):
+    """The op's reply for header h: tokens/s of one bare generate or train repetition."""
+    policy._need_model()
+    if policy.r.sharding == "fsdp":  # rank 0 alone on sharded weights would wait for the others forever
+        raise ValueError("bare_bench needs the whole model on rank 0: not under sharding fsdp")
+    if getattr(policy, "bare", None) is None or policy.bare.model is not policy.model:
+        policy.bare = BareBench(policy.model)
+    if h["kind"] == "generate":
+        return {"tokS": policy.bare.generate(int(h["batch"]), int(h["prompt"]), int(h["new"]))}
+    return {"tokS": policy.bare.train(int(h["batch"]), int(h["len"]))}

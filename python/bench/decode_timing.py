@@ -1,6 +1,6 @@
 """Decode-step and prefill timings of a model's shape on this GPU, as `bench/scheduler-sim.ts --calibrate` reads them.
 
-    python -m rstar2_worker.decode_timing [--config config.json] [--tp 4] [--kv-tokens 300000] --out samples.jsonl
+    python python/bench/decode_timing.py [--config config.json] [--tp 4] [--kv-tokens 300000] --out samples.jsonl
 
 Builds random bf16 weights of one tensor-parallel rank (heads, kv heads, MLP columns and the vocabulary split
 --tp ways; hidden size whole), a KV cache per layer, and times whole decode steps (every layer, final norm,
@@ -18,14 +18,17 @@ by an engine's own measurements where one runs.
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # rstar2_worker, run from anywhere
 
-from rstar2_worker.models.model import varlen_impl
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from rstar2_worker.models.model import varlen_impl  # noqa: E402
 
 # Qwen3-14B's config.json (the paper's base model)
 QWEN3_14B = dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,
@@ -179,7 +182,7 @@ def points(kv_tokens, batches, contexts):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m rstar2_worker.decode_timing", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python python/bench/decode_timing.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", help="a Hugging Face config.json (default: Qwen3-14B's shape)")
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks the model is split over (time one rank)")
     ap.add_argument("--kv-tokens", type=int, default=131072, help="KV cache tokens to allocate (the largest batch × context)")

@@ -1,4 +1,5 @@
-"""Request loop: one frame in, one frame out, in order."""
+"""The worker loop: frames in on stdin, replies out on stdout, in order; rank 0 forwards what every rank runs.
+(Not a server: the client owns the process and speaks to it over its pipes.)"""
 import collections
 import os
 import select
@@ -20,11 +21,11 @@ ALL_RANKS = {"init", "load", "reset_optimizer", "save", "train_step", "logprobs"
 MIDWAY = {"train_step", "logprobs", "save", "weights_join", "weights_broadcast"}
 
 
-def serve(inp, out, r):
+def run(inp, out, r, settings):
     # unbuffered, so that select() sees every byte not yet read: the engine polls it between steps
     inp = getattr(inp, "raw", inp)
     early = collections.deque()  # frames read while the engine ran that wait for it to finish, in order
-    policy = Policy(r)
+    policy = Policy(r, settings)
     gen = Generating(policy.engine, out)
     # under FSDP every rank holds a shard, so reading the full weights (for a broadcast too) takes them all
     sharded = {"weights_join", "weights_broadcast"}
@@ -52,7 +53,7 @@ def serve(inp, out, r):
         err = None
         try:
             reply, reply_arrays = handle(policy, header, arrays)
-        except Exception as e:  # report, keep serving
+        except Exception as e:  # report, go on
             traceback.print_exc(file=sys.stderr)
             err = f"{header.get('op')}: {type(e).__name__}: {e}"
             if shared and r.world > 1 and header.get("op") in MIDWAY and not isinstance(e, (ValueError, OSError)):
@@ -112,8 +113,9 @@ class Generating:
             return False
         self.last = max(self.last, rid)
         try:
-            if FAIL == "generate:0":
-                raise RuntimeError(f"RSTAR2_WORKER_FAIL={FAIL}")
+            fail = self.engine.policy.settings.worker_fail
+            if fail == "generate:0":
+                raise RuntimeError(f"RSTAR2_WORKER_FAIL={fail}")
             self.engine.add(rid, ragged(a["ids"], a["lens"]), h.get("sampling") or {})
         except Exception as e:  # a bad request is answered at once; the others go on
             if not isinstance(e, ValueError):
@@ -159,13 +161,11 @@ class Generating:
         return done
 
 
-FAIL = os.environ.get("RSTAR2_WORKER_FAIL")  # tests: "OP:RANK" makes that rank fail OP as out of memory would
-
-
 def handle(policy, h, a):
     op = h.get("op")
-    if FAIL == f"{op}:{policy.rank}":
-        raise RuntimeError(f"RSTAR2_WORKER_FAIL={FAIL}")
+    fail = policy.settings.worker_fail  # tests: "OP:RANK" makes that rank fail OP as out of memory would
+    if fail == f"{op}:{policy.rank}":
+        raise RuntimeError(f"RSTAR2_WORKER_FAIL={fail}")
     if op == "init":
         return policy.init(h["config"], int(h.get("seed", 0))), None
     if op == "load":
@@ -208,7 +208,7 @@ def handle(policy, h, a):
             h["addr"], int(h["port"]), int(h["worldSize"]), h.get("groupName") or "weight_update_group",
             h.get("backend") or "nccl", float(h.get("timeoutS") or 600), float(h.get("opTimeoutS") or 0) or None,
         )
-        return weight_sync.meta(named), None
+        return weight_sync.meta(named, policy.settings.weight_sync_dtype), None
     if op == "weights_broadcast":  # per update, while each engine receives (the names weights_join returned)
         policy._need_model()
         named = weight_sync.weights(policy.r, policy)
@@ -216,7 +216,7 @@ def handle(policy, h, a):
             return {}, None
         if policy.weight_group is None:
             raise RuntimeError("no weight-update group: call weights_join first")
-        return weight_sync.broadcast(policy.weight_group, named, policy.device), None
+        return weight_sync.broadcast(policy.weight_group, named, policy.device, policy.settings.weight_sync_dtype), None
     if op == "weights_engine_join":  # `rstar2 serve`: joins a trainer's weight-update group as an engine rank
         policy._need_model()
         policy.recv_group = None
@@ -243,15 +243,10 @@ def handle(policy, h, a):
         n = policy.staged.apply(policy.model)
         policy.engine.invalidate()
         return {"staged": 0, "applied": n}, None
-    if op == "bare_bench":  # bench/worker.ts baseline, not part of the client API
-        from rstar2_worker.bare_bench import BareBench
-
-        policy._need_model()
-        if policy.r.sharding == "fsdp":  # rank 0 alone on sharded weights would wait for the others forever
-            raise ValueError("bare_bench needs the whole model on rank 0: not under sharding fsdp")
-        if getattr(policy, "bare", None) is None or policy.bare.model is not policy.model:
-            policy.bare = BareBench(policy.model)
-        if h["kind"] == "generate":
-            return {"tokS": policy.bare.generate(int(h["batch"]), int(h["prompt"]), int(h["new"]))}, None
-        return {"tokS": policy.bare.train(int(h["batch"]), int(h["len"]))}, None
+    if op == "bare_bench":  # bench/worker.ts's baseline, not part of the client API; the bench is not shipped
+        try:
+            import bare_bench  # python/bench/bare_bench.py
+        except ImportError:
+            raise ValueError("bare_bench: python/bench is not on the worker's PYTHONPATH (bench/worker.ts puts it there)") from None
+        return bare_bench.handle(policy, h), None
     raise ValueError(f"unknown op {op!r}")
