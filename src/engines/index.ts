@@ -9,9 +9,9 @@ export {
   AUTO_PREDICT_MIN_KV,
   KvLedger,
   type Lease,
-  POLICIES,
-  type Policy,
+  ROUTING_POLICIES,
   type RolloutStats,
+  type RoutingPolicy,
   Scheduler,
   type SchedulerOptions,
 } from './scheduler.js';

@@ -1,6 +1,6 @@
-export { openBackend } from './backend.js';
 export { listBenchmarks, loadProblems, resolveBench } from './bench.js';
 export { fakeTrajectory } from './fake.js';
+export { openPolicy } from './policy.js';
 export {
   type EvalConfig,
   perRequest,

@@ -10,10 +10,10 @@ import { readJson } from '../util/jsonl.js';
 import { parameterCount, plan } from '../worker/plan.js';
 import { MODEL_PRESETS } from '../worker/presets.js';
 import type { ModelConfig } from '../worker/types.js';
-import { recipeTokenizerFiles } from './backend.js';
 import { type Recipe, type RlStageConfig, recipeTool, recipeTools, type SftStageConfig } from './config.js';
 import { rowFilters, sectionExamples, sectionProblems } from './data.js';
 import { checkEngines, reportLine } from './engine-check.js';
+import { recipeTokenizerFiles } from './policy.js';
 import {
   broadcastPlan,
   modelWeights,

@@ -14,7 +14,7 @@ export {
   type RunCodeResponse,
   toRunCodeResponse,
 } from './sandboxfusion.js';
-export { FairScheduler, SandboxServer, type SandboxServerOptions } from './server.js';
+export { FairQueue, SandboxServer, type SandboxServerOptions } from './server.js';
 export {
   buildToolCode,
   executePythonTool,

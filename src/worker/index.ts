@@ -21,4 +21,4 @@ export type {
   WeightMeta,
   WorkerStartOptions,
 } from './types.js';
-export { MODEL_BACKENDS, type ModelBackend, PRECISIONS, type Precision } from './types.js';
+export { MODEL_IMPLS, type ModelImpl, PRECISIONS, type Precision } from './types.js';
