@@ -1,6 +1,6 @@
 import { statSync, writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { commaList, deprecatedAliases, float, positiveInt, seed, topK } from '../cli/options.js';
+import { commaList, deprecatedAliases, float, positiveInt, seed, topK } from '../cli/index.js';
 import { isLayout, LAYOUTS, type Layout } from '../data/layouts.js';
 import { ROUTING_POLICIES, type RoutingPolicy } from '../engines/scheduler.js';
 import { BACKENDS, type Backend } from '../engines/types.js';
@@ -118,7 +118,7 @@ export function registerAgentCommands(program: Command): void {
     if (f.layout !== 'auto' && !isLayout(f.layout)) {
       throw new Error(`--layout must be auto or one of ${LAYOUTS.join(', ')}`);
     }
-    const { parseFieldMap } = await import('../data/problem.js');
+    const { parseFieldMap } = await import('../data/index.js');
     const n = f.samples;
     const config = {
       engines: f.engines,
@@ -156,7 +156,7 @@ export function registerAgentCommands(program: Command): void {
     const { openRolloutStack } = await import('./stack.js');
     const { streamRollouts } = await import('./loop.js');
     const { appendJsonl } = await import('../util/jsonl.js');
-    const { resumeTrajectoryFile } = await import('../eval/trajfile.js');
+    const { resumeTrajectoryFile } = await import('../eval/index.js');
     const { lockFile } = await import('../util/lock.js');
     const { Progress } = await import('../util/progress.js');
     const problems = await loadRolloutProblems(f.data, {

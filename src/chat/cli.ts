@@ -1,6 +1,6 @@
 import { createInterface } from 'node:readline';
 import type { Command } from 'commander';
-import { deprecatedAliases, float, positiveInt, seed } from '../cli/options.js';
+import { deprecatedAliases, float, positiveInt, seed } from '../cli/index.js';
 
 interface ChatFlags {
   model?: string;
@@ -52,7 +52,7 @@ export function registerChatCommands(program: Command): void {
     .option('--no-color', 'plain output');
   deprecatedAliases(chat, { '--max-tokens <n>': '--max-response-tokens' });
   chat.action(async (f: ChatFlags) => {
-    const { openPolicy } = await import('../eval/policy.js');
+    const { openPolicy } = await import('../eval/index.js');
     const { colorWanted, renderAnswer } = await import('./render.js');
     const { ask } = await import('./session.js');
     const { visible } = await import('../util/terminal.js');

@@ -1,5 +1,5 @@
-import type { EvalPolicy } from '../eval/policy.js';
-import type { Trajectory } from '../rl/trajectory.js';
+import type { EvalPolicy } from '../eval/index.js';
+import type { Trajectory } from '../rl/index.js';
 
 // One user message → one agent trajectory. The rStar2 template is single-question, so each message
 // is answered on its own (no conversation memory); the tool state does not persist either.

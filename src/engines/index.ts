@@ -20,9 +20,12 @@ export {
   DEFAULT_SAMPLING,
   type Engine,
   type EngineLoad,
+  type EngineReport,
   type FinishReason,
   type GenerateResult,
   type SamplingParams,
+  type WeightGroup,
+  type WeightMeta,
   type WeightSyncEngine,
 } from './types.js';
 export { VllmEngine, type VllmOptions } from './vllm.js';

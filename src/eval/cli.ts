@@ -1,7 +1,7 @@
 import { setMaxListeners } from 'node:events';
 import { basename, dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { deprecatedAliases, float, positiveInt, seed } from '../cli/options.js';
+import { deprecatedAliases, float, positiveInt, seed } from '../cli/index.js';
 import type { VerifyProfile } from '../reward/types.js';
 import { lockDir } from '../util/lock.js';
 import { EVAL_MAX_TOKENS, EVAL_SAMPLED } from './defaults.js';
@@ -141,7 +141,7 @@ export function registerEvalCommands(program: Command): void {
     const release = lockDir(out, 'eval');
     const { openPolicy } = await import('./policy.js');
     const { MODULE_PROFILE, openVerifier } = await import('./verify.js');
-    const { loadRewardModule } = await import('../reward/custom.js');
+    const { loadRewardModule } = await import('../reward/index.js');
     const { runEval } = await import('./run.js');
     const policy = await openPolicy({
       model: o.model && resolve(o.model), // the engine name is resume identity: the same path from any directory

@@ -1,8 +1,6 @@
-import { runTrajectory } from '../agent/loop.js';
-import { openRolloutStack } from '../agent/stack.js';
-import type { Backend } from '../engines/factory.js';
-import type { Engine } from '../engines/types.js';
-import type { RunRequest, RunResult } from '../sandbox/types.js';
+import { openRolloutStack, runTrajectory } from '../agent/index.js';
+import type { Backend, Engine } from '../engines/index.js';
+import type { RunRequest, RunResult } from '../sandbox/index.js';
 import type { Tokenizer, ToolSchema } from '../tokenizer/index.js';
 import { EVAL_MAX_TOKENS } from './defaults.js';
 import { fakeTrajectory } from './fake.js';

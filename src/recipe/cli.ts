@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { commaList, deprecatedAliases, nonNegativeInt, positiveInt, seed } from '../cli/options.js';
+import { commaList, deprecatedAliases, nonNegativeInt, positiveInt, seed } from '../cli/index.js';
 import { readJson } from '../util/jsonl.js';
 import { freshDir, lockDir } from '../util/lock.js';
 import type { LaunchOptions } from '../worker/launch.js';
@@ -40,7 +40,7 @@ interface TrainFlags {
 // torchrun's flags: this node's share of the worker's ranks. Not recipe fields: the same run may be resumed
 // on another layout (the loss is a global token mean, so the layout does not change what is trained).
 async function launchFlags(flags: TrainFlags): Promise<LaunchOptions> {
-  const { checkLaunch } = await import('../worker/launch.js');
+  const { checkLaunch } = await import('../worker/index.js');
   const launch: LaunchOptions = {
     ranks: flags.nprocPerNode,
     nnodes: flags.nnodes,
@@ -53,7 +53,7 @@ async function launchFlags(flags: TrainFlags): Promise<LaunchOptions> {
 
 // A node other than node 0 only runs its ranks; they take every request from rank 0.
 async function joinJob(recipe: Recipe, launch: LaunchOptions): Promise<void> {
-  const { runNodeRanks } = await import('../worker/client.js');
+  const { runNodeRanks } = await import('../worker/index.js');
   const { workerStartOptions } = await import('./policy.js');
   const opts = { ...workerStartOptions(recipe.model), ...launch };
   console.error(`node ${launch.nodeRank}: starting ${opts.ranks} rank(s); rank 0 is at ${launch.master}`);
@@ -71,7 +71,7 @@ async function makePolicy(
     return new FakePolicy();
   }
   const { EmbeddedPolicy } = await import('./policy.js');
-  const { remoteEngine } = await import('../engines/factory.js');
+  const { remoteEngine } = await import('../engines/index.js');
   const mode = flags.weightSync as WeightSyncMode;
   const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
   return EmbeddedPolicy.create(recipe, {
@@ -122,11 +122,10 @@ async function train(flags: TrainFlags): Promise<void> {
   checkLoggers(recipe.logger);
   checkRunnable(recipe);
   // a module that is missing or exports no function fails here, dry run included, not as a 0 on every check
-  if (recipe.reward.module)
-    await (await import('../reward/custom.js')).loadRewardModule(recipe.reward.module);
+  if (recipe.reward.module) await (await import('../reward/index.js')).loadRewardModule(recipe.reward.module);
   if (flags.dryRun) {
     const { dryRun } = await import('./dry-run.js');
-    const { remoteEngine } = await import('../engines/factory.js');
+    const { remoteEngine } = await import('../engines/index.js');
     const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
     await dryRun(recipe, {
       engines,

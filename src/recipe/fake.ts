@@ -1,9 +1,9 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChatExample } from '../data/index.js';
-import type { Trajectory, TurnEvent } from '../rl/trajectory.js';
+import type { Trajectory, TurnEvent } from '../rl/index.js';
 import { Rng } from '../util/rng.js';
-import type { TrainOptions, TrainStats } from '../worker/types.js';
+import type { TrainOptions, TrainStats } from '../worker/index.js';
 import { answerText, demoStyle, type TaskProblem, toolCallText, toolObservationText } from './tasks.js';
 import type { HeldoutScore, Policy, RolloutRequest, ScoredItem } from './trainer.js';
 

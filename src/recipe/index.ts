@@ -17,6 +17,7 @@ export {
   type TaskProblem,
 } from './tasks.js';
 export {
+  type Heartbeat,
   type Policy,
   type RewardFn,
   type RolloutRequest,

@@ -1,8 +1,6 @@
 import { existsSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { runRollouts } from '../agent/loop.js';
-import { toRolloutProblem } from '../agent/problems.js';
-import { openRolloutStack, type RolloutStack } from '../agent/stack.js';
+import { openRolloutStack, type RolloutStack, runRollouts, toRolloutProblem } from '../agent/index.js';
 import {
   type ChatExample,
   loadChatExamples,
@@ -12,11 +10,9 @@ import {
   sftRenderer,
   sftTexts,
 } from '../data/index.js';
-import { EmbeddedEngine } from '../engines/embedded.js';
-import type { RolloutStats } from '../engines/scheduler.js';
-import type { WeightSyncEngine } from '../engines/types.js';
-import type { Trajectory } from '../rl/trajectory.js';
-import type { CodeRunner } from '../sandbox/types.js';
+import { EmbeddedEngine, type RolloutStats, type WeightSyncEngine } from '../engines/index.js';
+import type { Trajectory } from '../rl/index.js';
+import type { CodeRunner } from '../sandbox/index.js';
 import {
   buildCharTokenizer,
   ChatTemplate,
@@ -29,16 +25,16 @@ import {
   trainBpeTokenizer,
 } from '../tokenizer/index.js';
 import { readJson } from '../util/jsonl.js';
-import { PolicyWorker } from '../worker/client.js';
-import type { LaunchOptions } from '../worker/launch.js';
-import { MODEL_PRESETS } from '../worker/presets.js';
-import type {
-  ModelConfig,
-  TrainOptions,
-  TrainSequence,
-  TrainStats,
-  WorkerStartOptions,
-} from '../worker/types.js';
+import {
+  type LaunchOptions,
+  MODEL_PRESETS,
+  type ModelConfig,
+  PolicyWorker,
+  type TrainOptions,
+  type TrainSequence,
+  type TrainStats,
+  type WorkerStartOptions,
+} from '../worker/index.js';
 import { type Recipe, recipeTools } from './config.js';
 import { checkEngines } from './engine-check.js';
 import type { HeldoutScore, Policy, RolloutRequest, ScoredItem } from './trainer.js';

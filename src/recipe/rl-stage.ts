@@ -2,18 +2,20 @@ import { existsSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FilterResult, Problem } from '../data/index.js';
 import {
+  failureOf,
   miniBatchPlan,
   type PenaltyOptions,
   penaltyOptions,
   type RocConfig,
   type SelectionResult,
+  sandboxFaultOf,
   selectAndScore,
   stageLr,
+  type Trajectory,
 } from '../rl/index.js';
-import { failureOf, sandboxFaultOf, type Trajectory } from '../rl/trajectory.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
 import { Rng, seedFor } from '../util/rng.js';
-import type { TrainStats } from '../worker/types.js';
+import type { TrainStats } from '../worker/index.js';
 import type { RlStageConfig } from './config.js';
 import { drawable, EpochSampler, rowFilters, sectionProblems, weightedSample } from './data.js';
 import { gainWarning } from './health.js';

@@ -3,7 +3,7 @@ import type { ChatExample } from '../data/index.js';
 import { stageLr } from '../rl/index.js';
 import { readJsonlTolerant } from '../util/jsonl.js';
 import { Rng, seedFor } from '../util/rng.js';
-import type { TrainStats } from '../worker/types.js';
+import type { TrainStats } from '../worker/index.js';
 import type { SftStageConfig } from './config.js';
 import { drawable, EpochSampler, sectionExamples, weightedPicker } from './data.js';
 import { describeGate, gatePassed, gateWarning, type HealthWarning, sftLossWarning } from './health.js';

@@ -2,7 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Problem } from '../data/index.js';
 import type { Scored } from '../reward/index.js';
-import type { Trajectory } from '../rl/trajectory.js';
+import type { Trajectory } from '../rl/index.js';
 import { Progress } from '../util/progress.js';
 import type { Recipe, Stage } from './config.js';
 import type { Health, HealthWarning } from './health.js';

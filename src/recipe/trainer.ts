@@ -2,13 +2,13 @@ import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, write
 import { availableParallelism, hostname } from 'node:os';
 import { join } from 'node:path';
 import { type ChatExample, loadProblems, type Problem, type SftTemplate } from '../data/index.js';
-import type { RolloutStats } from '../engines/scheduler.js';
+import type { RolloutStats } from '../engines/index.js';
 import { type Scored, VerifierPool } from '../reward/index.js';
-import { failureOf, type Trajectory } from '../rl/trajectory.js';
+import { failureOf, type Trajectory } from '../rl/index.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
 import { pidNamespace } from '../util/lock.js';
 import { seedFor } from '../util/rng.js';
-import type { TrainOptions, TrainStats } from '../worker/types.js';
+import type { TrainOptions, TrainStats } from '../worker/index.js';
 import type { Recipe, Stage } from './config.js';
 import { sectionProblems } from './data.js';
 import { failuresWarning, Health, HealthError, type HealthWarning, stallWarning } from './health.js';
