@@ -23,7 +23,7 @@ import { availableParallelism } from 'node:os';
 import { runRollouts } from '../src/agent/loop.js';
 import { openRolloutStack } from '../src/agent/stack.js';
 import { loadProblems } from '../src/data/index.js';
-import type { Policy, RolloutStats } from '../src/engines/scheduler.js';
+import type { RolloutStats, RoutingPolicy } from '../src/engines/scheduler.js';
 import { freePort } from '../src/util/net.js';
 import { benchArgs, median } from './args.js';
 
@@ -102,7 +102,7 @@ async function serveEngines(n: number): Promise<{ urls: string[]; procs: ChildPr
 }
 
 const served = v.serve ? await serveEngines(num('engines')) : null;
-const policies = v.policies.split(',') as Policy[];
+const policies = v.policies.split(',') as RoutingPolicy[];
 const rows: Record<string, { tokS: number[]; p99: number[] }> = {};
 for (const policy of policies) rows[policy] = { tokS: [], p99: [] };
 try {

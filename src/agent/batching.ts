@@ -1,4 +1,4 @@
-import { type CodeRunner, failedResult, type RunRequest, type RunResult } from '../sandbox/types.js';
+import { type CodeRunner, failedResult, type RunRequest, type RunResult } from '../sandbox/index.js';
 
 // Collects tool calls from many trajectories into runBatch calls without delaying any of them: a
 // request waits at most until the current event-loop turn ends (or until the batch is full), and up

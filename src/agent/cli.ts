@@ -1,8 +1,8 @@
 import { statSync, writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { commaList, deprecatedAliases, float, positiveInt, seed, topK } from '../cli/options.js';
+import { commaList, deprecatedAliases, float, positiveInt, seed, topK } from '../cli/index.js';
 import { isLayout, LAYOUTS, type Layout } from '../data/layouts.js';
-import { POLICIES, type Policy } from '../engines/scheduler.js';
+import { ROUTING_POLICIES, type RoutingPolicy } from '../engines/scheduler.js';
 import { BACKENDS, type Backend } from '../engines/types.js';
 import type { RolloutOptions, TurnBoundary } from './loop.js';
 
@@ -74,7 +74,7 @@ export function registerAgentCommands(program: Command): void {
     .option('--sandbox <where>', "'embedded' (local bubblewrap pool) or a sandbox service URL", 'embedded')
     .option(
       '--policy <name>',
-      `engine routing: ${POLICIES.join(', ')} (round-robin = static split; auto = kv-predict on engines with ≥ 500K KV tokens, else round-robin)`,
+      `engine routing: ${ROUTING_POLICIES.join(', ')} (round-robin = static split; auto = kv-predict on engines with ≥ 500K KV tokens, else round-robin)`,
       'auto',
     )
     .option(
@@ -107,8 +107,9 @@ export function registerAgentCommands(program: Command): void {
     .option('--print-config', 'print the resolved configuration and exit');
   deprecatedAliases(rollout, { '--engine <spec...>': '--engines', '--n <n>': '--samples' });
   rollout.action(async (f: RolloutFlags) => {
-    const policy = f.policy as Policy;
-    if (!POLICIES.includes(policy)) throw new Error(`--policy must be one of ${POLICIES.join(', ')}`);
+    const policy = f.policy as RoutingPolicy;
+    if (!ROUTING_POLICIES.includes(policy))
+      throw new Error(`--policy must be one of ${ROUTING_POLICIES.join(', ')}`);
     if (!['reference', 'rerender'].includes(f.turnBoundary)) {
       throw new Error("--turn-boundary must be 'reference' or 'rerender'");
     }
@@ -117,7 +118,7 @@ export function registerAgentCommands(program: Command): void {
     if (f.layout !== 'auto' && !isLayout(f.layout)) {
       throw new Error(`--layout must be auto or one of ${LAYOUTS.join(', ')}`);
     }
-    const { parseFieldMap } = await import('../data/problem.js');
+    const { parseFieldMap } = await import('../data/index.js');
     const n = f.samples;
     const config = {
       engines: f.engines,
@@ -155,7 +156,7 @@ export function registerAgentCommands(program: Command): void {
     const { openRolloutStack } = await import('./stack.js');
     const { streamRollouts } = await import('./loop.js');
     const { appendJsonl } = await import('../util/jsonl.js');
-    const { resumeTrajectoryFile } = await import('../eval/trajfile.js');
+    const { resumeTrajectoryFile } = await import('../eval/index.js');
     const { lockFile } = await import('../util/lock.js');
     const { Progress } = await import('../util/progress.js');
     const problems = await loadRolloutProblems(f.data, {

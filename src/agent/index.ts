@@ -12,6 +12,6 @@ export {
   type ToolOutcome,
   type TurnBoundary,
 } from './loop.js';
-export { loadProblems } from './problems.js';
+export { loadProblems, toRolloutProblem } from './problems.js';
 export { openRolloutStack, type RolloutStack, type StackOptions } from './stack.js';
 export { agentTemplate, type TemplateAdapterOptions } from './template.js';

@@ -1,9 +1,20 @@
-import { type RolloutStats, Scheduler, type SchedulerOptions } from '../engines/scheduler.js';
-import { DEFAULT_SAMPLING, type Engine, type GenerateResult, type SamplingParams } from '../engines/types.js';
-import type { Trajectory, TrajectoryFinish, TurnEvent } from '../rl/trajectory.js';
-import { executePythonTool, PYTHON_TOOL_NAME, type PythonToolOptions } from '../sandbox/tool.js';
-import type { CodeRunner } from '../sandbox/types.js';
-import { decodeFailureText, type ParsedToolCall, parseToolCalls } from '../tokenizer/parser.js';
+import {
+  DEFAULT_SAMPLING,
+  type Engine,
+  type GenerateResult,
+  type RolloutStats,
+  type SamplingParams,
+  Scheduler,
+  type SchedulerOptions,
+} from '../engines/index.js';
+import type { Trajectory, TrajectoryFinish, TurnEvent } from '../rl/index.js';
+import {
+  type CodeRunner,
+  executePythonTool,
+  PYTHON_TOOL_NAME,
+  type PythonToolOptions,
+} from '../sandbox/index.js';
+import { decodeFailureText, type ParsedToolCall, parseToolCalls } from '../tokenizer/index.js';
 import { seedFor } from '../util/rng.js';
 import { type BatchingOptions, BatchingRunner } from './batching.js';
 

@@ -1,14 +1,24 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { EmbeddedEngine, type EngineWorker } from '../engines/embedded.js';
-import { BACKENDS, type Backend, remoteEngine } from '../engines/factory.js';
-import { FakeEngine } from '../engines/fake.js';
-import { Scheduler, type SchedulerOptions } from '../engines/scheduler.js';
-import type { Engine } from '../engines/types.js';
-import { SandboxClient } from '../sandbox/client.js';
-import type { SandboxPoolOptions } from '../sandbox/pool.js';
-import { ShardedPool } from '../sandbox/shards.js';
-import type { CodeRunner, RunRequest, RunResult } from '../sandbox/types.js';
+import {
+  BACKENDS,
+  type Backend,
+  EmbeddedEngine,
+  type Engine,
+  type EngineWorker,
+  FakeEngine,
+  remoteEngine,
+  Scheduler,
+  type SchedulerOptions,
+} from '../engines/index.js';
+import {
+  type CodeRunner,
+  type RunRequest,
+  type RunResult,
+  SandboxClient,
+  type SandboxPoolOptions,
+  ShardedPool,
+} from '../sandbox/index.js';
 import {
   buildCharTokenizer,
   ChatTemplate,

@@ -3,5 +3,3 @@
 // service itself uses; `ShardedPool` runs several of them side by side, one per 4 cores. All implement `CodeRunner`
 // (`run`, `runBatch`, `close`).
 export * from '../sandbox/index.js';
-export { type PoolInfo, type PoolStats, SandboxPool, type SandboxPoolOptions } from '../sandbox/pool.js';
-export { defaultShards, SHARDS_ENV, ShardedPool, type ShardedPoolOptions } from '../sandbox/shards.js';

@@ -1,6 +1,6 @@
 import { createInterface } from 'node:readline';
 import type { Command } from 'commander';
-import { deprecatedAliases, float, positiveInt, seed } from '../cli/options.js';
+import { deprecatedAliases, float, positiveInt, seed } from '../cli/index.js';
 
 interface ChatFlags {
   model?: string;
@@ -52,7 +52,7 @@ export function registerChatCommands(program: Command): void {
     .option('--no-color', 'plain output');
   deprecatedAliases(chat, { '--max-tokens <n>': '--max-response-tokens' });
   chat.action(async (f: ChatFlags) => {
-    const { openBackend } = await import('../eval/backend.js');
+    const { openPolicy } = await import('../eval/index.js');
     const { colorWanted, renderAnswer } = await import('./render.js');
     const { ask } = await import('./session.js');
     const { visible } = await import('../util/terminal.js');
@@ -60,7 +60,7 @@ export function registerChatCommands(program: Command): void {
     // status lines carry error messages that may quote model or tool text: shown, not obeyed
     const status = (s: string) =>
       process.stderr.write(color ? `\x1b[2m${visible(s)}\x1b[0m\n` : `${visible(s)}\n`);
-    const backend = await openBackend({
+    const policy = await openPolicy({
       model: f.model,
       engine: f.engine,
       backend: f.backend,
@@ -79,7 +79,7 @@ export function registerChatCommands(program: Command): void {
     const answer = async (text: string, signal?: AbortSignal) => {
       status('  … thinking');
       const seed = f.seed !== undefined ? f.seed + n++ : Math.floor(Math.random() * 2 ** 31);
-      const t = await ask(backend, text, seed, signal);
+      const t = await ask(policy, text, seed, signal);
       process.stdout.write(renderAnswer(t, { color, width: process.stdout.columns }));
     };
     try {
@@ -87,9 +87,9 @@ export function registerChatCommands(program: Command): void {
         await answer(f.prompt);
         return;
       }
-      await interactive(answer, status, backend.name);
+      await interactive(answer, status, policy.name);
     } finally {
-      await backend.close();
+      await policy.close();
     }
   });
 }

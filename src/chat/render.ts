@@ -1,6 +1,6 @@
-import { viewTrajectory } from '../dashboard/turns.js';
-import { lastBoxed } from '../eval/verify.js';
-import type { Trajectory } from '../rl/trajectory.js';
+import { viewTrajectory } from '../dashboard/index.js';
+import { lastBoxed } from '../eval/index.js';
+import type { Trajectory } from '../rl/index.js';
 import { visible } from '../util/terminal.js';
 
 // Terminal rendering of one agent answer: thinking, code, tool output and the final answer each get

@@ -1,10 +1,10 @@
-import type { Backend } from '../eval/backend.js';
-import type { Trajectory } from '../rl/trajectory.js';
+import type { EvalPolicy } from '../eval/index.js';
+import type { Trajectory } from '../rl/index.js';
 
 // One user message → one agent trajectory. The rStar2 template is single-question, so each message
 // is answered on its own (no conversation memory); the tool state does not persist either.
 export async function ask(
-  backend: Backend,
+  policy: EvalPolicy,
   text: string,
   seed: number,
   signal?: AbortSignal,
@@ -12,7 +12,7 @@ export async function ask(
   const question = text.trim();
   if (question === '') throw new Error('empty message');
   let result: Trajectory | undefined;
-  await backend.rollout(
+  await policy.rollout(
     [{ problemId: 'chat', problem: question, answer: '', sample: 0, seed }],
     (t) => {
       result = t;

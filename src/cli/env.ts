@@ -65,7 +65,7 @@ function gitCommit(): string | null {
 
 /** Start a one-slot sandbox with the default settings and run one call through it. */
 async function sandboxProbe(): Promise<Record<string, unknown>> {
-  const { SandboxPool } = await import('../sandbox/pool.js');
+  const { SandboxPool } = await import('../sandbox/index.js');
   let pool: Awaited<ReturnType<typeof SandboxPool.start>> | undefined;
   try {
     pool = await SandboxPool.start({ slots: 1, log: () => {} });

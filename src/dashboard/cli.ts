@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { int, port } from '../cli/options.js';
+import { int, port } from '../cli/index.js';
 import { resolveToken, TOKEN_ENV } from '../util/http-guard.js';
 
 export function registerDashboardCommands(program: Command): void {

@@ -1,10 +1,15 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { basename, join, relative, resolve, sep } from 'node:path';
 import { loadProblems } from '../data/index.js';
-import { problemsFromSamples } from '../eval/run.js';
-import { scoreEval } from '../eval/score.js';
-import { dedupe, type IndexEntry, TrajectoryIndex, type TrajSummary } from '../eval/trajfile.js';
-import type { Heartbeat } from '../recipe/trainer.js';
+import {
+  dedupe,
+  type IndexEntry,
+  problemsFromSamples,
+  scoreEval,
+  TrajectoryIndex,
+  type TrajSummary,
+} from '../eval/index.js';
+import type { Heartbeat } from '../recipe/index.js';
 import { processGone } from '../util/lock.js';
 import { type TrajectoryView, viewTrajectory } from './turns.js';
 

@@ -1,4 +1,4 @@
-import type { Trajectory } from '../rl/trajectory.js';
+import type { Trajectory } from '../rl/index.js';
 
 // Splits a trajectory into per-turn parts for display. The record keeps the decoded response as one
 // string plus events; tool observations are located by their exact text, and template wrappers

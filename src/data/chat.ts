@@ -1,5 +1,4 @@
-import { parseToolCalls } from '../tokenizer/parser.js';
-import { PYTHON_TOOL_NAME, type ToolSpec } from '../tokenizer/tools.js';
+import { PYTHON_TOOL_NAME, parseToolCalls, type ToolSpec } from '../tokenizer/index.js';
 import { kindOf, readRows, resolveFiles } from './files.js';
 
 // SFT data: conversations in OpenAI's chat format, ShareGPT's, xLAM's function-calling rows, or instruction rows

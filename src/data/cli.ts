@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { positiveInt } from '../cli/options.js';
+import { positiveInt } from '../cli/index.js';
 import { PYTHON_TOOL_NAME } from '../tokenizer/tools.js';
 import { visible } from '../util/terminal.js';
 import type { Message, SftLayout } from './chat.js';
@@ -42,7 +42,7 @@ async function sftReport(file: string, o: SftInspectOptions) {
   const { calledToolNames, loadChatExamples } = await import('./chat.js');
   const { SFT_TEMPLATES, sftRenderer, toolUse, unservedToolsWarning } = await import('./sft.js');
   const { ChatTemplate, Tokenizer, rolloutToolSchema } = await import('../tokenizer/index.js');
-  const { namedTokenizerDir } = await import('../tokenizer/named.js');
+  const { namedTokenizerDir } = await import('../tokenizer/index.js');
   if (!(SFT_TEMPLATES as readonly string[]).includes(o.template))
     throw new Error(`--template must be one of ${SFT_TEMPLATES.join(', ')}, got '${o.template}'`);
   const template = o.template as SftTemplate;

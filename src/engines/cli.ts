@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { int, port, positiveInt } from '../cli/options.js';
+import { int, port, positiveInt } from '../cli/index.js';
 import { resolveToken, TOKEN_ENV } from '../util/http-guard.js';
 import { PRECISIONS, type Precision } from '../worker/types.js';
 

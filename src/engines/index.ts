@@ -9,9 +9,9 @@ export {
   AUTO_PREDICT_MIN_KV,
   KvLedger,
   type Lease,
-  POLICIES,
-  type Policy,
+  ROUTING_POLICIES,
   type RolloutStats,
+  type RoutingPolicy,
   Scheduler,
   type SchedulerOptions,
 } from './scheduler.js';
@@ -20,9 +20,12 @@ export {
   DEFAULT_SAMPLING,
   type Engine,
   type EngineLoad,
+  type EngineReport,
   type FinishReason,
   type GenerateResult,
   type SamplingParams,
+  type WeightGroup,
+  type WeightMeta,
   type WeightSyncEngine,
 } from './types.js';
 export { VllmEngine, type VllmOptions } from './vllm.js';

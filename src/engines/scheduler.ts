@@ -10,8 +10,14 @@ import type { Engine, GenerateResult, SamplingParams } from './types.js';
 // (worst-case prompt + budget reserved, never over-subscribed). 'auto', the default, is kv-predict where
 // it beats the static split in bench/scheduler-sim.ts (large KV pools) and round-robin elsewhere.
 
-export type Policy = 'auto' | 'round-robin' | 'least-requests' | 'kv-budget' | 'kv-predict';
-export const POLICIES: Policy[] = ['auto', 'round-robin', 'least-requests', 'kv-budget', 'kv-predict'];
+export type RoutingPolicy = 'auto' | 'round-robin' | 'least-requests' | 'kv-budget' | 'kv-predict';
+export const ROUTING_POLICIES: RoutingPolicy[] = [
+  'auto',
+  'round-robin',
+  'least-requests',
+  'kv-budget',
+  'kv-predict',
+];
 /** 'auto' picks kv-predict when every engine holds at least this many KV tokens: in the simulation it beats
  *  the static split in every seed of the 790K (MI300X) and 1.2M (TP4) regimes and loses in the 128K one. */
 export const AUTO_PREDICT_MIN_KV = 500_000;
@@ -49,7 +55,7 @@ export class KvLedger {
   }
 
   /** The engine to place a new trajectory on, or null if kv-budget admission must wait. */
-  choose(policy: Policy, budget: number, blocked?: (i: number) => boolean): number | null {
+  choose(policy: RoutingPolicy, budget: number, blocked?: (i: number) => boolean): number | null {
     const n = this.capacity.length;
     if (policy === 'round-robin') {
       for (let k = 0; k < n; k++) {
@@ -86,7 +92,7 @@ export class KvLedger {
 }
 
 export interface SchedulerOptions {
-  policy?: Policy; // default 'auto'
+  policy?: RoutingPolicy; // default 'auto'
   budgetCoef?: number; // >1 reserves more conservatively (reference `server_budget_coef`); default 1
   pollMs?: number; // live load polling interval; 0 = off; default 1000
   /** Where an engine that stops answering, and one that answers again, is reported (default stderr). */
@@ -133,7 +139,7 @@ interface Waiter {
 
 export class Scheduler {
   readonly ledger: KvLedger;
-  readonly policy: Exclude<Policy, 'auto'>;
+  readonly policy: Exclude<RoutingPolicy, 'auto'>;
   readonly down: boolean[];
   readonly lengths: LengthModel;
   readonly overcommit = new Overcommit();
@@ -162,8 +168,8 @@ export class Scheduler {
     opts: SchedulerOptions,
   ) {
     const policy = opts.policy ?? 'auto';
-    if (!POLICIES.includes(policy))
-      throw new Error(`unknown scheduler policy '${policy}' (${POLICIES.join(', ')})`);
+    if (!ROUTING_POLICIES.includes(policy))
+      throw new Error(`unknown scheduler policy '${policy}' (${ROUTING_POLICIES.join(', ')})`);
     this.policy =
       policy !== 'auto'
         ? policy

@@ -3,12 +3,16 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
-import { type ChatMessage, ChatTemplate, Tokenizer, type ToolSpec } from '../tokenizer/index.js';
-import { parseToolCalls } from '../tokenizer/parser.js';
+import {
+  type ChatMessage,
+  ChatTemplate,
+  parseToolCalls,
+  Tokenizer,
+  type ToolSpec,
+} from '../tokenizer/index.js';
 import { baseUrl, httpGuard, isLoopback, requestTarget, sendRefusal } from '../util/http-guard.js';
 import { readJson } from '../util/jsonl.js';
-import { PolicyWorker } from '../worker/client.js';
-import type { WorkerStartOptions } from '../worker/types.js';
+import { PolicyWorker, type WorkerStartOptions } from '../worker/index.js';
 import { EmbeddedEngine } from './embedded.js';
 import type { GenerateResult, SamplingParams, WeightMeta } from './types.js';
 

@@ -1,4 +1,4 @@
-// The one interface every inference backend implements (embedded torch worker, SGLang, vLLM,
+// The one interface every inference engine implements (embedded torch worker, SGLang, vLLM,
 // llama.cpp, and fakes in tests). Token-in / token-out: callers never pass text.
 
 import type {
@@ -46,7 +46,7 @@ export interface EngineReport {
   notes: string[]; // what could not be read or falls short, one sentence each
 }
 
-/** Optional hooks a backend may implement; callers check for presence before using them. */
+/** Optional hooks an engine may implement; callers check for presence before using them. */
 export interface WeightSyncEngine extends Engine {
   /** The server's base URL (weight sync's reachability rule reads its host). */
   readonly url?: string;

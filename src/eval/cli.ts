@@ -1,7 +1,7 @@
 import { setMaxListeners } from 'node:events';
 import { basename, dirname, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { deprecatedAliases, float, positiveInt, seed } from '../cli/options.js';
+import { deprecatedAliases, float, positiveInt, seed } from '../cli/index.js';
 import type { VerifyProfile } from '../reward/types.js';
 import { lockDir } from '../util/lock.js';
 import { EVAL_MAX_TOKENS, EVAL_SAMPLED } from './defaults.js';
@@ -139,11 +139,11 @@ export function registerEvalCommands(program: Command): void {
       o.out ?? `evals/${bench}-${modelTag(o.model, o.engine)}-k${o.samples}-t${o.temperature}`,
     );
     const release = lockDir(out, 'eval');
-    const { openBackend } = await import('./backend.js');
+    const { openPolicy } = await import('./policy.js');
     const { MODULE_PROFILE, openVerifier } = await import('./verify.js');
-    const { loadRewardModule } = await import('../reward/custom.js');
+    const { loadRewardModule } = await import('../reward/index.js');
     const { runEval } = await import('./run.js');
-    const backend = await openBackend({
+    const policy = await openPolicy({
       model: o.model && resolve(o.model), // the engine name is resume identity: the same path from any directory
       engine: o.engine,
       backend: o.backend,
@@ -180,12 +180,12 @@ export function registerEvalCommands(program: Command): void {
           template: o.template,
           ...(o.tool ? {} : { tool: 'none' }), // recorded only when off: evals from before all showed the tool
           seed: o.seed,
-          engine: backend.name,
+          engine: policy.name,
           limit: o.limit,
           verifyProfile,
         },
         problems,
-        rollout: backend.rollout,
+        rollout: policy.rollout,
         verify: verifier.verify,
         retryErrors: o.retryErrors,
         progress: o.progress,
@@ -202,7 +202,7 @@ export function registerEvalCommands(program: Command): void {
       }
     } finally {
       process.off('SIGINT', onSig);
-      await backend.close();
+      await policy.close();
       await verifier.close();
       release();
     }

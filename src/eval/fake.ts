@@ -1,4 +1,4 @@
-import type { Trajectory, TurnEvent } from '../rl/trajectory.js';
+import type { Trajectory, TurnEvent } from '../rl/index.js';
 import { Rng } from '../util/rng.js';
 import type { RolloutRequest } from './run.js';
 

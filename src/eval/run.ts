@@ -1,8 +1,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Trajectory } from '../rl/trajectory.js';
-import { failureOf } from '../rl/trajectory.js';
+import { failureOf, type Trajectory } from '../rl/index.js';
 import { appendJsonl, dropTornTail, readJson, writeAtomic } from '../util/jsonl.js';
 import { Progress } from '../util/progress.js';
 import { type BenchProblem, type EvalReport, renderMarkdown, scoreEval } from './score.js';

@@ -1,4 +1,4 @@
-import { failureOf, type Trajectory, type TurnEvent } from '../rl/trajectory.js';
+import { failureOf, type Trajectory, type TurnEvent } from '../rl/index.js';
 
 // Pure scoring over scored trajectories: no engine, no verifier. Re-scoring a saved eval is just
 // reading trajectories.jsonl and calling scoreEval again.

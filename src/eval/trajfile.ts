@@ -1,6 +1,5 @@
 import { closeSync, existsSync, fstatSync, openSync, readSync, renameSync, writeSync } from 'node:fs';
-import type { Trajectory } from '../rl/trajectory.js';
-import { failureOf } from '../rl/trajectory.js';
+import { failureOf, type Trajectory } from '../rl/index.js';
 import { dropTornTail, stripBom } from '../util/jsonl.js';
 import type { ScoredSample } from './score.js';
 

@@ -1,7 +1,5 @@
-import { VerifierPool } from '../reward/pool.js';
-import type { VerifyProfile } from '../reward/types.js';
-import { checkProfile } from '../reward/verify.js';
-import type { Trajectory } from '../rl/trajectory.js';
+import { checkProfile, VerifierPool, type VerifyProfile } from '../reward/index.js';
+import type { Trajectory } from '../rl/index.js';
 import { normaliseAnswer } from './score.js';
 
 /** Scores a trajectory's text (and finish: an errored rollout scores 0) against the gold answer. */

@@ -2,12 +2,12 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, relative, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { commaList, deprecatedAliases, nonNegativeInt, positiveInt, seed } from '../cli/options.js';
+import { commaList, deprecatedAliases, nonNegativeInt, positiveInt, seed } from '../cli/index.js';
 import { readJson } from '../util/jsonl.js';
 import { freshDir, lockDir } from '../util/lock.js';
 import type { LaunchOptions } from '../worker/launch.js';
 import type { Overrides, Recipe } from './config.js';
-import type { PolicyBackend } from './trainer.js';
+import type { Policy } from './trainer.js';
 import type { WeightSyncMode } from './weight-sync.js';
 
 interface TrainFlags {
@@ -40,7 +40,7 @@ interface TrainFlags {
 // torchrun's flags: this node's share of the worker's ranks. Not recipe fields: the same run may be resumed
 // on another layout (the loss is a global token mean, so the layout does not change what is trained).
 async function launchFlags(flags: TrainFlags): Promise<LaunchOptions> {
-  const { checkLaunch } = await import('../worker/launch.js');
+  const { checkLaunch } = await import('../worker/index.js');
   const launch: LaunchOptions = {
     ranks: flags.nprocPerNode,
     nnodes: flags.nnodes,
@@ -53,28 +53,28 @@ async function launchFlags(flags: TrainFlags): Promise<LaunchOptions> {
 
 // A node other than node 0 only runs its ranks; they take every request from rank 0.
 async function joinJob(recipe: Recipe, launch: LaunchOptions): Promise<void> {
-  const { runNodeRanks } = await import('../worker/client.js');
-  const { workerStartOptions } = await import('./backend.js');
+  const { runNodeRanks } = await import('../worker/index.js');
+  const { workerStartOptions } = await import('./policy.js');
   const opts = { ...workerStartOptions(recipe.model), ...launch };
   console.error(`node ${launch.nodeRank}: starting ${opts.ranks} rank(s); rank 0 is at ${launch.master}`);
   process.exitCode = await runNodeRanks(opts);
 }
 
-async function makeBackend(
+async function makePolicy(
   recipe: Recipe,
   flags: TrainFlags,
   runDir: string,
   launch: LaunchOptions,
-): Promise<PolicyBackend> {
+): Promise<Policy> {
   if (flags.policyBackend === 'fake') {
-    const { FakeBackend } = await import('./fake.js');
-    return new FakeBackend();
+    const { FakePolicy } = await import('./fake.js');
+    return new FakePolicy();
   }
-  const { EmbeddedBackend } = await import('./backend.js');
-  const { remoteEngine } = await import('../engines/factory.js');
+  const { EmbeddedPolicy } = await import('./policy.js');
+  const { remoteEngine } = await import('../engines/index.js');
   const mode = flags.weightSync as WeightSyncMode;
   const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
-  return EmbeddedBackend.create(recipe, {
+  return EmbeddedPolicy.create(recipe, {
     insecureSandbox: flags.insecureNoSandbox,
     engines,
     syncDir: resolve(flags.syncDir ?? join(runDir, 'engine-weights')),
@@ -113,7 +113,7 @@ function resumeCommand(runDir: string, flags: TrainFlags): string {
 /** `rstar2 train`: flags checked, the run's recipe and directory resolved, then a dry run or the training. */
 async function train(flags: TrainFlags): Promise<void> {
   const { set, overrides } = await trainOverrides(flags);
-  const launch = await backendLaunch(flags);
+  const launch = await policyLaunch(flags);
   if ((launch.nodeRank ?? 0) > 0) return joinJob(await nodeRecipe(flags, set, overrides), launch);
   const { recipe, runDir } = flags.resume ? await resumedRun(flags, set) : await newRun(flags, overrides);
   if (flags.printConfig) return printConfig(recipe);
@@ -122,11 +122,10 @@ async function train(flags: TrainFlags): Promise<void> {
   checkLoggers(recipe.logger);
   checkRunnable(recipe);
   // a module that is missing or exports no function fails here, dry run included, not as a 0 on every check
-  if (recipe.reward.module)
-    await (await import('../reward/custom.js')).loadRewardModule(recipe.reward.module);
+  if (recipe.reward.module) await (await import('../reward/index.js')).loadRewardModule(recipe.reward.module);
   if (flags.dryRun) {
     const { dryRun } = await import('./dry-run.js');
-    const { remoteEngine } = await import('../engines/factory.js');
+    const { remoteEngine } = await import('../engines/index.js');
     const engines = (flags.engines ?? []).map((spec) => remoteEngine(spec));
     await dryRun(recipe, {
       engines,
@@ -167,8 +166,8 @@ async function trainOverrides(flags: TrainFlags): Promise<{ set: string[]; overr
   return { set, overrides };
 }
 
-/** Which policy backend trains, held to the launch and engine flags; this node's launch options. */
-async function backendLaunch(flags: TrainFlags): Promise<LaunchOptions> {
+/** Which policy trains (--policy-backend), held to the launch and engine flags; this node's launch options. */
+async function policyLaunch(flags: TrainFlags): Promise<LaunchOptions> {
   const { readState } = await import('./trainer.js');
   // a run trained on the fake policy resumes on it: its checkpoints are the fake's, which the worker cannot load
   const last = flags.resume ? readState(flags.resume) : null;
@@ -274,8 +273,8 @@ async function runTraining(recipe: Recipe, runDir: string, flags: TrainFlags, la
   const { healthSummary } = await import('./health.js');
   const release = lockDir(runDir, 'run');
   const t0 = Date.now();
-  const backend = await makeBackend(recipe, flags, runDir, launch);
-  const trainer = new Trainer(recipe, runDir, backend);
+  const policy = await makePolicy(recipe, flags, runDir, launch);
+  const trainer = new Trainer(recipe, runDir, policy);
   const again = `resume with:\n  ${resumeCommand(runDir, flags)}`;
   let signals = 0;
   const stop = (sig: NodeJS.Signals) => {
@@ -310,7 +309,7 @@ async function runTraining(recipe: Recipe, runDir: string, flags: TrainFlags, la
   } finally {
     process.off('SIGINT', stop);
     process.off('SIGTERM', stop);
-    await backend.close();
+    await policy.close();
     release();
   }
 }

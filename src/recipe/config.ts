@@ -2,11 +2,11 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import YAML from 'yaml';
 import { z } from 'zod';
-import { SFT_TEMPLATES } from '../data/layouts.js';
-import { RocSchema } from '../rl/roc.js';
-import { MODULE_NAME } from '../sandbox/types.js';
-import { PYTHON_TOOL_NAME, rolloutToolSchema, type ToolSchema } from '../tokenizer/tools.js';
-import { COMPILE_MODES, LOSS_AGGS, MODEL_BACKENDS, PRECISIONS, TrainOptionsSchema } from '../worker/types.js';
+import { SFT_TEMPLATES } from '../data/index.js';
+import { RocSchema } from '../rl/index.js';
+import { MODULE_NAME } from '../sandbox/index.js';
+import { PYTHON_TOOL_NAME, rolloutToolSchema, type ToolSchema } from '../tokenizer/index.js';
+import { COMPILE_MODES, LOSS_AGGS, MODEL_IMPLS, PRECISIONS, TrainOptionsSchema } from '../worker/index.js';
 import { TASK_KINDS } from './tasks.js';
 
 // A recipe: model + data + an SFT stage followed by RL stages. Validated at the boundary; every default is
@@ -382,7 +382,7 @@ export const RecipeSchema = z
             'refuse to train or dry-run without model.path (a recipe for a real base model, as paper)',
           ),
         backend: z
-          .enum(MODEL_BACKENDS)
+          .enum(MODEL_IMPLS)
           .default('native')
           .describe(
             "how model.path loads: 'native' (built-in Qwen2/Qwen3) or 'transformers' (AutoModelForCausalLM, other architectures; needs transformers; trains and scores only, so RL rolls out on --engines)",

@@ -1,19 +1,16 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { AgentTemplate } from '../agent/loop.js';
-import { agentTemplate } from '../agent/template.js';
+import { type AgentTemplate, agentTemplate } from '../agent/index.js';
 import { type SftRenderer, sftRenderer, toolUse, unservedToolsWarning } from '../data/index.js';
-import type { WeightSyncEngine } from '../engines/types.js';
-import { SandboxPool } from '../sandbox/pool.js';
+import type { WeightSyncEngine } from '../engines/index.js';
+import { SandboxPool } from '../sandbox/index.js';
 import { ChatTemplate, type Tokenizer, tokenizerFromFiles } from '../tokenizer/index.js';
 import { readJson } from '../util/jsonl.js';
-import { parameterCount, plan } from '../worker/plan.js';
-import { MODEL_PRESETS } from '../worker/presets.js';
-import type { ModelConfig } from '../worker/types.js';
-import { recipeTokenizerFiles } from './backend.js';
+import { MODEL_PRESETS, type ModelConfig, parameterCount, plan } from '../worker/index.js';
 import { type Recipe, type RlStageConfig, recipeTool, recipeTools, type SftStageConfig } from './config.js';
 import { rowFilters, sectionExamples, sectionProblems } from './data.js';
 import { checkEngines, reportLine } from './engine-check.js';
+import { recipeTokenizerFiles } from './policy.js';
 import {
   broadcastPlan,
   modelWeights,

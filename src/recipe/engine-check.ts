@@ -1,4 +1,4 @@
-import type { EngineReport, WeightSyncEngine } from '../engines/types.js';
+import type { EngineReport, WeightSyncEngine } from '../engines/index.js';
 import type { Recipe } from './config.js';
 
 // Before a run on served engines (and in --dry-run): each engine says what it is, and the recipe is held to it.

@@ -1,6 +1,6 @@
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { TEMPLATE_NAMES, TEMPLATES, type TemplateName } from '../tokenizer/templates.js';
+import { TEMPLATE_NAMES, TEMPLATES, type TemplateName } from '../tokenizer/index.js';
 
 // `rstar2 export`: a checkpoint as a model directory to serve or publish: the weights, their config and the
 // tokenizer, without the optimizer and trainer state, and with the chat template the run trained with in

@@ -1,11 +1,11 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ChatExample } from '../data/index.js';
-import type { Trajectory, TurnEvent } from '../rl/trajectory.js';
+import type { Trajectory, TurnEvent } from '../rl/index.js';
 import { Rng } from '../util/rng.js';
-import type { TrainOptions, TrainStats } from '../worker/types.js';
+import type { TrainOptions, TrainStats } from '../worker/index.js';
 import { answerText, demoStyle, type TaskProblem, toolCallText, toolObservationText } from './tasks.js';
-import type { HeldoutScore, PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
+import type { HeldoutScore, Policy, RolloutRequest, ScoredItem } from './trainer.js';
 
 // A three-parameter stand-in policy for exercising the trainer without torch: logits for "call the tool",
 // "the first call is broken", and "copy stdout correctly". SFT moves them toward the demo mix; GRPO moves
@@ -41,7 +41,7 @@ export function emptyStats(lr = 0, step = 0): TrainStats {
   };
 }
 
-export class FakeBackend implements PolicyBackend {
+export class FakePolicy implements Policy {
   p: Params = { tool: -1, err: 0, copy: 0, steps: 0 };
   closed = false;
   /** Called at the start of every rollout; tests use it to simulate a crash at a chosen point. */
@@ -55,7 +55,7 @@ export class FakeBackend implements PolicyBackend {
       // the fake knows only the built-in task family: its problems carry the program that solves them
       const prob = { ...p.meta, ...p } as unknown as TaskProblem;
       if (typeof prob.code !== 'string')
-        throw new Error('the fake backend needs generated problems (data.files: null)');
+        throw new Error('the fake policy needs generated problems (data.files: null)');
       for (let s = 0; s < req.n; s++) {
         const greedy = req.temperature === 0;
         const draw = (logit: number) => (greedy ? logit > 0 : rng.next() < sig(logit));

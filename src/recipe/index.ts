@@ -1,4 +1,3 @@
-export { EmbeddedBackend, type EmbeddedBackendOptions } from './backend.js';
 export {
   loadRecipe,
   parseRecipe,
@@ -7,8 +6,9 @@ export {
   type RlStageConfig,
   type SftStageConfig,
 } from './config.js';
-export { FakeBackend } from './fake.js';
+export { FakePolicy } from './fake.js';
 export { plotRuns } from './plot.js';
+export { EmbeddedPolicy, type EmbeddedPolicyOptions } from './policy.js';
 export {
   generateProblems,
   sftExamples,
@@ -17,7 +17,8 @@ export {
   type TaskProblem,
 } from './tasks.js';
 export {
-  type PolicyBackend,
+  type Heartbeat,
+  type Policy,
   type RewardFn,
   type RolloutRequest,
   type RunState,

@@ -1,7 +1,6 @@
-import type { RolloutStats } from '../engines/scheduler.js';
-import type { RocMetrics } from '../rl/index.js';
-import type { Trajectory } from '../rl/trajectory.js';
-import type { TrainStats } from '../worker/types.js';
+import type { RolloutStats } from '../engines/index.js';
+import type { RocMetrics, Trajectory } from '../rl/index.js';
+import type { TrainStats } from '../worker/index.js';
 import { mean, round } from './stage.js';
 
 // An RL step's record in metrics.jsonl (docs/RUN_DIR.md). Its keys and their order are what every run directory

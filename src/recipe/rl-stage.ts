@@ -2,18 +2,20 @@ import { existsSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { FilterResult, Problem } from '../data/index.js';
 import {
+  failureOf,
   miniBatchPlan,
   type PenaltyOptions,
   penaltyOptions,
   type RocConfig,
   type SelectionResult,
+  sandboxFaultOf,
   selectAndScore,
   stageLr,
+  type Trajectory,
 } from '../rl/index.js';
-import { failureOf, sandboxFaultOf, type Trajectory } from '../rl/trajectory.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
 import { Rng, seedFor } from '../util/rng.js';
-import type { TrainStats } from '../worker/types.js';
+import type { TrainStats } from '../worker/index.js';
 import type { RlStageConfig } from './config.js';
 import { drawable, EpochSampler, rowFilters, sectionProblems, weightedSample } from './data.js';
 import { gainWarning } from './health.js';
@@ -89,7 +91,7 @@ class RlStage {
       await this.logprobs(items);
       const stats = await this.update(items, step);
       // the next rollout (or eval) samples from the updated policy; the push is timed with the update
-      if (stats.length > 0) await host.backend.syncWeights?.();
+      if (stats.length > 0) await host.policy.syncWeights?.();
       const metrics = this.record(step, draw, items, stats, { redraws, timeouts, t0, t3: Date.now() });
       bar.set(
         step,
@@ -128,7 +130,7 @@ class RlStage {
   private async rollout(problems: Problem[], step: number, attempt: number): Promise<Trajectory[]> {
     const { stage } = this;
     this.host.beat('rollout', stage.name, step);
-    const trajectories = await this.host.backend.rollout({
+    const trajectories = await this.host.policy.rollout({
       problems,
       n: this.n,
       maxResponseTokens: stage.maxResponseTokens,
@@ -192,19 +194,17 @@ class RlStage {
   /** The ratio's denominator recomputed under the current weights (oldLogprobs 'recompute'), and π_ref's (KL). */
   private async logprobs(items: ScoredItem[]): Promise<void> {
     const { stage, reference } = this;
-    const backend = this.host.backend;
+    const policy = this.host.policy;
     if (items.length === 0) return;
     const trajectories = items.map((it) => it.trajectory);
     if (stage.oldLogprobs === 'recompute') {
-      if (!backend.recomputeLogprobs)
-        throw new Error(
-          `stage ${stage.name}: oldLogprobs 'recompute' needs a backend that computes logprobs`,
-        );
-      const old = await backend.recomputeLogprobs(trajectories, stage.temperature);
+      if (!policy.recomputeLogprobs)
+        throw new Error(`stage ${stage.name}: oldLogprobs 'recompute' needs a policy that computes logprobs`);
+      const old = await policy.recomputeLogprobs(trajectories, stage.temperature);
       for (const [i, it] of items.entries()) it.oldLogprobs = old[i];
     }
     if (reference) {
-      const refs = await backend.referenceLogprobs!(reference, trajectories);
+      const refs = await policy.referenceLogprobs!(reference, trajectories);
       for (const [i, it] of items.entries()) it.refLogprobs = refs[i];
     }
   }
@@ -226,7 +226,7 @@ class RlStage {
     };
     for (let epoch = 0; epoch < stage.epochs; epoch++)
       for (let j = 0; j < items.length; j += plan.size)
-        stats.push(await this.host.backend.grpoStep(items.slice(j, j + plan.size), { ...opts }));
+        stats.push(await this.host.policy.grpoStep(items.slice(j, j + plan.size), { ...opts }));
     return stats;
   }
 
@@ -251,7 +251,7 @@ class RlStage {
       stats,
       kl: this.reference !== null,
       redraws: at.redraws,
-      rollout: host.backend.lastRolloutStats?.(),
+      rollout: host.policy.lastRolloutStats?.(),
       times: [at.t0, draw.t1, draw.t2, at.t3],
     });
     host.warn(
@@ -338,12 +338,12 @@ function resumedDraws(host: StageHost, stage: RlStageConfig, step: number): numb
  * run's first RL stage did ('initial', verl's reference policy); null without a KL loss.
  */
 async function referencePolicy(host: StageHost, stage: RlStageConfig, start: number): Promise<string | null> {
-  const { backend, runDir } = host;
+  const { policy, runDir } = host;
   const rl = host.recipe.stages.filter((s): s is RlStageConfig => s.type === 'rl');
   const save = async (name: string) => {
     const dir = join(runDir, 'reference', name);
     rmSync(`${dir}.tmp`, { recursive: true, force: true });
-    await (backend.saveWeights ?? backend.save).call(backend, `${dir}.tmp`);
+    await (policy.saveWeights ?? policy.save).call(policy, `${dir}.tmp`);
     rmSync(dir, { recursive: true, force: true });
     renameSync(`${dir}.tmp`, dir);
   };
@@ -357,8 +357,8 @@ async function referencePolicy(host: StageHost, stage: RlStageConfig, start: num
     throw new Error(
       `stage ${stage.name}: kl needs the reference weights in ${dir}, saved when ${name === 'initial' ? "the run's first RL stage" : 'the stage'} starts; this run went past that without them`,
     );
-  if (!backend.referenceLogprobs)
-    throw new Error(`stage ${stage.name}: kl.coef > 0 needs a backend that computes reference logprobs`);
+  if (!policy.referenceLogprobs)
+    throw new Error(`stage ${stage.name}: kl.coef > 0 needs a policy that computes reference logprobs`);
   return dir;
 }
 
@@ -402,7 +402,7 @@ async function rlPoolCached(host: StageHost, stage: RlStageConfig): Promise<Prob
       });
   if (repeats.dropped > 0)
     host.log(`[${stage.name}] dropped ${repeats.dropped} problems while reading: duplicate question`);
-  const count = host.backend.promptTokens?.bind(host.backend) ?? ((q: string) => q.length);
+  const count = host.policy.promptTokens?.bind(host.policy) ?? ((q: string) => q.length);
   pool = rowFilters(pool, d, count, (r) => filtered(host, stage.name, r));
   if (pool.length === 0) throw new Error(`stage ${stage.name}: no problems left after the data filters`);
   if (d.filter === 'unsolved') {
@@ -438,7 +438,7 @@ async function solvedCounts(
   for (let i = 0; i < todo.length; i += chunk) {
     const part = todo.slice(i, i + chunk);
     host.beat('filter', stage.name, 0);
-    const trajs = await host.backend.rollout({
+    const trajs = await host.policy.rollout({
       problems: part,
       n: stage.data.filterSamples,
       maxResponseTokens: stage.maxResponseTokens,

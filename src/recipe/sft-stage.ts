@@ -3,7 +3,7 @@ import type { ChatExample } from '../data/index.js';
 import { stageLr } from '../rl/index.js';
 import { readJsonlTolerant } from '../util/jsonl.js';
 import { Rng, seedFor } from '../util/rng.js';
-import type { TrainStats } from '../worker/types.js';
+import type { TrainStats } from '../worker/index.js';
 import type { SftStageConfig } from './config.js';
 import { drawable, EpochSampler, sectionExamples, weightedPicker } from './data.js';
 import { describeGate, gatePassed, gateWarning, type HealthWarning, sftLossWarning } from './health.js';
@@ -36,7 +36,7 @@ export async function runSft(
     const batch = batchOf(step);
     host.beat('sft', stage.name, step);
     const lr = stageLr(stage, step);
-    const st = await host.backend.sftStep(batch, { lr, warmupSteps: stage.warmupSteps }, stage.template);
+    const st = await host.policy.sftStep(batch, { lr, warmupSteps: stage.warmupSteps }, stage.template);
     const record = sftRecord(stage, step, st, demos.length, t0);
     const warnings = sftLossWarning(stage.name, step, st.loss);
     const check = gate ? await gate.check(step, record, warnings) : { passed: false, checkpoint: false };
@@ -114,7 +114,7 @@ class SftGate {
     private readonly gate: Gate,
     private readonly heldout: ChatExample[],
   ) {
-    if (gate.restart && (stageIndex !== 0 || host.recipe.model.path || !host.backend.reinit))
+    if (gate.restart && (stageIndex !== 0 || host.recipe.model.path || !host.policy.reinit))
       throw new Error(
         `stage ${stage.name}: gate.restart re-initialises the model, so it is only for the first stage of a recipe that trains a preset from scratch`,
       );
@@ -167,7 +167,7 @@ class SftGate {
     const { gate, stage } = this;
     if (step % gate.every !== 0 && step !== stage.steps) return { passed: false, checkpoint: false };
     this.host.beat('heldout');
-    const score = await this.host.backend.sftHeldout(this.heldout, stage.template);
+    const score = await this.host.policy.sftHeldout(this.heldout, stage.template);
     record.heldout_loss = round(score.loss);
     record.heldout_exact = round(score.exact);
     const improved = this.note(step, score);
@@ -200,7 +200,7 @@ class SftGate {
     this.host.log(
       `[gate] ${this.stage.name}: held-out loss ${round(this.best.loss)} after ${step - this.since} steps, not at or below ${restart.loss}; re-initialising the model (restart ${n} of ${restart.max}, seed ${seed})`,
     );
-    await this.host.backend.reinit?.(seed); // present: checked when the stage started
+    await this.host.policy.reinit?.(seed); // present: checked when the stage started
     record.restart = n;
     this.restarted(step, n);
     return true;
@@ -232,7 +232,7 @@ export async function sftData(host: StageHost, stage: SftStageConfig): Promise<C
     }),
   ];
   const all = await sectionExamples(files, d.limit, d.files ? d.weights : null);
-  const count = host.backend.sftTokens?.bind(host.backend);
+  const count = host.policy.sftTokens?.bind(host.policy);
   if (stage.maxTokens === null || !count) return all;
   const kept = all.filter((ex) => count(ex, stage.template) <= stage.maxTokens!);
   if (kept.length < all.length)

@@ -2,12 +2,12 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Problem } from '../data/index.js';
 import type { Scored } from '../reward/index.js';
-import type { Trajectory } from '../rl/trajectory.js';
+import type { Trajectory } from '../rl/index.js';
 import { Progress } from '../util/progress.js';
 import type { Recipe, Stage } from './config.js';
 import type { Health, HealthWarning } from './health.js';
 import type { ProblemSpec } from './tasks.js';
-import type { PolicyBackend } from './trainer.js';
+import type { Policy } from './trainer.js';
 
 // What a stage (sft-stage.ts, rl-stage.ts) gets from the trainer: the run directory's records, heartbeat,
 // checkpoints and stop point stay the trainer's, so each stage file holds only its own loop.
@@ -15,7 +15,7 @@ import type { PolicyBackend } from './trainer.js';
 export interface StageHost {
   readonly recipe: Recipe;
   readonly runDir: string;
-  readonly backend: PolicyBackend;
+  readonly policy: Policy;
   readonly health: Health;
   /** The current RL stage's prompt draws so far; the trainer saves them with each of its checkpoints. */
   readonly draws: { count: number };

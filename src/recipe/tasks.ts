@@ -161,7 +161,7 @@ export type DemoStyle = 'direct' | 'tool' | 'recover';
 
 export const TOOL_NAME = 'python_code_with_standard_io';
 
-// The text rollouts contain, for the fake backend and for tests that compare SFT renders with rollouts.
+// The text rollouts contain, for the fake policy and for tests that compare SFT renders with rollouts.
 export function toolCallText(code: string): string {
   return `</reason>\n<tool_call>\n${JSON.stringify({ name: TOOL_NAME, arguments: { code, input: '' } })}\n</tool_call><|im_end|>`;
 }
@@ -226,7 +226,7 @@ export function toolCalls(ex: ChatExample): number {
   return ex.messages.filter((m) => m.tool_calls?.length).length;
 }
 
-/** The style of a demo, read back from its messages (the fake backend and the tests need it). */
+/** The style of a demo, read back from its messages (the fake policy and the tests need it). */
 export function demoStyle(ex: ChatExample): DemoStyle {
   const calls = toolCalls(ex);
   return calls === 0 ? 'direct' : calls === 1 ? 'tool' : 'recover';

@@ -2,13 +2,13 @@ import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, write
 import { availableParallelism, hostname } from 'node:os';
 import { join } from 'node:path';
 import { type ChatExample, loadProblems, type Problem, type SftTemplate } from '../data/index.js';
-import type { RolloutStats } from '../engines/scheduler.js';
+import type { RolloutStats } from '../engines/index.js';
 import { type Scored, VerifierPool } from '../reward/index.js';
-import { failureOf, type Trajectory } from '../rl/trajectory.js';
+import { failureOf, type Trajectory } from '../rl/index.js';
 import { appendJsonl, readJsonlTolerant, writeAtomic } from '../util/jsonl.js';
 import { pidNamespace } from '../util/lock.js';
 import { seedFor } from '../util/rng.js';
-import type { TrainOptions, TrainStats } from '../worker/types.js';
+import type { TrainOptions, TrainStats } from '../worker/index.js';
 import type { Recipe, Stage } from './config.js';
 import { sectionProblems } from './data.js';
 import { failuresWarning, Health, HealthError, type HealthWarning, stallWarning } from './health.js';
@@ -22,7 +22,7 @@ export { type RunState, readState } from './stage.js';
 
 // The training loop over a recipe's stages, writing the run directory of docs/RUN_DIR.md: stage order, resume,
 // fork and checkpoints here; each stage's own loop in sft-stage.ts and rl-stage.ts. The policy, its engines and
-// the sandbox sit behind PolicyBackend, so the loop is the same for the embedded torch worker, remote engines,
+// the sandbox sit behind Policy, so the loop is the same for the embedded torch worker, remote engines,
 // and the fakes in tests.
 
 export interface RolloutRequest {
@@ -54,7 +54,7 @@ export interface HeldoutScore {
   exact: number;
 }
 
-export interface PolicyBackend {
+export interface Policy {
   /** n trajectories per problem, in problem order then sample order; `promptId` is the problem id. */
   rollout(req: RolloutRequest, onDone?: (done: number, total: number) => void): Promise<Trajectory[]>;
   /** One optimizer step on chat examples, loss on the assistant tokens (tool turns masked, as in RL). */
@@ -200,7 +200,7 @@ export class Trainer {
   constructor(
     private readonly recipe: Recipe,
     private readonly runDir: string,
-    private readonly backend: PolicyBackend,
+    private readonly policy: Policy,
     private readonly opts: TrainerOptions = {},
   ) {
     this.log = opts.log ?? ((l) => process.stderr.write(`${l}\n`));
@@ -220,7 +220,7 @@ export class Trainer {
     this.host = {
       recipe,
       runDir,
-      backend,
+      policy,
       health: this.health,
       draws: this.draws,
       progress: opts.progress ?? true,
@@ -371,7 +371,7 @@ export class Trainer {
     if (resume) {
       state = readState(this.runDir);
       if (state) {
-        await this.backend.load(join(this.runDir, state.checkpoint));
+        await this.policy.load(join(this.runDir, state.checkpoint));
         this.log(`resuming ${this.runDir} after ${state.stage} step ${state.step} (${state.checkpoint})`);
       } else this.log(`no state.json in ${this.runDir}: starting from the beginning`);
     } else {
@@ -404,9 +404,9 @@ export class Trainer {
         this.beat('starting', stage.name, start);
         this.health.resetStage();
         if (start === 0 && i > 0 && stage.optimizer === 'fresh') {
-          if (!this.backend.resetOptimizer)
-            throw new Error(`stage ${stage.name}: this backend cannot reset its optimizer`);
-          await this.backend.resetOptimizer();
+          if (!this.policy.resetOptimizer)
+            throw new Error(`stage ${stage.name}: this policy cannot reset its optimizer`);
+          await this.policy.resetOptimizer();
         }
         if (stage.type === 'rl') await runRl(this.host, i, stage, start);
         else {
@@ -459,7 +459,7 @@ export class Trainer {
     const dir = join(this.runDir, rel);
     rmSync(dir, { recursive: true, force: true });
     this.beat('checkpoint');
-    await this.backend.save(dir);
+    await this.policy.save(dir);
     const draws = stage.type === 'rl' ? { promptDraws: this.draws.count } : {};
     writeFileSync(
       join(dir, 'trainer_state.json'),
@@ -481,7 +481,7 @@ export class Trainer {
   /** A capped stage goes on from its best check: those weights become the stage's result and what a resume loads. */
   private async restoreBest(stageIndex: number, stage: Stage, bestStep: number): Promise<void> {
     const rel = join('checkpoints', `${stage.name}-step-${pad(bestStep)}`);
-    await this.backend.load(join(this.runDir, rel));
+    await this.policy.load(join(this.runDir, rel));
     const state: RunState = {
       stageIndex,
       stage: stage.name,
@@ -499,7 +499,7 @@ export class Trainer {
   async evaluate(stage: string, step: number): Promise<number> {
     const e = this.recipe.eval;
     this.beat('eval', stage, step);
-    const trajs = await this.backend.rollout({
+    const trajs = await this.policy.rollout({
       problems: this.testSet,
       n: e.samples,
       maxResponseTokens: e.maxResponseTokens,

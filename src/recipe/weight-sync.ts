@@ -2,9 +2,9 @@ import { lookup } from 'node:dns/promises';
 import { existsSync, readFileSync } from 'node:fs';
 import { BlockList, connect, isIP } from 'node:net';
 import { join } from 'node:path';
-import type { WeightGroup, WeightMeta, WeightSyncEngine } from '../engines/types.js';
+import type { WeightGroup, WeightMeta, WeightSyncEngine } from '../engines/index.js';
 import { freePort } from '../util/net.js';
-import type { ModelConfig } from '../worker/types.js';
+import type { ModelConfig } from '../worker/index.js';
 
 // Weight sync by broadcast (docs/DECISIONS.md, weight sync): the trainer's rank 0 and every engine rank join
 // one process group once; after each update rank 0 broadcasts the weights while the engines receive them.

@@ -1,7 +1,7 @@
 import { existsSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { Command } from 'commander';
-import { deprecatedAliases, positiveInt } from '../cli/options.js';
+import { deprecatedAliases, positiveInt } from '../cli/index.js';
 import type { VerifyProfile } from './types.js';
 
 const CHUNK = 512;

@@ -1,3 +1,4 @@
+export { loadRewardModule } from './custom.js';
 export { type Extracted, extractAnswer, extractGold, extractPrime, extractReference } from './extract.js';
 export { normalise, RULES } from './normalise.js';
 export { type PoolOptions, VerifierPool, type VerifyItem } from './pool.js';

@@ -1,10 +1,10 @@
-// Off-main-thread verification: a small pool of worker threads, each check under a hard time limit.
-// A check that overruns gets its worker terminated and replaced; a crashed worker's item is reported
+// Off-main-thread verification: a small pool of threads (node:worker_threads), each check under a hard time limit.
+// A check that overruns gets its thread terminated and replaced; a crashed thread's item is reported
 // as an error result — every item always gets a result, in input order.
 
 import { availableParallelism } from 'node:os';
 import type { Worker } from 'node:worker_threads';
-import { startWorker } from '../util/worker.js';
+import { startThread } from '../util/thread.js';
 import type { VerifyOptions, VerifyProfile, VerifyResult } from './types.js';
 import { checkProfile, DEFAULTS, erroredScore, type Scored, toScored } from './verify.js';
 
@@ -17,11 +17,11 @@ export interface VerifyItem {
 }
 
 export interface PoolOptions {
-  /** Worker threads (default: min(4, cores)). */
+  /** Threads (default: min(4, cores)). */
   size?: number;
   /** Options applied to every item (an item's own opts win). */
   defaults?: VerifyOptions;
-  /** Extra ms past an item's time limit before its worker is killed (default 1000). */
+  /** Extra ms past an item's time limit before its thread is killed (default 1000). */
   graceMs?: number;
 }
 
@@ -32,7 +32,7 @@ interface Task {
 }
 
 interface Slot {
-  worker: Worker;
+  thread: Worker;
   ready: boolean;
   task: Task | null;
   timer: NodeJS.Timeout | null;
@@ -59,12 +59,12 @@ export class VerifierPool {
 
   private spawn(): Slot {
     const slot: Slot = {
-      worker: startWorker('./verify-worker', import.meta.url),
+      thread: startThread('./verify-thread', import.meta.url),
       ready: false,
       task: null,
       timer: null,
     };
-    slot.worker.on(
+    slot.thread.on(
       'message',
       (m: { ready?: boolean; id?: number; result?: VerifyResult; error?: string }) => {
         if (m.ready) {
@@ -77,8 +77,8 @@ export class VerifierPool {
         this.finish(slot, m.result ?? failed(t.item, 'error', `verifier error: ${m.error ?? 'unknown'}`));
       },
     );
-    slot.worker.on('error', (e) => this.crash(slot, `verifier worker crashed: ${e.message}`));
-    slot.worker.on('exit', (code) => this.crash(slot, `verifier worker exited (code ${code})`));
+    slot.thread.on('error', (e) => this.crash(slot, `verifier thread crashed: ${e.message}`));
+    slot.thread.on('exit', (code) => this.crash(slot, `verifier thread exited (code ${code})`));
     return slot;
   }
 
@@ -113,7 +113,7 @@ export class VerifierPool {
       const opts = { ...this.opts.defaults, ...t.item.opts };
       const timeoutMs = opts.timeoutMs ?? DEFAULTS.timeoutMs;
       slot.timer = setTimeout(() => this.kill(slot, timeoutMs), timeoutMs + this.graceMs);
-      slot.worker.postMessage({ id: t.id, pred: t.item.pred, gold: t.item.gold, opts, row: t.item.row });
+      slot.thread.postMessage({ id: t.id, pred: t.item.pred, gold: t.item.gold, opts, row: t.item.row });
     }
   }
 
@@ -124,9 +124,9 @@ export class VerifierPool {
     slot.task = null;
     slot.timer = null;
     this.slots.splice(i, 1);
-    void slot.worker.terminate();
+    void slot.thread.terminate();
     // the limit the user set, not the grace on top of it (`verify --timeout-ms 1000` said "within 2000 ms")
-    t?.resolve(failed(t.item, 'timeout', `time limit: no verdict within ${timeoutMs} ms, worker replaced`));
+    t?.resolve(failed(t.item, 'timeout', `time limit: no verdict within ${timeoutMs} ms, thread replaced`));
     if (!this.closed) {
       this.slots.push(this.spawn());
       this.pump();
@@ -148,7 +148,7 @@ export class VerifierPool {
     });
   }
 
-  /** `scoreTrajectory` off the main thread: the same rule for errored trajectories, the check in a worker. */
+  /** `scoreTrajectory` off the main thread: the same rule for errored trajectories, the check in a thread. */
   async score(
     t: { text: string; finish?: string },
     gold: string,
@@ -171,6 +171,6 @@ export class VerifierPool {
     this.closed = true;
     for (const t of this.queue.splice(0))
       t.resolve(failed(t.item, 'error', 'pool closed before the check ran'));
-    await Promise.all(this.slots.splice(0).map((s) => s.worker.terminate()));
+    await Promise.all(this.slots.splice(0).map((s) => s.thread.terminate()));
   }
 }

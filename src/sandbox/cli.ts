@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { commaList, nonNegativeInt, port, positiveInt } from '../cli/options.js';
+import { commaList, nonNegativeInt, port, positiveInt } from '../cli/index.js';
 import { checkBind, resolveToken, TOKEN_ENV } from '../util/http-guard.js';
 import { forTerminal } from '../util/terminal.js';
 import type { ShardedPool } from './shards.js';

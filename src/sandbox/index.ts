@@ -7,6 +7,7 @@ export {
   type SubmissionResult,
   toSubmissionResult,
 } from './codejudge.js';
+export { type PoolInfo, type PoolStats, SandboxPool, type SandboxPoolOptions } from './pool.js';
 export { RedisRunner, type RedisRunnerOptions, RedisWorker, type RedisWorkerOptions } from './redis.js';
 export {
   type CommandRunResult,
@@ -14,7 +15,8 @@ export {
   type RunCodeResponse,
   toRunCodeResponse,
 } from './sandboxfusion.js';
-export { FairScheduler, SandboxServer, type SandboxServerOptions } from './server.js';
+export { FairQueue, SandboxServer, type SandboxServerOptions } from './server.js';
+export { defaultShards, SHARDS_ENV, ShardedPool, type ShardedPoolOptions } from './shards.js';
 export {
   buildToolCode,
   executePythonTool,
@@ -28,3 +30,4 @@ export {
   truncateToolText,
 } from './tool.js';
 export type { CodeRunner, RunRequest, RunResult, RunStatus } from './types.js';
+export { failedResult, MODULE_NAME } from './types.js';

@@ -42,10 +42,10 @@ export interface LaunchPlan {
   args: string[];
   /** extra fds for spawn's stdio array, starting at fd 3 */
   extraFds: number[];
-  /** written to the server's stdin before anything else: its config */
+  /** written to the broker's stdin before anything else: its config */
   input: Buffer;
-  /** config fields the Python server needs (scratch, uid base, paths) */
-  serverConfig: Record<string, unknown>;
+  /** config fields the Python broker (server.py) needs (scratch, uid base, paths) */
+  brokerConfig: Record<string, unknown>;
   /** how the calls' memory and process limits are held: 'cgroup v1', 'cgroup v2' (by the kernel), or 'polling' */
   limits: string;
   notes: string[];
@@ -225,7 +225,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
   const cleanupCgroups = () => cgroups?.cleanup();
   // The config goes in on stdin, ahead of the first frame, not in argv: /proc/PID/cmdline is readable by
   // every process in the sandbox, snippets included.
-  const serverArgs = (script: string) => ['-I', '-S', script];
+  const brokerArgs = (script: string) => ['-I', '-S', script];
   const configFrame = (cfg: Record<string, unknown>) => {
     const json = Buffer.from(JSON.stringify({ ...inp.config, ...cfg }));
     const len = Buffer.alloc(4);
@@ -242,12 +242,12 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
   if (inp.isolation === 'none' || inp.isolation === 'landlock') {
     const scratch = mkdtempSync(join(tmpdir(), 'rstar2-sandbox-'));
     chmodSync(scratch, 0o711); // each slot's uid passes through to its own dir (0700), and lists nothing here
-    let serverConfig: Record<string, unknown>;
+    let brokerConfig: Record<string, unknown>;
     if (inp.isolation === 'none') {
       notes.push(
         'isolation none: no namespaces, no seccomp, host filesystem visible except where Landlock applies',
       );
-      serverConfig = { readPaths: [...READ_PATHS, scratch], shmDir: root ? '/dev/shm' : '' };
+      brokerConfig = { readPaths: [...READ_PATHS, scratch], shmDir: root ? '/dev/shm' : '' };
     } else {
       // Without namespaces: the host's /proc, /dev and /dev/shm are the ones every process shares, so a snippet
       // gets none of /proc, only the harmless devices, no /dev/shm, and the scratch on the host's disk is bounded
@@ -261,7 +261,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
         'isolation landlock: no namespaces; per-slot uids, Landlock, seccomp; snippets see no /proc or /dev/shm, ' +
           'and their scratch is on the host disk, bounded by the broker',
       );
-      serverConfig = {
+      brokerConfig = {
         readPaths: READ_PATHS.filter((p) => p !== '/proc'),
         devPaths: ['/dev/null', '/dev/zero', '/dev/full', '/dev/random', '/dev/urandom'],
         shmDir: '',
@@ -270,16 +270,16 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
         scratchMb: inp.scratchMb,
       };
     }
-    serverConfig = { ...serverConfig, scratch, uidBase, sysPath: DIST_PACKAGES, ...demote, ...cgroupConfig };
-    const server = [inp.python, ...serverArgs(join(SANDBOX_PY_DIR, 'server.py'))];
+    brokerConfig = { ...brokerConfig, scratch, uidBase, sysPath: DIST_PACKAGES, ...demote, ...cgroupConfig };
+    const broker = [inp.python, ...brokerArgs(join(SANDBOX_PY_DIR, 'server.py'))];
     // landlock: the environment bwrap's --clearenv leaves, not this process's (tokens, keys) for every snippet
     const clean = inp.isolation === 'landlock' ? ['-i', 'PATH=/usr/bin:/bin', 'LANG=C.UTF-8'] : [];
     return {
-      command: clean.length ? '/usr/bin/env' : server[0],
-      args: clean.length ? [...clean, ...server] : server.slice(1),
-      input: configFrame(serverConfig),
+      command: clean.length ? '/usr/bin/env' : broker[0],
+      args: clean.length ? [...clean, ...broker] : broker.slice(1),
+      input: configFrame(brokerConfig),
       extraFds: [...(cgroups?.fds ?? [])],
-      serverConfig,
+      brokerConfig,
       limits,
       notes,
       cleanup: () => {
@@ -381,7 +381,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
     extraFds.push(openSync(from, 'r'));
     args.push('--perms', '0444', '--file', String(2 + extraFds.length), `${INNER_PY_DIR}/${to}`);
   }
-  const serverConfig = {
+  const brokerConfig = {
     scratch: '/scratch',
     pidNamespace: true,
     // issue 42, break 5: a call sees no process of another slot's uid in /proc (the broker and zygote, gid 0, see all)
@@ -404,10 +404,10 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
   extraFds.push(argsFd);
   return {
     command: bwrap,
-    args: ['--args', String(2 + extraFds.length), py, ...serverArgs(`${INNER_PY_DIR}/server.py`)],
-    input: configFrame(serverConfig),
+    args: ['--args', String(2 + extraFds.length), py, ...brokerArgs(`${INNER_PY_DIR}/server.py`)],
+    input: configFrame(brokerConfig),
     extraFds,
-    serverConfig,
+    brokerConfig,
     limits,
     notes,
     cleanup: cleanupCgroups,

@@ -88,7 +88,7 @@ return {requeued, failed}
 /** ioredis reconnects by itself; log its errors (at most one line per 5 s) instead of crashing.
  * The URL goes to ioredis as given: redis://:password@host:port/db, redis://user:password@host,
  * rediss://… for TLS. A URL without a password takes $RSTAR2_REDIS_PASSWORD, which keeps it out of `ps`.
- * A first connection that fails throws the server's reason (WRONGPASS, NOAUTH), where ioredis's own
+ * A first connection that fails throws Redis's reason (WRONGPASS, NOAUTH), where ioredis's own
  * rejection says only "Connection is closed". */
 async function connectRedis(url: string, o: Resolved, role: string): Promise<Redis> {
   const envPassword = process.env[REDIS_PASSWORD_ENV];
@@ -216,17 +216,17 @@ export class RedisRunner implements CodeRunner {
     const o = resolve(opts);
     const cmd = await connectRedis(url, o, 'front door');
     const runner = new RedisRunner(cmd, watchErrors(cmd.duplicate(), o, 'front door replies'), opts);
-    runner.runId = await runner.serverRunId();
+    runner.runId = await runner.redisRunId();
     return runner;
   }
 
-  private async serverRunId(): Promise<string> {
+  private async redisRunId(): Promise<string> {
     const info = await this.cmd.info('server');
     return /run_id:(\w+)/.exec(info)?.[1] ?? '';
   }
 
   private async afterReconnect(): Promise<void> {
-    const runId = await this.serverRunId();
+    const runId = await this.redisRunId();
     if (runId === this.runId) return;
     this.runId = runId;
     const payloads = [...this.pending.values()].map((p) => p.payload);

@@ -108,7 +108,7 @@ interface Item {
 }
 
 /** Per-client FIFO queues served round-robin, feeding at most `concurrency` items to the runner. */
-export class FairScheduler {
+export class FairQueue {
   private readonly queues = new Map<string, Item[]>();
   private ring: string[] = [];
   private next = 0;
@@ -413,7 +413,7 @@ function describeZod(e: z.ZodError): string {
 }
 
 export class SandboxServer {
-  readonly scheduler: FairScheduler;
+  readonly queue: FairQueue;
   readonly metrics: ServiceMetrics;
   private readonly http: Server;
   private readonly o: Required<
@@ -486,14 +486,14 @@ export class SandboxServer {
       ((rec) => process.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), ...rec })}\n`));
     this.metrics = new ServiceMetrics(
       () => ({
-        queueDepth: this.scheduler.depth,
-        inFlight: this.scheduler.inFlight,
-        clients: this.scheduler.clientsWaiting,
+        queueDepth: this.queue.depth,
+        inFlight: this.queue.inFlight,
+        clients: this.queue.clientsWaiting,
       }),
       new Set([...GET_ROUTES, ...Object.keys(ROUTES)]),
       opts.shardStats,
     );
-    this.scheduler = new FairScheduler(this.o.runner, this.o.concurrency, this.o.maxQueue, (r, ms) =>
+    this.queue = new FairQueue(this.o.runner, this.o.concurrency, this.o.maxQueue, (r, ms) =>
       this.metrics.item(r.status, ms),
     );
     const requestTimeout = this.o.requestTimeoutMs;
@@ -534,10 +534,10 @@ export class SandboxServer {
   async close(graceMs = 10_000): Promise<void> {
     const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
     clearInterval(this.sessionSweep);
-    this.scheduler.close();
+    this.queue.close();
     this.http.closeIdleConnections?.();
     const t0 = Date.now();
-    while ((this.scheduler.inFlight > 0 || this.responding > 0) && Date.now() - t0 < graceMs)
+    while ((this.queue.inFlight > 0 || this.responding > 0) && Date.now() - t0 < graceMs)
       await new Promise((r) => setTimeout(r, 20));
     this.http.closeAllConnections?.();
     await closed;
@@ -676,12 +676,12 @@ export class SandboxServer {
       if (req.method === 'GET') {
         if (url === '/ping' || url === '/v1/ping') return this.send(res, 200, 'pong');
         if (url === '/status') {
-          // Remote counts (Redis) must not hang the health check when the backend is down: -1 = unknown.
+          // Remote counts (Redis) must not hang the health check when Redis is down: -1 = unknown.
           const numWorkers = this.o.numWorkers ? await bounded(this.o.numWorkers(), -1) : this.o.concurrency;
           const backlog = this.o.backlog ? Math.max(0, await bounded(this.o.backlog(), 0)) : 0;
           // exactly code-judge's fields: its client builds ServerStatus(**json), which refuses any other key
           // (items running now are on /metrics: rstar2_sandbox_in_flight)
-          return this.send(res, 200, { queue: this.scheduler.depth + backlog, num_workers: numWorkers });
+          return this.send(res, 200, { queue: this.queue.depth + backlog, num_workers: numWorkers });
         }
         if (url === '/metrics')
           return this.send(res, 200, await this.metrics.render(), {
@@ -750,12 +750,12 @@ export class SandboxServer {
   ): Promise<T[] | null> {
     if (reqs.length > this.o.maxBatchItems) throw this.tooManyItems(String(reqs.length));
     const runnable = reqs.filter((r) => 'code' in r).length;
-    if (!this.scheduler.canAdmit(runnable)) return null;
+    if (!this.queue.canAdmit(runnable)) return null;
     const answer = new Answer(shape, reqs.length, this.o.maxBatchOutputBytes, this.held);
     ctx.answers.push(answer as Answer<unknown>);
     await Promise.all(
       reqs.map((r, i) =>
-        ('code' in r ? this.scheduler.submit(ctx.client, r, queueWaitMs) : Promise.resolve(r)).then((res) =>
+        ('code' in r ? this.queue.submit(ctx.client, r, queueWaitMs) : Promise.resolve(r)).then((res) =>
           answer.put(i, res),
         ),
       ),
@@ -828,8 +828,8 @@ export class SandboxServer {
   busyBody(n: number): unknown {
     return {
       error: 'busy',
-      message: `queue full: ${this.scheduler.depth} waiting, limit ${this.o.maxQueue}, request has ${n} items; retry later`,
-      queue: this.scheduler.depth,
+      message: `queue full: ${this.queue.depth} waiting, limit ${this.o.maxQueue}, request has ${n} items; retry later`,
+      queue: this.queue.depth,
       limit: this.o.maxQueue,
     };
   }
@@ -1023,7 +1023,7 @@ const ROUTES: Record<string, Route> = {
   },
   '/v1/session/close': async (s, ctx, body) => {
     const { session } = s.parse(CloseSessionSchema, body);
-    if (!s.options.runner.closeSession) throw new HttpError(501, 'this backend has no stateful sessions');
+    if (!s.options.runner.closeSession) throw new HttpError(501, 'this runner has no stateful sessions');
     const name = sessionName(ctx.sessionKey, session);
     const closed = await s.options.runner.closeSession(name);
     s.closedSession(ctx.peer, name);

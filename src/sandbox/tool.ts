@@ -13,7 +13,7 @@ import type { CodeRunner, RunRequest, RunResult } from './types.js';
 // model reads back (rstar2_agent/tools/code_judge_utils.py + verl's tool-response truncation).
 
 // The schema lives with the chat templates (it is part of the prompt); re-exported here for tool users.
-export { PYTHON_TOOL_NAME, PYTHON_TOOL_SCHEMA } from '../tokenizer/tools.js';
+export { PYTHON_TOOL_NAME, PYTHON_TOOL_SCHEMA } from '../tokenizer/index.js';
 
 export type TruncateSide = 'middle' | 'left' | 'right';
 

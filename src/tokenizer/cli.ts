@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { positiveInt } from '../cli/options.js';
+import { positiveInt } from '../cli/index.js';
 import { TEMPLATE_NAMES, type TemplateName } from './templates.js';
 
 // Corpus documents: a .jsonl file gives one document per record (all its string fields joined by newlines);

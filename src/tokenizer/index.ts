@@ -21,6 +21,7 @@ export {
   type ToolTurnBoundary,
   toolTurnIds,
 } from './chat.js';
+export { namedTokenizerDir } from './named.js';
 export { decodeFailureText, type ParsedToolCall, parseToolCalls } from './parser.js';
 export {
   COMPACT_TEMPLATE,
@@ -29,6 +30,7 @@ export {
   RSTAR2_TEMPLATE,
   RSTAR2_USER_PREFIX,
   TEMPLATE_NAMES,
+  TEMPLATES,
   type TemplateName,
 } from './templates.js';
 export {

@@ -3,4 +3,4 @@ export { Progress } from './progress.js';
 export { findPython, PYTHON_DIR, projectVenv } from './python.js';
 export { Rng } from './rng.js';
 export { sleep } from './sleep.js';
-export { startWorker } from './worker.js';
+export { startThread } from './thread.js';

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { float, positiveInt, seed } from '../cli/options.js';
+import { float, positiveInt, seed } from '../cli/index.js';
 import { type Config, formatPlan } from './plan.js';
 import { MODEL_PRESETS, type ModelPreset } from './presets.js';
 

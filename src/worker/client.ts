@@ -182,7 +182,7 @@ function processEnv(o: WorkerStartOptions, rank: Record<string, string>): NodeJS
     OPENBLAS_NUM_THREADS: process.env.OPENBLAS_NUM_THREADS ?? '1',
     OMP_NUM_THREADS: String(threads),
     RSTAR2_PRECISION: o.precision ?? 'fp32',
-    RSTAR2_MODEL_BACKEND: o.modelBackend ?? 'native',
+    RSTAR2_MODEL_BACKEND: o.modelImpl ?? 'native',
     ...(o.compile ? { RSTAR2_COMPILE: o.compile } : {}),
     RSTAR2_SHARDING: o.sharding ?? 'ddp',
     RSTAR2_OFFLOAD_OPTIMIZER: o.offloadOptimizer ? '1' : '0',

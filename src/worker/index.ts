@@ -1,6 +1,7 @@
 export { PolicyWorker, runNodeRanks } from './client.js';
 export { type InitModelOptions, initModelDir } from './init-model.js';
 export { checkLaunch, type LaunchOptions, parseMaster, rankEnvs } from './launch.js';
+export { parameterCount, plan } from './plan.js';
 export { MODEL_PRESETS, type ModelPreset } from './presets.js';
 export { PROTOCOL_VERSION } from './protocol.js';
 export type {
@@ -21,4 +22,12 @@ export type {
   WeightMeta,
   WorkerStartOptions,
 } from './types.js';
-export { MODEL_BACKENDS, type ModelBackend, PRECISIONS, type Precision } from './types.js';
+export {
+  COMPILE_MODES,
+  LOSS_AGGS,
+  MODEL_IMPLS,
+  type ModelImpl,
+  PRECISIONS,
+  type Precision,
+  TrainOptionsSchema,
+} from './types.js';

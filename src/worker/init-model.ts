@@ -1,7 +1,12 @@
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
-import { buildCharTokenizer, saveTokenizer, Tokenizer, tokenizerFromFiles } from '../tokenizer/index.js';
-import { namedTokenizerDir } from '../tokenizer/named.js';
+import {
+  buildCharTokenizer,
+  namedTokenizerDir,
+  saveTokenizer,
+  Tokenizer,
+  tokenizerFromFiles,
+} from '../tokenizer/index.js';
 import { PolicyWorker } from './client.js';
 import { MODEL_PRESETS, type ModelPreset } from './presets.js';
 import type { ModelInfo, WorkerStartOptions } from './types.js';

@@ -3,7 +3,7 @@ import type { ModelConfig } from './types.js';
 export type ModelPreset = 'tiny' | 'small' | 'tiny-qwen3';
 
 // Qwen-family configs for models trained from scratch on CPU. vocab_size is replaced by the tokenizer's
-// size (`model init`, the recipe backend).
+// size (`model init`, the recipe's embedded policy).
 const base = {
   model_type: 'qwen2',
   architectures: ['Qwen2ForCausalLM'],

@@ -75,8 +75,8 @@ export interface ModelConfig {
   [key: string]: unknown;
 }
 
-export const MODEL_BACKENDS = ['native', 'transformers'] as const;
-export type ModelBackend = (typeof MODEL_BACKENDS)[number];
+export const MODEL_IMPLS = ['native', 'transformers'] as const;
+export type ModelImpl = (typeof MODEL_IMPLS)[number];
 
 export const PRECISIONS = ['fp32', 'bf16-mixed', 'bf16'] as const;
 // 'bf16-mixed': bf16 autocast over fp32 weights and AdamW state; 'bf16': weights and AdamW state in bf16.
@@ -96,7 +96,7 @@ export interface WorkerStartOptions {
   precision?: Precision; // default 'fp32'. Each rank runs on its local GPU (LOCAL_RANK) when CUDA is present.
   // How model directories load: 'native' (default): the built-in Qwen2/Qwen3 model; 'transformers':
   // AutoModelForCausalLM, for other architectures (needs the transformers package; trains and scores only).
-  modelBackend?: ModelBackend;
+  modelImpl?: ModelImpl;
   compile?: CompileMode; // default: RSTAR2_COMPILE, else 'auto'
   ranks?: number; // torch.distributed ranks on this node, torchrun's --nproc-per-node (default 1)
   nnodes?: number; // nodes in the job (default 1); the others run theirs with runNodeRanks / --node-rank

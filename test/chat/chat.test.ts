@@ -4,8 +4,8 @@ import { existsSync } from 'node:fs';
 import { test } from 'node:test';
 import { renderAnswer } from '../../src/chat/render.js';
 import { ask } from '../../src/chat/session.js';
-import { openBackend } from '../../src/eval/backend.js';
 import { fakeTrajectory } from '../../src/eval/fake.js';
+import { openPolicy } from '../../src/eval/policy.js';
 import { buildCharTokenizer, tokenizerFromFiles } from '../../src/tokenizer/index.js';
 import { pythonThenAnswer } from '../agent/helpers.js';
 
@@ -47,7 +47,7 @@ test('a chat answer runs the model’s python call in the real sandbox', {
   const tok = tokenizerFromFiles(buildCharTokenizer());
   const engine = pythonThenAnswer(tok, (p) => `The tool says ${p}. <answer>\\boxed{${p}}</answer><|im_end|>`);
   const ran: string[] = [];
-  const backend = await openBackend({
+  const policy = await openPolicy({
     engineInstance: engine,
     tokenizerInstance: tok,
     temperature: 1,
@@ -59,7 +59,7 @@ test('a chat answer runs the model’s python call in the real sandbox', {
       ran.push(`${req.code.includes(b64('print(6*7)'))} -> ${res.status}: ${res.stdout.trim()}`),
   });
   try {
-    const t = await ask(backend, 'What is 6*7?', 1);
+    const t = await ask(policy, 'What is 6*7?', 1);
     assert.deepEqual(ran, ['true -> ok: 42']);
     assert.equal(t.finish, 'answered', t.error);
     assert.equal(t.numToolCalls, 1);
@@ -67,9 +67,9 @@ test('a chat answer runs the model’s python call in the real sandbox', {
     assert.deepEqual(sectionOrder(out), ['thinking', 'python', 'tool output', 'thinking', 'answer']);
     assert.match(out, /── tool output · ok[^\n]*\nTool call success\nstdout: 42/);
     assert.match(out, /⇒ 42/);
-    await assert.rejects(ask(backend, '   ', 1), /empty message/);
+    await assert.rejects(ask(policy, '   ', 1), /empty message/);
   } finally {
-    await backend.close();
+    await policy.close();
   }
 });
 
@@ -79,7 +79,7 @@ test('--no-tool (tools: []): the same python call is answer text, never run, one
   const tok = tokenizerFromFiles(buildCharTokenizer());
   const engine = pythonThenAnswer(tok, (p) => `The tool says ${p}. <answer>\\boxed{${p}}</answer><|im_end|>`);
   const ran: string[] = [];
-  const backend = await openBackend({
+  const policy = await openPolicy({
     engineInstance: engine,
     tokenizerInstance: tok,
     tools: [],
@@ -90,7 +90,7 @@ test('--no-tool (tools: []): the same python call is answer text, never run, one
     onTool: (req) => ran.push(req.code),
   });
   try {
-    const t = await ask(backend, 'What is 6*7?', 1);
+    const t = await ask(policy, 'What is 6*7?', 1);
     assert.deepEqual(ran, []);
     assert.equal(t.numToolCalls, 0);
     assert.deepEqual(
@@ -99,7 +99,7 @@ test('--no-tool (tools: []): the same python call is answer text, never run, one
     );
     assert.doesNotMatch(tok.decode(t.promptIds), /<tools>|python_code_with_standard_io/);
   } finally {
-    await backend.close();
+    await policy.close();
   }
 });
 

@@ -225,7 +225,7 @@ test('dashboard shows eval reports side by side', { skip, timeout: 60_000 }, asy
   assert.deepEqual(jsErrors(), []);
 });
 
-test('dashboard over a run written by `rstar2 train` (fake backend): stages, curves, tool calls', {
+test('dashboard over a run written by `rstar2 train` (fake policy): stages, curves, tool calls', {
   skip,
   timeout: 120_000,
 }, async () => {

@@ -43,7 +43,7 @@ function pythonRender(source: string, ex: ChatExample, vars: object): string {
   return JSON.parse(r.stdout)[0];
 }
 
-// What the SFT stage built before whole conversations were taken (recipe/backend.ts until issue 43): the prompt
+// What the SFT stage built before whole conversations were taken (recipe/backend.ts, now recipe/policy.ts, until issue 43): the prompt
 // through the chat template with the python tool, each assistant turn's text and the stop id (trained), each tool
 // turn as the agent loop appends it (masked).
 function rolloutSequence(ex: ChatExample, tok: Tokenizer, chat: ChatTemplate) {

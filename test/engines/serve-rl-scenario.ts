@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { SGLangEngine } from '../../src/engines/sglang.js';
-import { EmbeddedBackend } from '../../src/recipe/backend.js';
 import { parseRecipe } from '../../src/recipe/config.js';
+import { EmbeddedPolicy } from '../../src/recipe/policy.js';
 import type { Trajectory } from '../../src/rl/trajectory.js';
 import { initModelDir } from '../../src/worker/init-model.js';
 import { SpawnRunner } from '../sandbox/helpers.js';
@@ -34,7 +34,7 @@ export async function servedRl(
     stages: [{ type: 'rl', steps: 1 }],
   });
   const lines: string[] = [];
-  const backend = await EmbeddedBackend.create(recipe, {
+  const policy = await EmbeddedPolicy.create(recipe, {
     engines: [a, b].map((p) => new SGLangEngine(p.url, { log: () => {} })),
     syncDir: join(dir, 'sync'),
     runner: new SpawnRunner(),
@@ -62,25 +62,25 @@ export async function servedRl(
       );
       assert.equal(r.finishReason, 'length', `${what} on ${url}: ${r.error}`);
       const traj = { promptIds: PROMPT, responseIds: r.outputIds } as unknown as Trajectory;
-      const [own] = await backend.recomputeLogprobs([traj], 1);
+      const [own] = await policy.recomputeLogprobs([traj], 1);
       assert.ok(maxAbsDiff(r.logprobs, own) < 1e-4, `${what} on ${url}: ${r.logprobs} vs ${own}`);
     }
   };
   const update = async (trajs: Trajectory[]) => {
-    await backend.grpoStep(
+    await policy.grpoStep(
       trajs.map((trajectory, i) => ({ trajectory, advantage: i % 2 ? 1 : -1 })),
       { lr: 2e-2 },
     );
   };
   const synced = (v: string) => lines.filter((l) => l.startsWith(`weight sync ${v}: broadcast`)).length;
   try {
-    let trajs = await backend.rollout(req(2, 16, 1));
+    let trajs = await policy.rollout(req(2, 16, 1));
     assert.equal(synced('v1'), 1, lines.join('\n'));
     await same([a.url, b.url], 'v1');
     await update(trajs);
 
     // v2 by broadcast; then engine b is killed while it holds trajectories
-    const rollout = backend.rollout(req(4, 160, 2));
+    const rollout = policy.rollout(req(4, 160, 2));
     for (let i = 0; i < 600; i++) {
       const load = (await (await fetch(`${b.url}/get_load`)).json()) as { num_reqs: number }[];
       if (load[0].num_reqs > 0) break;
@@ -91,7 +91,7 @@ export async function servedRl(
     assert.equal(synced('v2'), 1, lines.join('\n'));
     assert.equal(trajs.length, 8);
     for (const t of trajs) assert.notEqual(t.finish, 'error', t.error);
-    assert.ok((backend.lastRolloutStats()?.moved ?? 0) > 0, JSON.stringify(backend.lastRolloutStats()));
+    assert.ok((policy.lastRolloutStats()?.moved ?? 0) > 0, JSON.stringify(policy.lastRolloutStats()));
     assert.ok(
       lines.some((l) => l.startsWith(`warning: sglang:${b.url} stopped answering`)),
       lines.join('\n'),
@@ -102,19 +102,19 @@ export async function servedRl(
     // restarted on its old weights and port: the next sync (disk: it left the group) gives it the current ones,
     // and the one after joins a new group and broadcasts again
     const b2 = await start(otherModel, { port: b.port });
-    trajs = await backend.rollout(req(2, 16, 3));
+    trajs = await policy.rollout(req(2, 16, 3));
     assert.ok(
       lines.some((l) => /^warning: weight sync: broadcast failed: .*the next joins a new group/.test(l)),
       lines.join('\n'),
     );
     await same([a.url, b2.url], 'v3');
     await update(trajs);
-    trajs = await backend.rollout(req(2, 16, 4));
+    trajs = await policy.rollout(req(2, 16, 4));
     assert.equal(synced('v4'), 1, lines.join('\n'));
     assert.equal(lines.filter((l) => l.startsWith('weight sync: joined')).length, 2);
     await same([a.url, b2.url], 'v4');
     assert.ok(lines.some((l) => l === `sglang:${b.url} answers again: it takes trajectories again`));
   } finally {
-    await backend.close();
+    await policy.close();
   }
 }

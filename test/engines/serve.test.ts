@@ -7,8 +7,8 @@ import { EmbeddedEngine } from '../../src/engines/embedded.js';
 import { ServeEngine, type ServeWorker } from '../../src/engines/serve.js';
 import { SGLangEngine } from '../../src/engines/sglang.js';
 import type { SamplingParams, WeightMeta } from '../../src/engines/types.js';
-import { EmbeddedBackend } from '../../src/recipe/backend.js';
 import { parseRecipe } from '../../src/recipe/config.js';
+import { EmbeddedPolicy } from '../../src/recipe/policy.js';
 import { BroadcastSync } from '../../src/recipe/weight-sync.js';
 import { Tokenizer } from '../../src/tokenizer/index.js';
 import { PolicyWorker } from '../../src/worker/index.js';
@@ -451,7 +451,7 @@ test("a run's first sync pushes the trainer's weights before its first rollout, 
     // the engine serves other weights than the trainer starts from: they must be replaced, never trusted
     await client.updateWeightsFromDisk(m2, 'other');
     const lines: string[] = [];
-    const backend = await EmbeddedBackend.create(recipe, {
+    const policy = await EmbeddedPolicy.create(recipe, {
       engines: [new SGLangEngine(url, { log: () => {} })],
       syncDir: join(dir, `sync-${mode}`),
       runner: new SpawnRunner(),
@@ -459,7 +459,7 @@ test("a run's first sync pushes the trainer's weights before its first rollout, 
       weightSync: { mode, backend: 'gloo', timeoutS: 30, bucketTimeoutS: 10 },
     });
     try {
-      const trajs = await backend.rollout(req);
+      const trajs = await policy.rollout(req);
       const info = (await (await fetch(`${url}/get_model_info`)).json()) as Record<string, unknown>;
       assert.equal(info.weight_version, 'v1', lines.join('\n'));
       if (mode === 'nccl')
@@ -469,14 +469,14 @@ test("a run's first sync pushes the trainer's weights before its first rollout, 
         );
       else assert.equal(info.model_path, join(dir, 'sync-disk'));
       // the first rollout ran on the trainer's weights: its logprobs are the trainer's own scoring of it
-      const scored = await backend.recomputeLogprobs(trajs, 1);
+      const scored = await policy.recomputeLogprobs(trajs, 1);
       assert.equal(trajs.length, 2);
       for (const [i, t] of trajs.entries()) {
         assert.ok(t.responseIds.length > 0);
         assert.ok(maxAbsDiff(t.responseLogprobs, scored[i]) < 1e-4, `${mode}: trajectory ${i}`);
       }
     } finally {
-      await backend.close();
+      await policy.close();
     }
   }
 });

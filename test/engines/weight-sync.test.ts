@@ -6,8 +6,8 @@ import { test } from 'node:test';
 import { LlamaCppEngine } from '../../src/engines/llamacpp.js';
 import { SGLangEngine } from '../../src/engines/sglang.js';
 import { VllmEngine } from '../../src/engines/vllm.js';
-import { EmbeddedBackend } from '../../src/recipe/backend.js';
 import { parseRecipe } from '../../src/recipe/config.js';
+import { EmbeddedPolicy } from '../../src/recipe/policy.js';
 import {
   BroadcastSync,
   broadcastPlan,
@@ -148,7 +148,7 @@ test('a failed group init falls back to disk sync with a warning, and the engine
   const syncDir = join(dir, 'engine-weights');
   const lines: string[] = [];
   const recipe = parseRecipe({ model: { threads: 1 }, stages: [{ type: 'sft', steps: 1 }] });
-  const backend = await EmbeddedBackend.create(recipe, {
+  const policy = await EmbeddedPolicy.create(recipe, {
     engines: [new SGLangEngine(sg.url)],
     syncDir,
     runner: new SpawnRunner(),
@@ -157,7 +157,7 @@ test('a failed group init falls back to disk sync with a warning, and the engine
   });
   try {
     const req = { problems: [], n: 1, maxResponseTokens: 16, maxTurns: 1, temperature: 1, seed: 1 };
-    await backend.rollout(req);
+    await policy.rollout(req);
     assert.ok(
       lines.some((l) => /^warning: weight sync: .*init failed \(test\).*through disk/.test(l)),
       lines.join('\n'),
@@ -165,7 +165,7 @@ test('a failed group init falls back to disk sync with a warning, and the engine
     const disk = sg.requests.filter((q) => q.path === '/update_weights_from_disk');
     assert.deepEqual(disk[0]?.body, { model_path: syncDir, weight_version: 'v1' });
     // the worker is fine afterwards, and later syncs go straight to disk without trying the group again
-    await backend.sftStep(
+    await policy.sftStep(
       [
         {
           messages: [
@@ -178,11 +178,11 @@ test('a failed group init falls back to disk sync with a warning, and the engine
         lr: 1e-3,
       },
     );
-    await backend.rollout(req);
+    await policy.rollout(req);
     assert.equal(sg.requests.filter((q) => q.path === '/update_weights_from_disk').length, 2);
     assert.equal(sg.requests.filter((q) => q.path === '/init_weights_update_group').length, 1);
   } finally {
-    await backend.close();
+    await policy.close();
     await sg.close();
   }
 });

@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { openBackend } from '../../src/eval/backend.js';
+import { openPolicy } from '../../src/eval/policy.js';
 import { runEval } from '../../src/eval/run.js';
 import { fallbackVerify } from '../../src/eval/verify.js';
 import type { Trajectory } from '../../src/rl/trajectory.js';
@@ -186,7 +186,7 @@ test('a sandbox that cannot be reached fails samples instead of scoring them wro
   const engine = pythonThenAnswer(tok, (p) => `<answer>\\boxed{${p ?? 'none'}}</answer><|im_end|>`);
   const out = mkdtempSync(join(tmpdir(), 'rstar2-nosandbox-'));
   const evalWith = async (sandbox: string) => {
-    const backend = await openBackend({
+    const policy = await openPolicy({
       engineInstance: engine,
       tokenizerInstance: tok,
       sandbox,
@@ -205,16 +205,16 @@ test('a sandbox that cannot be reached fails samples instead of scoring them wro
           temperature: 0.6,
           topP: 1,
           seed: 0,
-          engine: backend.name,
+          engine: policy.name,
         },
         problems: [{ id: 'q1', problem: 'What is 6*7?', answer: '42' }],
-        rollout: backend.rollout,
+        rollout: policy.rollout,
         verify: fallbackVerify,
         progress: false,
         log: () => {},
       });
     } finally {
-      await backend.close();
+      await policy.close();
     }
   };
   const down = await evalWith('http://127.0.0.1:1');

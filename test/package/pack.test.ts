@@ -44,7 +44,7 @@ describe('npm package', { timeout: 300_000 }, () => {
       'dist/api/reward.d.ts',
       'dist/api/rl.d.ts',
       'dist/api/sandbox.d.ts',
-      'dist/reward/verify-worker.js',
+      'dist/reward/verify-thread.js',
       'dist/dashboard/static/app.js',
       'dist/dashboard/static/style.css',
       'python/sandbox/server.py',

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import type { Problem } from '../../src/data/index.js';
 import { parseRecipe } from '../../src/recipe/config.js';
 import { emptyStats } from '../../src/recipe/fake.js';
-import type { PolicyBackend, RolloutRequest } from '../../src/recipe/trainer.js';
+import type { Policy, RolloutRequest } from '../../src/recipe/trainer.js';
 import { Trainer } from '../../src/recipe/trainer.js';
 import type { Trajectory } from '../../src/rl/trajectory.js';
 import { readJsonl } from '../../src/util/jsonl.js';
@@ -16,7 +16,7 @@ const quiet = { log: () => {}, progress: false };
 const FIX = join(import.meta.dirname, '../../data/samples');
 
 // A policy for file problems: it answers right exactly when the question's length is even, every sample.
-class ParityPolicy implements PolicyBackend {
+class ParityPolicy implements Policy {
   seen: RolloutRequest[] = [];
   failOnRollout = 0;
   async rollout(req: RolloutRequest): Promise<Trajectory[]> {

@@ -3,9 +3,9 @@ import { existsSync, mkdtempSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { EmbeddedBackend } from '../../src/recipe/backend.js';
 import { parseRecipe } from '../../src/recipe/config.js';
-import { type PolicyBackend, readState, Trainer } from '../../src/recipe/trainer.js';
+import { EmbeddedPolicy } from '../../src/recipe/policy.js';
+import { type Policy, readState, Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
 // A few real SFT + RL steps on a from-scratch tiny model (torch worker, agent loop, sandbox pool), with a
@@ -35,10 +35,10 @@ const recipe = parseRecipe({
 test('tiny model: SFT + RL steps, run directory, crash and resume', { timeout: 170_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-e2e-'));
   const quiet = { log: () => {}, progress: false };
-  const first = await EmbeddedBackend.create(recipe);
+  const first = await EmbeddedPolicy.create(recipe);
   let rl = 0;
-  const crashing: PolicyBackend = Object.assign(Object.create(first), {
-    rollout: (req: Parameters<PolicyBackend['rollout']>[0]) => {
+  const crashing: Policy = Object.assign(Object.create(first), {
+    rollout: (req: Parameters<Policy['rollout']>[0]) => {
       if (req.n > 1 && ++rl === 3) throw new Error('simulated kill in rl step 3');
       return first.rollout(req);
     },
@@ -50,7 +50,7 @@ test('tiny model: SFT + RL steps, run directory, crash and resume', { timeout: 1
   }
   assert.deepEqual(readState(dir)?.checkpoint, join('checkpoints', 'rl-step-000002'));
 
-  const second = await EmbeddedBackend.create(recipe);
+  const second = await EmbeddedPolicy.create(recipe);
   try {
     await new Trainer(recipe, dir, second, quiet).run(true);
   } finally {

@@ -2,10 +2,10 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { SGLangEngine } from '../../src/engines/sglang.js';
 import { VllmEngine } from '../../src/engines/vllm.js';
-import { EmbeddedBackend } from '../../src/recipe/backend.js';
 import { parseRecipe } from '../../src/recipe/config.js';
 import { dryRun } from '../../src/recipe/dry-run.js';
 import { checkEngines, logprobsMismatch } from '../../src/recipe/engine-check.js';
+import { EmbeddedPolicy } from '../../src/recipe/policy.js';
 import { fakeServer } from '../engines/fake-servers.js';
 import { SGLANG_05, SGLANG_OLD } from '../engines/server-specs.js';
 
@@ -47,7 +47,7 @@ test('vLLM with raw logprobs: refused for a stage that samples at another temper
     vl.devMode = true;
     vl.logprobsMode = 'raw_logprobs';
     await assert.rejects(
-      EmbeddedBackend.create(rl({ temperature: 0.8 }), {
+      EmbeddedPolicy.create(rl({ temperature: 0.8 }), {
         engines: [engine()],
         syncDir: '/nonexistent',
         ...quiet,

@@ -5,10 +5,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import type { ChatExample } from '../../src/data/index.js';
-import { answersExact } from '../../src/recipe/backend.js';
 import { applySets, parseRecipe } from '../../src/recipe/config.js';
-import { FakeBackend } from '../../src/recipe/fake.js';
+import { FakePolicy } from '../../src/recipe/fake.js';
 import { gainWarning, gateWarning, HealthError, healthSummary } from '../../src/recipe/health.js';
+import { answersExact } from '../../src/recipe/policy.js';
 import type { RolloutRequest, ScoredItem } from '../../src/recipe/trainer.js';
 import { forkRun, readState, Trainer } from '../../src/recipe/trainer.js';
 import type { Trajectory } from '../../src/rl/trajectory.js';
@@ -72,7 +72,7 @@ test('an SFT gate ends its stage once held-out loss reaches it, and resume skips
   const run = await new Trainer(
     recipe({ gate: { loss: 0.46, every: 5, heldout: 16 } }),
     dir,
-    new FakeBackend(),
+    new FakePolicy(),
     quiet,
   );
   await run.run();
@@ -92,7 +92,7 @@ test('an SFT gate ends its stage once held-out loss reaches it, and resume skips
     await new Trainer(
       recipe({ gate: { loss: 0.46, every: 5, heldout: 16 } }),
       d,
-      new FakeBackend(),
+      new FakePolicy(),
       quiet,
     ).run(true);
     const steps = (x: string) => metrics(x).map((r) => `${r.stage}:${r.step}`);
@@ -109,7 +109,7 @@ test('an SFT gate ends its stage once held-out loss reaches it, and resume skips
 
   // killed right after the gate's checkpoint: resume goes straight to RL instead of finishing SFT's steps
   const dir2 = mkdtempSync(join(tmpdir(), 'rstar2-gate-resume-'));
-  const crashing = new FakeBackend();
+  const crashing = new FakePolicy();
   crashing.onRollout = (req) => {
     if (req.n > 1) throw new Error('simulated kill');
   };
@@ -128,7 +128,7 @@ test('an exact-copy gate, alone or with a loss gate, ends the stage only when ev
     await new Trainer(
       recipe({ gate: { ...gate, every: 5, heldout: 16 } }),
       dir,
-      new FakeBackend(),
+      new FakePolicy(),
       quiet,
     ).run();
     const sft = metrics(dir).filter((r) => r.stage === 'sft');
@@ -149,7 +149,7 @@ test('a gate not reached by the step cap warns; strict health stops the run afte
   const t = new Trainer(
     recipe({ gate: { loss: 0.1, every: 10 }, sftSteps: 20 }),
     dir,
-    new FakeBackend(),
+    new FakePolicy(),
     quiet,
   );
   await t.run();
@@ -162,7 +162,7 @@ test('a gate not reached by the step cap warns; strict health stops the run afte
   const st = new Trainer(
     recipe({ gate: { loss: 0.1, every: 10 }, sftSteps: 20, strict: true }),
     strictDir,
-    new FakeBackend(),
+    new FakePolicy(),
     quiet,
   );
   await assert.rejects(st.run(), (e: unknown) => e instanceof HealthError && /not reached/.test(e.message));
@@ -172,7 +172,7 @@ test('a gate not reached by the step cap warns; strict health stops the run afte
 
 // Held-out exact peaks after 15 SFT steps and falls after (as seed 4 of the quickstart did); it records the
 // SFT steps behind the weights RL starts from, and can die at a chosen SFT step or at the first RL step.
-class Peaking extends FakeBackend {
+class Peaking extends FakePolicy {
   rlStartsAt?: number;
   constructor(private dieAt?: number | 'rl' | 'load') {
     super();
@@ -184,11 +184,11 @@ class Peaking extends FakeBackend {
   override async sftHeldout() {
     return { loss: 0.5, exact: 0.5 - Math.abs(this.p.steps - 15) * 0.01 };
   }
-  override async sftStep(e: Parameters<FakeBackend['sftStep']>[0], o: { lr: number }) {
+  override async sftStep(e: Parameters<FakePolicy['sftStep']>[0], o: { lr: number }) {
     if (this.p.steps + 1 === this.dieAt) throw new Error('simulated kill');
     return super.sftStep(e, o);
   }
-  override async grpoStep(items: Parameters<FakeBackend['grpoStep']>[0], o: { lr: number }) {
+  override async grpoStep(items: Parameters<FakePolicy['grpoStep']>[0], o: { lr: number }) {
     if (this.dieAt === 'rl') throw new Error('simulated kill');
     this.rlStartsAt ??= this.p.steps;
     return super.grpoStep(items, o);
@@ -269,7 +269,7 @@ test('restoreBest: a stage capped without its gate goes on from its best check, 
 
 // Held-out loss sits at 0.5 (the plateau of a bad initialisation) until the first re-initialisation, or for good
 // with `never`; after one it falls as the fake's does (0.4875 five steps later, 0.475 after ten, 0.45 after twenty).
-class Stuck extends FakeBackend {
+class Stuck extends FakePolicy {
   constructor(
     private never = false,
     private dieAt?: number,
@@ -279,7 +279,7 @@ class Stuck extends FakeBackend {
   override async sftHeldout() {
     return this.never || this.p.seed === undefined ? { loss: 0.5, exact: 0 } : super.sftHeldout();
   }
-  override async sftStep(e: Parameters<FakeBackend['sftStep']>[0], o: { lr: number }) {
+  override async sftStep(e: Parameters<FakePolicy['sftStep']>[0], o: { lr: number }) {
     if (this.p.steps + 1 === this.dieAt) throw new Error('simulated kill');
     return super.sftStep(e, o);
   }
@@ -358,7 +358,7 @@ test('gate.restart re-initialises a start that plateaus, at most max times, and 
 });
 
 // Records the examples every held-out check scores.
-class Scored extends FakeBackend {
+class Scored extends FakePolicy {
   calls: number[][] = [];
   override async sftHeldout(examples: ChatExample[] = []) {
     this.calls.push(examples.map((ex) => ex.messages.filter((m) => m.tool_calls?.length).length));
@@ -419,7 +419,7 @@ test('exact scores the turns that answer a tool output: the fix after an error a
 });
 
 // A policy that never calls the tool and never answers right: every group is all-wrong.
-class Hopeless extends FakeBackend {
+class Hopeless extends FakePolicy {
   constructor() {
     super();
     this.p = { tool: -50, err: 0, copy: -50, steps: 0 };
@@ -449,7 +449,7 @@ test('zero reward for k steps and all-skipped steps are reported, each on its st
 });
 
 // Every tool call fails: the fake's first call is always broken and the fixed call is made to fail too.
-class Broken extends FakeBackend {
+class Broken extends FakePolicy {
   override async rollout(req: RolloutRequest): Promise<Trajectory[]> {
     const out = await super.rollout(req);
     for (const t of out) t.numToolErrors = t.numToolCalls;
@@ -468,7 +468,7 @@ test('a step whose tool calls all fail warns', async () => {
 
 test('a healthy run has no warnings and RL raises held-out accuracy', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-healthy-'));
-  const t = new Trainer(recipe({ rlSteps: 4, sftSteps: 4 }), dir, new FakeBackend(), quiet);
+  const t = new Trainer(recipe({ rlSteps: 4, sftSteps: 4 }), dir, new FakePolicy(), quiet);
   const { evals } = await t.run();
   assert.deepEqual(t.warnings, []);
   assert.ok(evals[evals.length - 1].accuracy > evals[0].accuracy);
@@ -559,7 +559,7 @@ test('the end-of-run line says "may not be learning" only for a learning warning
 
 // An engine that fails every third trajectory (finish 'error', as after its retries): none of them is trained on
 // or scored, and the run says so.
-class Flaky extends FakeBackend {
+class Flaky extends FakePolicy {
   trained: Trajectory[] = [];
   override async rollout(req: RolloutRequest): Promise<Trajectory[]> {
     const out = await super.rollout(req);
@@ -568,7 +568,7 @@ class Flaky extends FakeBackend {
     });
     return out;
   }
-  override async grpoStep(items: ScoredItem[], o: Parameters<FakeBackend['grpoStep']>[1]) {
+  override async grpoStep(items: ScoredItem[], o: Parameters<FakePolicy['grpoStep']>[1]) {
     this.trained.push(...items.map((it) => it.trajectory));
     return super.grpoStep(items, o);
   }

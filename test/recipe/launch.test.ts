@@ -115,7 +115,7 @@ test('rstar2 train names a bad layout before starting anything', () => {
 
 test("every node starts its ranks with the recipe's model options (precision, sharding, backend, offload, compile)", async () => {
   const { parseRecipe } = await import('../../src/recipe/config.js');
-  const { workerStartOptions } = await import('../../src/recipe/backend.js');
+  const { workerStartOptions } = await import('../../src/recipe/policy.js');
   const r = parseRecipe({
     name: 'opts',
     model: {
@@ -133,7 +133,7 @@ test("every node starts its ranks with the recipe's model options (precision, sh
   assert.deepEqual(workerStartOptions(r.model), {
     threads: 3,
     precision: 'bf16-mixed',
-    modelBackend: 'transformers',
+    modelImpl: 'transformers',
     compile: 'on',
     ranks: 2,
     sharding: 'fsdp',

@@ -5,7 +5,7 @@ import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { parseRecipe } from '../../src/recipe/config.js';
-import { FakeBackend } from '../../src/recipe/fake.js';
+import { FakePolicy } from '../../src/recipe/fake.js';
 import { openRunLog, scalarsOf, TensorBoardLogger } from '../../src/recipe/loggers.js';
 import { Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
@@ -295,9 +295,9 @@ test('record fields map to verl-like scalar names; unknown numbers go under misc
   );
 });
 
-test('train with logger [jsonl, tensorboard] (fake backend): event files hold what metrics.jsonl holds, on one step axis', async () => {
+test('train with logger [jsonl, tensorboard] (fake policy): event files hold what metrics.jsonl holds, on one step axis', async () => {
   const run = mkdtempSync(join(tmpdir(), 'rstar2-tb-train-'));
-  await new Trainer(recipe(['jsonl', 'tensorboard']), run, new FakeBackend(), quiet).run();
+  await new Trainer(recipe(['jsonl', 'tensorboard']), run, new FakePolicy(), quiet).run();
   const tb = view(join(run, 'tensorboard'));
   assert.deepEqual(tb, expected(run, OFFSETS));
   // spot checks against the JSONL fields, independent of the mapping function
@@ -333,7 +333,7 @@ test('train with logger [jsonl, tensorboard] (fake backend): event files hold wh
 
 test('resume: the new event file starts a session after the checkpoint, so redone steps replace the old ones', async () => {
   const run = mkdtempSync(join(tmpdir(), 'rstar2-tb-resume-'));
-  await new Trainer(recipe(['tensorboard']), run, new FakeBackend(), quiet).run();
+  await new Trainer(recipe(['tensorboard']), run, new FakePolicy(), quiet).run();
   writeFileSync(
     join(run, 'state.json'),
     JSON.stringify({
@@ -344,7 +344,7 @@ test('resume: the new event file starts a session after the checkpoint, so redon
       time: '',
     }),
   );
-  await new Trainer(recipe(['tensorboard']), run, new FakeBackend(), quiet).run(true);
+  await new Trainer(recipe(['tensorboard']), run, new FakePolicy(), quiet).run(true);
   const files = eventFiles(join(run, 'tensorboard'));
   assert.equal(files.length, 2);
   const second = readEvents(files[1]);
@@ -358,7 +358,7 @@ test('resume: the new event file starts a session after the checkpoint, so redon
 
 test('export-metrics and a resume that adds tensorboard both write what the records hold; export refuses a used dir', async () => {
   const run = mkdtempSync(join(tmpdir(), 'rstar2-tb-export-'));
-  await new Trainer(recipe(), run, new FakeBackend(), quiet).run();
+  await new Trainer(recipe(), run, new FakePolicy(), quiet).run();
   assert.ok(!existsSync(join(run, 'tensorboard')), 'default logger: jsonl only');
   const out = join(run, 'exported');
   const r = spawnSync(process.execPath, [bin, 'export-metrics', run, '--tensorboard', out], {
@@ -368,7 +368,7 @@ test('export-metrics and a resume that adds tensorboard both write what the reco
   assert.match(r.stdout, /wrote 12 records to .*events\.out\.tfevents\./);
   assert.deepEqual(view(out), expected(run, OFFSETS));
   // a finished run resumed with tensorboard added: nothing to train, the records on disk are logged
-  await new Trainer(recipe(['tensorboard']), run, new FakeBackend(), quiet).run(true);
+  await new Trainer(recipe(['tensorboard']), run, new FakePolicy(), quiet).run(true);
   assert.deepEqual(view(join(run, 'tensorboard')), view(out));
   const again = spawnSync(process.execPath, [bin, 'export-metrics', run, '--tensorboard', out], {
     encoding: 'utf8',
@@ -381,7 +381,7 @@ test('export-metrics and a resume that adds tensorboard both write what the reco
 
 test('export-metrics that stops on a damaged metrics.jsonl leaves no event file, so its re-run is not refused', async () => {
   const run = mkdtempSync(join(tmpdir(), 'rstar2-tb-export-'));
-  await new Trainer(recipe(), run, new FakeBackend(), quiet).run();
+  await new Trainer(recipe(), run, new FakePolicy(), quiet).run();
   const metrics = join(run, 'metrics.jsonl');
   const good = readFileSync(metrics, 'utf8');
   const lines = good.split('\n');

@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { serve } from '../../src/engines/serve.js';
-import { EmbeddedBackend } from '../../src/recipe/backend.js';
 import { checkRunnable, parseRecipe } from '../../src/recipe/config.js';
+import { EmbeddedPolicy } from '../../src/recipe/policy.js';
 import { initModelDir } from '../../src/worker/index.js';
 
 // Issue 56 item 6: a damaged or missing model directory is an error naming the file and what is wrong with it, and
@@ -25,7 +25,7 @@ test('model.path and rstar2 serve --model: a config.json that is no JSON is name
     });
     writeFileSync(join(m, 'config.json'), '{"model_type": "qwen2", "vocab_size": ');
     // the old reader threw JSON.parse's own "Unexpected end of JSON input", naming no file
-    await assert.rejects(EmbeddedBackend.create(recipe), (e: Error) => {
+    await assert.rejects(EmbeddedPolicy.create(recipe), (e: Error) => {
       assert.ok(e.message.startsWith(`${join(m, 'config.json')}: invalid JSON`), e.message);
       return true;
     });
@@ -40,7 +40,7 @@ test('model.path and rstar2 serve --model: a config.json that is no JSON is name
       new RegExp(`--model ${m}: no such directory`),
     );
     assert.throws(() => checkRunnable(recipe), new RegExp(`model.path ${m}: no such directory`));
-    await assert.rejects(EmbeddedBackend.create(recipe), new RegExp(`model.path ${m}: no such directory`));
+    await assert.rejects(EmbeddedPolicy.create(recipe), new RegExp(`model.path ${m}: no such directory`));
   } finally {
     rmSync(root, { recursive: true, force: true });
   }

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { parseRecipe, runConfig } from '../../src/recipe/config.js';
 import { EpochSampler, weightedSample } from '../../src/recipe/data.js';
-import { FakeBackend } from '../../src/recipe/fake.js';
+import { FakePolicy } from '../../src/recipe/fake.js';
 import { generateProblems } from '../../src/recipe/tasks.js';
 import { readState, Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
@@ -128,7 +128,7 @@ function stepPrompts(dir: string, steps: number): string[][] {
 test('a kill mid-epoch and --resume give the same prompts, step for step, as a run never stopped', async () => {
   const file = taskFile(20); // 6 a step: 3 steps an epoch, 2 dropped each time
   const ref = mkdtempSync(join(tmpdir(), 'rstar2-order-ref-'));
-  await new Trainer(recipe(file), ref, new FakeBackend(), quiet).run();
+  await new Trainer(recipe(file), ref, new FakePolicy(), quiet).run();
   const want = stepPrompts(ref, 8);
   for (const e of [0, 1]) assert.equal(new Set(want.slice(3 * e, 3 * e + 3).flat()).size, 18);
   assert.equal(readState(ref)?.promptDraws, 8);
@@ -136,7 +136,7 @@ test('a kill mid-epoch and --resume give the same prompts, step for step, as a r
   // killed during step 5 (epoch 2, its 2nd step): resumes from the step-3 checkpoint, 3 draws made
   for (const oldRunDir of [false, true]) {
     const dir = mkdtempSync(join(tmpdir(), 'rstar2-order-kill-'));
-    const killing = new FakeBackend();
+    const killing = new FakePolicy();
     let rollouts = 0;
     killing.onRollout = (req) => {
       if (req.n > 1 && ++rollouts === 5) throw new Error('simulated kill');
@@ -149,7 +149,7 @@ test('a kill mid-epoch and --resume give the same prompts, step for step, as a r
       const { promptDraws: _, ...older } = state!;
       writeFileSync(join(dir, 'state.json'), JSON.stringify(older));
     }
-    await new Trainer(recipe(file), dir, new FakeBackend(), quiet).run(true);
+    await new Trainer(recipe(file), dir, new FakePolicy(), quiet).run(true);
     assert.deepEqual(stepPrompts(dir, 8), want, oldRunDir ? 'without promptDraws' : 'with promptDraws');
   }
 });
@@ -157,7 +157,7 @@ test('a kill mid-epoch and --resume give the same prompts, step for step, as a r
 test("sampler 'independent' is the old draw; a run directory written before keeps its draw and its lossAgg", async () => {
   const file = taskFile(20);
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-order-ind-'));
-  await new Trainer(recipe(file, 'independent'), dir, new FakeBackend(), quiet).run();
+  await new Trainer(recipe(file, 'independent'), dir, new FakePolicy(), quiet).run();
   const got = stepPrompts(dir, 8);
   // drawn afresh each step, 3 steps of 6 out of 20 are all distinct with probability C(14,6)·C(8,6)/C(20,6)² < 0.001
   assert.ok(

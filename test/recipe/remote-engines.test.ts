@@ -7,8 +7,8 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { LlamaCppEngine } from '../../src/engines/llamacpp.js';
 import { SGLangEngine } from '../../src/engines/sglang.js';
-import { EmbeddedBackend } from '../../src/recipe/backend.js';
 import { parseRecipe } from '../../src/recipe/config.js';
+import { EmbeddedPolicy } from '../../src/recipe/policy.js';
 import { Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 import { PolicyWorker } from '../../src/worker/index.js';
@@ -106,15 +106,15 @@ test('training on a remote SGLang engine syncs the weights before every rollout 
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-remote-'));
   const syncDir = join(dir, 'engine-weights');
   const served = await sglangOverWorker();
-  const backend = await EmbeddedBackend.create(recipe, {
+  const policy = await EmbeddedPolicy.create(recipe, {
     engines: [new SGLangEngine(served.url)],
     syncDir,
     runner: new SpawnRunner(),
   });
   try {
-    await new Trainer(recipe, dir, backend, { log: () => {}, progress: false }).run();
+    await new Trainer(recipe, dir, policy, { log: () => {}, progress: false }).run();
   } finally {
-    await backend.close();
+    await policy.close();
   }
   try {
     // syncs: before the eval that opens RL (after SFT), before RL step 2 and before the final eval (after
@@ -164,14 +164,14 @@ test('training on a remote SGLang engine syncs the weights before every rollout 
 
 test('an engine without a weight-update endpoint is refused before anything starts', async () => {
   await assert.rejects(
-    EmbeddedBackend.create(recipe, {
+    EmbeddedPolicy.create(recipe, {
       engines: [new LlamaCppEngine('http://127.0.0.1:9')],
       syncDir: tmpdir(),
     }),
     /cannot load new weights .* sglang or vllm/,
   );
   await assert.rejects(
-    EmbeddedBackend.create(recipe, { engines: [new SGLangEngine('http://127.0.0.1:9')] }),
+    EmbeddedPolicy.create(recipe, { engines: [new SGLangEngine('http://127.0.0.1:9')] }),
     /needs a syncDir/,
   );
 });

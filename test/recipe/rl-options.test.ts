@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { parseRecipe } from '../../src/recipe/config.js';
-import { FakeBackend } from '../../src/recipe/fake.js';
+import { FakePolicy } from '../../src/recipe/fake.js';
 import { Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
@@ -38,7 +38,7 @@ const fakeParams = (dir: string) => JSON.parse(readFileSync(join(dir, 'fake-poli
 
 test('off by default: one update per mini-batch, no KL, no entropy term, no reference weights', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-rlopt-'));
-  const b = new FakeBackend();
+  const b = new FakePolicy();
   await new Trainer(recipe([{}]), dir, b, quiet).run();
   const updates = b.updates.filter((u) => u.items.length > 0);
   assert.equal(
@@ -54,7 +54,7 @@ test('off by default: one update per mini-batch, no KL, no entropy term, no refe
 
 test("kl against the stage's start, entropy bonus and 2 epochs reach every update; kl is logged", async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-rlopt-'));
-  const b = new FakeBackend();
+  const b = new FakePolicy();
   const r = recipe([{ kl: { coef: 0.5, reference: 'stage' }, entropyCoef: 0.01, epochs: 2 }]);
   await new Trainer(r, dir, b, quiet).run();
   const steps = readJsonl<{ stage: string; skipped?: boolean; kl?: number }>(
@@ -77,7 +77,7 @@ test("kl against the stage's start, entropy bonus and 2 epochs reach every updat
 test("kl.reference 'initial' keeps the first RL stage's start for every later stage, and pulls toward it", async () => {
   const run = async (coef: number) => {
     const dir = mkdtempSync(join(tmpdir(), 'rstar2-rlopt-'));
-    const b = new FakeBackend();
+    const b = new FakePolicy();
     await new Trainer(recipe([{}, { kl: { coef } }]), dir, b, quiet).run();
     return { dir, b };
   };
@@ -97,8 +97,8 @@ test("kl.reference 'initial' keeps the first RL stage's start for every later st
 
 test("sandboxFaults: 'drop' leaves a sample whose call the sandbox failed out of its group; 'keep' trains it, as the reference", async () => {
   // every sample 0 met a sandbox fault in a tool call (its code never ran); sample 1 an engine error
-  class Faulty extends FakeBackend {
-    override async rollout(...a: Parameters<FakeBackend['rollout']>) {
+  class Faulty extends FakePolicy {
+    override async rollout(...a: Parameters<FakePolicy['rollout']>) {
       const out = await super.rollout(...a);
       for (const t of out)
         if (t.sample === 0) {

@@ -4,16 +4,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { parseRecipe } from '../../src/recipe/config.js';
-import { FakeBackend } from '../../src/recipe/fake.js';
+import { FakePolicy } from '../../src/recipe/fake.js';
 import type { RewardFn, RolloutRequest, ScoredItem } from '../../src/recipe/trainer.js';
 import { Trainer } from '../../src/recipe/trainer.js';
 import type { TrainOptions } from '../../src/worker/types.js';
 
 process.env.RSTAR2_NO_PROGRESS = '1';
 
-// The RL step pushes its weights to the rollout engines as a call of its own, right after the update: a backend
+// The RL step pushes its weights to the rollout engines as a call of its own, right after the update: a policy
 // that records what the trainer asks of it shows the order, step by step.
-class Recording extends FakeBackend {
+class Recording extends FakePolicy {
   readonly calls: string[] = [];
   override async rollout(req: RolloutRequest) {
     this.calls.push(req.temperature === 0 ? 'eval' : 'rollout');

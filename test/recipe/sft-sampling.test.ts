@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import type { ChatExample } from '../../src/data/index.js';
 import { parseRecipe, runConfig } from '../../src/recipe/config.js';
-import { FakeBackend } from '../../src/recipe/fake.js';
+import { FakePolicy } from '../../src/recipe/fake.js';
 import { Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
@@ -28,10 +28,10 @@ const dataFile = (() => {
 
 const id = (ex: ChatExample) => Number(String(ex.messages[0].content).slice(1));
 
-class Recording extends FakeBackend {
+class Recording extends FakePolicy {
   batches: number[][] = [];
   dieAt = 0;
-  override async sftStep(e: ChatExample[], o: Parameters<FakeBackend['sftStep']>[1]) {
+  override async sftStep(e: ChatExample[], o: Parameters<FakePolicy['sftStep']>[1]) {
     if (this.dieAt && this.batches.length === this.dieAt) throw new Error('simulated kill');
     this.batches.push(e.map(id));
     return super.sftStep(e, o);

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { applySets, loadRecipe, parseRecipe } from '../../src/recipe/config.js';
-import { FakeBackend } from '../../src/recipe/fake.js';
+import { FakePolicy } from '../../src/recipe/fake.js';
 import { readState, Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
@@ -113,7 +113,7 @@ test('promptsPerStep above what the data leave is refused, not silently capped',
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-pps-'));
   const r = parseRecipe(small({ promptsPerStep: 8, data: { filter: 'unsolved', filterPool: 4 } }), 't');
   await assert.rejects(
-    new Trainer(r, dir, new FakeBackend(), { log: () => {}, progress: false }).run(),
+    new Trainer(r, dir, new FakePolicy(), { log: () => {}, progress: false }).run(),
     /stage rl: promptsPerStep is 8, but its data leave [0-4] problems after the filters; lower it \(--set stages\.rl\.promptsPerStep=/,
   );
 });
@@ -124,7 +124,7 @@ async function crashedAfterSft(): Promise<{ dir: string; file: string }> {
   const file = join(dir, 'r.json');
   writeFileSync(file, JSON.stringify(small()));
   const run = join(dir, 'run');
-  const fake = new FakeBackend();
+  const fake = new FakePolicy();
   fake.onRollout = () => {
     throw new Error('killed');
   };

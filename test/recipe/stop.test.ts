@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { parseRecipe } from '../../src/recipe/config.js';
-import { FakeBackend } from '../../src/recipe/fake.js';
+import { FakePolicy } from '../../src/recipe/fake.js';
 import { type Heartbeat, type RewardFn, readState, Stopped, Trainer } from '../../src/recipe/trainer.js';
 import { scoreTrajectory } from '../../src/reward/index.js';
 import { readJsonl } from '../../src/util/jsonl.js';
@@ -53,10 +53,10 @@ test('a reward check that times out scores 0, is logged and counted in the step 
   const reward: RewardFn = async (t, gold) => {
     if (++calls % 7 !== 0) return scoreTrajectory(t, gold, 'strict');
     injected++;
-    const reason = 'time limit: no verdict within 2000 ms, worker replaced';
+    const reason = 'time limit: no verdict within 2000 ms, thread replaced';
     return { reward: 0, correct: false, extracted: null, matchedBy: null, reason, timedOut: true };
   };
-  await new Trainer(recipe(), dir, new FakeBackend(), { ...quiet, reward, log: (l) => lines.push(l) }).run();
+  await new Trainer(recipe(), dir, new FakePolicy(), { ...quiet, reward, log: (l) => lines.push(l) }).run();
   const counted = [
     ...readJsonl<{ reward_timeouts?: number }>(join(dir, 'metrics.jsonl')),
     ...readJsonl<{ reward_timeouts?: number }>(join(dir, 'evals.jsonl')),
@@ -72,11 +72,11 @@ test('the trainer scores on verifier pool threads and closes them when the run e
   const dir = tmp('pool');
   const ports = () => process.getActiveResourcesInfo().filter((r) => r === 'MessagePort').length;
   const during: number[] = [];
-  const backend = new FakeBackend();
-  backend.onRollout = () => {
+  const policy = new FakePolicy();
+  policy.onRollout = () => {
     during.push(ports());
   };
-  await new Trainer(recipe(), dir, backend, quiet).run();
+  await new Trainer(recipe(), dir, policy, quiet).run();
   assert.ok(during.length > 0 && during.every((n) => n >= 1), `${during}`);
   const t = readJsonl<{ reward: number; correct: boolean }>(
     join(dir, 'trajectories', 'rl-step-000001.jsonl'),
@@ -93,21 +93,21 @@ for (const [where, at] of [
 ] as const) {
   test(`a stop asked during ${where} checkpoints that step, and a resume gives the uninterrupted records`, async () => {
     const ref = tmp('ref');
-    await new Trainer(recipe(), ref, new FakeBackend(), quiet).run();
+    await new Trainer(recipe(), ref, new FakePolicy(), quiet).run();
     const dir = tmp('stop');
     let trainer: Trainer | undefined;
     let rollouts = 0;
-    class Asks extends FakeBackend {
-      override async sftStep(...a: Parameters<FakeBackend['sftStep']>) {
+    class Asks extends FakePolicy {
+      override async sftStep(...a: Parameters<FakePolicy['sftStep']>) {
         if (at.stage === 'sft' && this.p.steps === at.step - 1) trainer?.requestStop();
         return super.sftStep(...a);
       }
     }
-    const backend = new Asks();
-    backend.onRollout = (req) => {
+    const policy = new Asks();
+    policy.onRollout = (req) => {
       if (at.stage === 'rl' && req.n > 1 && ++rollouts === at.step) trainer?.requestStop();
     };
-    trainer = new Trainer(recipe(), dir, backend, quiet);
+    trainer = new Trainer(recipe(), dir, policy, quiet);
     const e = await trainer.run().catch((x: unknown) => x);
     assert.ok(e instanceof Stopped, String(e));
     // neither step 3 of SFT nor step 2 of RL is a checkpoint step (every 2 and 3): the stop made one
@@ -119,7 +119,7 @@ for (const [where, at] of [
     assert.equal(heartbeat(dir).phase, 'stopped');
     assert.equal(heartbeat(dir).stopping, true);
 
-    await new Trainer(recipe(), dir, new FakeBackend(), quiet).run(true);
+    await new Trainer(recipe(), dir, new FakePolicy(), quiet).run(true);
     for (const f of ['metrics.jsonl', 'evals.jsonl'])
       assert.deepEqual(stripTime(readJsonl(join(dir, f))), stripTime(readJsonl(join(ref, f))), f);
     assert.deepEqual(
@@ -136,8 +136,8 @@ test('heartbeat.json says where a live run is; no step for health.stallMinutes i
   let during: Heartbeat | undefined;
   const t0 = Date.now();
   let slept = 0;
-  class Stalls extends FakeBackend {
-    override async rollout(req: Parameters<FakeBackend['rollout']>[0]) {
+  class Stalls extends FakePolicy {
+    override async rollout(req: Parameters<FakePolicy['rollout']>[0]) {
       if (req.n > 1 && ++rollouts === 3) {
         slept = Date.now();
         await new Promise((r) => setTimeout(r, 400));

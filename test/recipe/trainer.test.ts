@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { parseRecipe } from '../../src/recipe/config.js';
-import { FakeBackend } from '../../src/recipe/fake.js';
+import { FakePolicy } from '../../src/recipe/fake.js';
 import { forkRun, readState, Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 
@@ -43,8 +43,8 @@ const stripTime = (rs: Record<string, unknown>[]) =>
 
 test('a run writes the run directory of docs/RUN_DIR.md', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-run-'));
-  const backend = new FakeBackend();
-  const { evals } = await new Trainer(recipe(), dir, backend, quiet).run();
+  const policy = new FakePolicy();
+  const { evals } = await new Trainer(recipe(), dir, policy, quiet).run();
   const cfg = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
   assert.equal(cfg.stages[1].roc.doDownSampling, true);
   const m = readJsonl<Record<string, any>>(join(dir, 'metrics.jsonl'));
@@ -98,11 +98,11 @@ test('a run writes the run directory of docs/RUN_DIR.md', async () => {
 
 test('a crash then --resume gives exactly the records of an uninterrupted run', async () => {
   const ref = mkdtempSync(join(tmpdir(), 'rstar2-ref-'));
-  await new Trainer(recipe(), ref, new FakeBackend(), quiet).run();
+  await new Trainer(recipe(), ref, new FakePolicy(), quiet).run();
 
   for (const crashAt of [2, 5, 8]) {
     const dir = mkdtempSync(join(tmpdir(), 'rstar2-crash-'));
-    const crashing = new FakeBackend();
+    const crashing = new FakePolicy();
     let rollouts = 0;
     // counts the training rollouts (evals use n = 1): throwing in the k-th is a kill during rl step k
     crashing.onRollout = (req) => {
@@ -112,7 +112,7 @@ test('a crash then --resume gives exactly the records of an uninterrupted run', 
     appendFileSync(join(dir, 'metrics.jsonl'), '{"stage":"rl","step":99,"torn'); // a line cut by kill -9
     // crash at rl step 2 resumes from the SFT checkpoint; 5 and 8 from rl step 3 and 6
     assert.equal(readState(dir)!.stage, crashAt === 2 ? 'sft' : 'rl');
-    await new Trainer(recipe(), dir, new FakeBackend(), quiet).run(true);
+    await new Trainer(recipe(), dir, new FakePolicy(), quiet).run(true);
     for (const f of ['metrics.jsonl', 'evals.jsonl']) {
       assert.deepEqual(
         stripTime(readJsonl(join(dir, f))),
@@ -133,7 +133,7 @@ test('a crash then --resume gives exactly the records of an uninterrupted run', 
 
 test('RoC off is plain GRPO: G rollouts per prompt, all kept from mixed groups', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-off-'));
-  await new Trainer(recipe('off'), dir, new FakeBackend(), quiet).run();
+  await new Trainer(recipe('off'), dir, new FakePolicy(), quiet).run();
   const rl = readJsonl<Record<string, any>>(join(dir, 'metrics.jsonl')).filter((r) => r.stage === 'rl');
   for (const r of rl) {
     assert.equal(r.roc.before, 32);
@@ -153,7 +153,7 @@ test('RoC lowers the tool-error ratio among positives versus plain GRPO (fake po
       ),
     };
     const dir = mkdtempSync(join(tmpdir(), `rstar2-abl-${roc}-`));
-    await new Trainer(r, dir, new FakeBackend(), quiet).run();
+    await new Trainer(r, dir, new FakePolicy(), quiet).run();
     const rl = readJsonl<Record<string, any>>(join(dir, 'metrics.jsonl')).filter((x) => x.stage === 'rl');
     return rl.slice(-5).reduce((a, x) => a + x.tool_error_ratio_pos, 0) / 5;
   };
@@ -164,14 +164,14 @@ test('RoC lowers the tool-error ratio among positives versus plain GRPO (fake po
 
 test('forkRun branches a new run from a checkpoint (ablation after SFT) with records up to it', async () => {
   const src = mkdtempSync(join(tmpdir(), 'rstar2-src-'));
-  await new Trainer(recipe(), src, new FakeBackend(), quiet).run();
+  await new Trainer(recipe(), src, new FakePolicy(), quiet).run();
   const dst = join(mkdtempSync(join(tmpdir(), 'rstar2-fork-')), 'off');
   const off = recipe('off');
   const st = forkRun(src, 'sft-step-000004', dst, off);
   assert.deepEqual([st.stage, st.step], ['sft', 4]);
   assert.throws(() => forkRun(src, 'sft-step-000004', dst, off), /already holds a run/);
   assert.throws(() => forkRun(src, 'sft-step-000003', `${dst}2`, off), /no checkpoint sft-step-000003/);
-  await new Trainer(off, dst, new FakeBackend(), quiet).run(true);
+  await new Trainer(off, dst, new FakePolicy(), quiet).run(true);
   const m = readJsonl<Record<string, any>>(join(dst, 'metrics.jsonl'));
   assert.deepEqual(
     m.map((r) => `${r.stage}:${r.step}`),
@@ -208,7 +208,7 @@ test('lrSchedule cosine: each step gets lr on a half cosine to minLr over the st
   );
   const lrs = (dir: string) => readJsonl<Record<string, any>>(join(dir, 'metrics.jsonl')).map((m) => m.lr);
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-cos-'));
-  await new Trainer(r, dir, new FakeBackend(), quiet).run();
+  await new Trainer(r, dir, new FakePolicy(), quiet).run();
   const want = [0.01, 0.009236, 0.007236, 0.004764, 0.002764, 0.3, 0.15];
   assert.deepEqual(
     lrs(dir).map((x) => Number(x.toFixed(6))),
@@ -216,14 +216,14 @@ test('lrSchedule cosine: each step gets lr on a half cosine to minLr over the st
   );
   // killed after step 3: the resumed steps 4-5 continue the same curve, not a new one
   const cut = mkdtempSync(join(tmpdir(), 'rstar2-cos-cut-'));
-  class Dies extends FakeBackend {
-    override async sftStep(e: Parameters<FakeBackend['sftStep']>[0], o: { lr: number }) {
+  class Dies extends FakePolicy {
+    override async sftStep(e: Parameters<FakePolicy['sftStep']>[0], o: { lr: number }) {
       if (this.p.steps === 3) throw new Error('simulated kill');
       return super.sftStep(e, o);
     }
   }
   await assert.rejects(new Trainer(r, cut, new Dies(), quiet).run(), /simulated kill/);
-  await new Trainer(r, cut, new FakeBackend(), quiet).run(true);
+  await new Trainer(r, cut, new FakePolicy(), quiet).run(true);
   assert.deepEqual(
     lrs(cut).map((x) => Number(x.toFixed(6))),
     want,
@@ -247,7 +247,7 @@ test('eval.atStart false: no held-out eval before the first RL step, the stage s
     't',
   );
   assert.equal(parseRecipe({ stages: [{ type: 'rl' }] }).eval.atStart, true);
-  const { evals } = await new Trainer(r, dir, new FakeBackend(), quiet).run();
+  const { evals } = await new Trainer(r, dir, new FakePolicy(), quiet).run();
   assert.deepEqual(
     evals.map((e) => `${e.stage}:${e.step}`),
     ['rl:2'],

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { parseRecipe } from '../../src/recipe/config.js';
-import { FakeBackend } from '../../src/recipe/fake.js';
+import { FakePolicy } from '../../src/recipe/fake.js';
 import { type ScoredItem, Trainer } from '../../src/recipe/trainer.js';
 import { readJsonl } from '../../src/util/jsonl.js';
 import type { TrainOptions, TrainStats } from '../../src/worker/types.js';
@@ -17,7 +17,7 @@ import type { TrainOptions, TrainStats } from '../../src/worker/types.js';
 process.env.RSTAR2_NO_PROGRESS = '1';
 const quiet = { log: () => {}, progress: false };
 
-class Recording extends FakeBackend {
+class Recording extends FakePolicy {
   calls: { n: number; opts: TrainOptions }[] = [];
   override async grpoStep(items: ScoredItem[], opts: TrainOptions): Promise<TrainStats> {
     this.calls.push({ n: items.length, opts });
@@ -45,12 +45,12 @@ const spec = (rl: Record<string, unknown>) => ({
 
 async function run(rl: Record<string, unknown>) {
   const dir = mkdtempSync(join(tmpdir(), 'rstar2-scale-'));
-  const backend = new Recording();
-  await new Trainer(parseRecipe(spec(rl), 'scale'), dir, backend, quiet).run();
+  const policy = new Recording();
+  await new Trainer(parseRecipe(spec(rl), 'scale'), dir, policy, quiet).run();
   const kept = readJsonl<{ roc: { after: number }; skipped?: boolean }>(join(dir, 'metrics.jsonl'))
     .filter((m) => !m.skipped)
     .map((m) => m.roc.after);
-  return { calls: backend.calls, kept };
+  return { calls: policy.calls, kept };
 }
 
 test('micro-mean-nominal: mini-batches of the nominal size, each scaled by prompts × rollouts, not by what was kept', async () => {

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { parseRecipe } from '../../src/recipe/config.js';
-import { FakeBackend } from '../../src/recipe/fake.js';
+import { FakePolicy } from '../../src/recipe/fake.js';
 import { Trainer } from '../../src/recipe/trainer.js';
 import { VerifierPool } from '../../src/reward/index.js';
 import { readJsonl } from '../../src/util/jsonl.js';
@@ -72,7 +72,7 @@ test('a module that never returns times out at the deadline; one that returns no
   try {
     const r = await pool.score({ text: 'x' }, '1');
     assert.equal(r.timedOut, true);
-    assert.match(r.reason, /no verdict within 300 ms, worker replaced/);
+    assert.match(r.reason, /no verdict within 300 ms, thread replaced/);
   } finally {
     await pool.close();
   }
@@ -108,7 +108,7 @@ test('train: reward.module scores every step and eval; its penalty reaches RoC; 
     ],
   });
   const run = join(m.dir, 'run');
-  await new Trainer(recipe, run, new FakeBackend(), { log: () => {}, progress: false }).run();
+  await new Trainer(recipe, run, new FakePolicy(), { log: () => {}, progress: false }).run();
   const trajs = readJsonl<{ reward: number; correct: boolean; text: string; verify: { matchedBy: string } }>(
     join(run, 'trajectories', 'rl-step-000001.jsonl'),
   );

@@ -3,7 +3,7 @@ import { createServer } from 'node:net';
 import { after, test } from 'node:test';
 import { SandboxClient } from '../../src/sandbox/client.js';
 import { failedResult } from '../../src/sandbox/codejudge.js';
-import { FairScheduler, SandboxServer, type SandboxServerOptions } from '../../src/sandbox/server.js';
+import { FairQueue, SandboxServer, type SandboxServerOptions } from '../../src/sandbox/server.js';
 import type { RunRequest, RunResult } from '../../src/sandbox/types.js';
 import { FakeRunner, okResult, SpawnRunner } from './helpers.js';
 
@@ -159,17 +159,17 @@ test('queue_timeout is answered at the deadline, not after a hidden wait', { tim
   assert.equal((await blocker).body.status, 'ok');
 });
 
-test('fair scheduler serves clients round-robin', async () => {
+test('fair queue serves clients round-robin', async () => {
   const order: string[] = [];
   const runner = new FakeRunner(async (req) => {
     order.push(req.code);
     await new Promise((r) => setTimeout(r, 1));
     return okResult(req);
   });
-  const sch = new FairScheduler(runner, 1, 1000);
+  const queue = new FairQueue(runner, 1, 1000);
   const all: Promise<RunResult>[] = [];
-  for (let i = 0; i < 10; i++) all.push(sch.submit('A', { code: `A${i}` }, Infinity));
-  for (let i = 0; i < 3; i++) all.push(sch.submit('B', { code: `B${i}` }, Infinity));
+  for (let i = 0; i < 10; i++) all.push(queue.submit('A', { code: `A${i}` }, Infinity));
+  for (let i = 0; i < 3; i++) all.push(queue.submit('B', { code: `B${i}` }, Infinity));
   await Promise.all(all);
   assert.equal(order.length, 13);
   // B's three items run within the first seven slots instead of after all of A's.
@@ -182,10 +182,10 @@ test('fair scheduler serves clients round-robin', async () => {
 
 test('shutdown answers queued items instead of dropping them', async () => {
   const { runner, waiting } = deferredRunner();
-  const sch = new FairScheduler(runner, 1, 1000);
-  const a = sch.submit('c', { code: 'a' }, Infinity);
-  const b = sch.submit('c', { code: 'b' }, Infinity);
-  sch.close();
+  const queue = new FairQueue(runner, 1, 1000);
+  const a = queue.submit('c', { code: 'a' }, Infinity);
+  const b = queue.submit('c', { code: 'b' }, Infinity);
+  queue.close();
   assert.equal((await b).status, 'internal_error');
   for (const f of waiting.splice(0)) f();
   assert.equal((await a).status, 'ok');

@@ -7,9 +7,9 @@ import { dirname, join } from 'node:path';
 import { after, test } from 'node:test';
 import { runRollouts } from '../../src/agent/loop.js';
 import { openRolloutStack } from '../../src/agent/stack.js';
-import { EmbeddedBackend } from '../../src/recipe/backend.js';
 import { parseRecipe } from '../../src/recipe/config.js';
 import { dryRun } from '../../src/recipe/dry-run.js';
+import { EmbeddedPolicy } from '../../src/recipe/policy.js';
 import { Trainer } from '../../src/recipe/trainer.js';
 import {
   buildCharTokenizer,
@@ -218,11 +218,11 @@ test('a transformers 5 directory loads for a dry run, trains (SFT and RL, its ow
   await dryRun(recipe, { log: (l) => out.push(l) });
   assert.match(out.join('\n'), /template model/);
   const run = join(root, 'run');
-  const backend = await EmbeddedBackend.create(recipe, { log: () => {} });
+  const policy = await EmbeddedPolicy.create(recipe, { log: () => {} });
   try {
-    await new Trainer(recipe, run, backend, { log: () => {}, progress: false }).run();
+    await new Trainer(recipe, run, policy, { log: () => {}, progress: false }).run();
   } finally {
-    await backend.close();
+    await policy.close();
   }
   const m = readJsonl<{ stage: string; loss: number }>(join(run, 'metrics.jsonl'));
   assert.deepEqual(

@@ -31,7 +31,7 @@ test('model.backend transformers without the package: the worker says which pack
   skip: hasTransformers ? 'transformers is installed here' : false,
 }, async () => {
   await assert.rejects(
-    PolicyWorker.start({ threads: 1, modelBackend: 'transformers' }),
+    PolicyWorker.start({ threads: 1, modelImpl: 'transformers' }),
     /failed to start: .*needs the transformers package.*pip install transformers/,
   );
 });

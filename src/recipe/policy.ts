@@ -1,8 +1,6 @@
 import { existsSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { runRollouts } from '../agent/loop.js';
-import { toRolloutProblem } from '../agent/problems.js';
-import { openRolloutStack, type RolloutStack } from '../agent/stack.js';
+import { openRolloutStack, type RolloutStack, runRollouts, toRolloutProblem } from '../agent/index.js';
 import {
   type ChatExample,
   loadChatExamples,
@@ -12,11 +10,9 @@ import {
   sftRenderer,
   sftTexts,
 } from '../data/index.js';
-import { EmbeddedEngine } from '../engines/embedded.js';
-import type { RolloutStats } from '../engines/scheduler.js';
-import type { WeightSyncEngine } from '../engines/types.js';
-import type { Trajectory } from '../rl/trajectory.js';
-import type { CodeRunner } from '../sandbox/types.js';
+import { EmbeddedEngine, type RolloutStats, type WeightSyncEngine } from '../engines/index.js';
+import type { Trajectory } from '../rl/index.js';
+import type { CodeRunner } from '../sandbox/index.js';
 import {
   buildCharTokenizer,
   ChatTemplate,
@@ -29,28 +25,28 @@ import {
   trainBpeTokenizer,
 } from '../tokenizer/index.js';
 import { readJson } from '../util/jsonl.js';
-import { PolicyWorker } from '../worker/client.js';
-import type { LaunchOptions } from '../worker/launch.js';
-import { MODEL_PRESETS } from '../worker/presets.js';
-import type {
-  ModelConfig,
-  TrainOptions,
-  TrainSequence,
-  TrainStats,
-  WorkerStartOptions,
-} from '../worker/types.js';
+import {
+  type LaunchOptions,
+  MODEL_PRESETS,
+  type ModelConfig,
+  PolicyWorker,
+  type TrainOptions,
+  type TrainSequence,
+  type TrainStats,
+  type WorkerStartOptions,
+} from '../worker/index.js';
 import { type Recipe, recipeTools } from './config.js';
 import { checkEngines } from './engine-check.js';
-import type { HeldoutScore, PolicyBackend, RolloutRequest, ScoredItem } from './trainer.js';
+import type { HeldoutScore, Policy, RolloutRequest, ScoredItem } from './trainer.js';
 import { BroadcastSync, resolveSyncDtype, type SyncDtype, type WeightSyncOptions } from './weight-sync.js';
 
-// The embedded backend: one torch worker both generates (through the agent loop and the KV-budget scheduler)
+// The embedded policy: one torch worker both generates (through the agent loop and the KV-budget scheduler)
 // and trains, so weights are shared and "sync" is free. Tool calls run in the isolated sandbox pool.
 // With remote engines (SGLang, vLLM) the worker only trains; after an RL update (and before a rollout that
 // follows any other weight change) the weights are broadcast to every engine (weight-sync.ts), or written to
 // `syncDir` and every engine is told to load them from there.
 
-export interface EmbeddedBackendOptions {
+export interface EmbeddedPolicyOptions {
   /** Run tool code without bubblewrap (development only; the pool warns). */
   insecureSandbox?: boolean;
   runner?: CodeRunner; // overrides the sandbox pool (tests)
@@ -138,7 +134,7 @@ export function workerStartOptions(m: Recipe['model']): WorkerStartOptions {
   return {
     threads: m.threads,
     precision: m.precision,
-    modelBackend: m.backend,
+    modelImpl: m.backend,
     compile: m.compile,
     ranks: m.nprocPerNode,
     sharding: m.sharding,
@@ -171,7 +167,7 @@ export function answersExact(mask: number[], argmax: boolean[], firstTrained = t
 }
 
 /** Remote engines a run trains with must take new weights, and need a directory for a disk sync. */
-function checkTrainingEngines(engines: WeightSyncEngine[], opts: EmbeddedBackendOptions): void {
+function checkTrainingEngines(engines: WeightSyncEngine[], opts: EmbeddedPolicyOptions): void {
   if (engines.length === 0) return;
   if (!opts.syncDir) throw new Error('training with remote engines needs a syncDir for the weights');
   const fixed = engines.filter((e) => !e.updateWeightsFromDisk);
@@ -226,7 +222,7 @@ function openStack(
   worker: PolicyWorker,
   engines: WeightSyncEngine[],
   tokenizer: Tokenizer,
-  opts: EmbeddedBackendOptions,
+  opts: EmbeddedPolicyOptions,
 ): Promise<RolloutStack> {
   const template = recipe.tokenizer.template;
   return openRolloutStack({
@@ -248,7 +244,7 @@ function openStack(
   });
 }
 
-export class EmbeddedBackend implements PolicyBackend {
+export class EmbeddedPolicy implements Policy {
   private rolloutStats?: RolloutStats;
   /** How a reference-policy worker starts (a KL loss): one rank, the recipe's precision. */
   private refStart: WorkerStartOptions = {};
@@ -266,7 +262,7 @@ export class EmbeddedBackend implements PolicyBackend {
   ) {}
 
   /** The recipe's model directory (with its tokenizer) or a fresh preset, on the one rollout stack. */
-  static async create(recipe: Recipe, opts: EmbeddedBackendOptions = {}): Promise<EmbeddedBackend> {
+  static async create(recipe: Recipe, opts: EmbeddedPolicyOptions = {}): Promise<EmbeddedPolicy> {
     const engines = opts.engines ?? [];
     checkTrainingEngines(engines, opts);
     const files = await recipeTokenizerFiles(recipe);
@@ -299,7 +295,7 @@ export class EmbeddedBackend implements PolicyBackend {
           ? { engines, broadcast, dir: opts.syncDir as string, version: 0, dirty: true }
           : null;
       const { gradientCheckpointing, maxTokensPerMicroBatch } = recipe.model;
-      const backend = new EmbeddedBackend(
+      const policy = new EmbeddedPolicy(
         worker,
         files,
         stack,
@@ -314,8 +310,8 @@ export class EmbeddedBackend implements PolicyBackend {
         preset,
       );
       const m = recipe.model;
-      backend.refStart = { ...workerStartOptions(m), ranks: 1, sharding: 'ddp', offloadOptimizer: false };
-      return backend;
+      policy.refStart = { ...workerStartOptions(m), ranks: 1, sharding: 'ddp', offloadOptimizer: false };
+      return policy;
     } catch (e) {
       await worker.close();
       throw e;

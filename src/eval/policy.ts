@@ -1,14 +1,12 @@
-import { runTrajectory } from '../agent/loop.js';
-import { openRolloutStack } from '../agent/stack.js';
-import type { Backend as RemoteBackend } from '../engines/factory.js';
-import type { Engine } from '../engines/types.js';
-import type { RunRequest, RunResult } from '../sandbox/types.js';
+import { openRolloutStack, runTrajectory } from '../agent/index.js';
+import type { Backend, Engine } from '../engines/index.js';
+import type { RunRequest, RunResult } from '../sandbox/index.js';
 import type { Tokenizer, ToolSchema } from '../tokenizer/index.js';
 import { EVAL_MAX_TOKENS } from './defaults.js';
 import { fakeTrajectory } from './fake.js';
 import { perRequest, type RolloutFn } from './run.js';
 
-export interface BackendOptions {
+export interface EvalPolicyOptions {
   model?: string; // checkpoint directory: embedded torch engine (and its tokenizer.json)
   engine?: string; // served engine (sglang+http://…, vllm+…, llamacpp+…, plain URL + backend) or fake:ACC[:MS]
   backend?: string; // for a plain engine URL; default sglang
@@ -29,7 +27,7 @@ export interface BackendOptions {
   onTool?: (req: RunRequest, res: RunResult) => void;
 }
 
-export interface Backend {
+export interface EvalPolicy {
   name: string;
   rollout: RolloutFn;
   close(): Promise<void>;
@@ -37,7 +35,7 @@ export interface Backend {
 
 // fake:ACC[:MS] dry-runs the eval plumbing without a model, template or sandbox; MS is a per-trajectory delay,
 // so kill/resume can be exercised for real.
-function fakeBackend(spec: string, concurrency: number): Backend | null {
+function fakePolicy(spec: string, concurrency: number): EvalPolicy | null {
   const m = /^fake(?::([^:]*))?(?::([^:]*))?$/.exec(spec);
   if (!m) return null;
   const acc = m[1] === undefined ? 0.5 : Number(m[1]);
@@ -56,14 +54,14 @@ function fakeBackend(spec: string, concurrency: number): Backend | null {
 
 // The rollout for eval and chat: the agent loop (same template, tool and limits as training) over the requested
 // engine, one trajectory per request.
-export async function openBackend(o: BackendOptions): Promise<Backend> {
+export async function openPolicy(o: EvalPolicyOptions): Promise<EvalPolicy> {
   if (Boolean(o.model) === Boolean(o.engine) && !o.engineInstance)
     throw new Error('give exactly one of --model DIR or --engine URL');
-  const fake = o.engine && !o.engineInstance ? fakeBackend(o.engine, o.concurrency) : null;
+  const fake = o.engine && !o.engineInstance ? fakePolicy(o.engine, o.concurrency) : null;
   if (fake) return fake;
   const stack = await openRolloutStack({
     engines: [o.engineInstance ?? (o.model ? 'embedded' : (o.engine as string))],
-    backend: o.backend as RemoteBackend | undefined,
+    backend: o.backend as Backend | undefined,
     model: o.model,
     tokenizer: o.tokenizerInstance ?? o.tokenizer,
     template: o.template,

@@ -12,7 +12,7 @@ interface Job {
   row?: unknown;
 }
 
-if (!parentPort) throw new Error('verify-worker must run in a worker thread');
+if (!parentPort) throw new Error('verify-thread must run in a worker thread');
 const port = parentPort;
 port.on('message', async (job: Job) => {
   try {
