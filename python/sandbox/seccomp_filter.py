@@ -43,7 +43,7 @@ DENIED = [
     "memfd_create", "memfd_secret",
     # the page cache state of any file it can open: a side channel on what other calls read (Linux 6.5)
     "cachestat",
-    # a session is stopped between its cells (server.py, Broker.check_between); a POSIX timer can deliver SIGCONT to
+    # a session is stopped between its cells (broker.py, Broker.check_between); a POSIX timer can deliver SIGCONT to
     # its own process again and again. Python's stdlib, numpy and OpenBLAS do not create one (threads, sleeps and
     # setitimer do not need it)
     "timer_create",
@@ -93,7 +93,7 @@ def build(landlock=False):
     # AF_UNIX only: socketpair for multiprocessing/asyncio works, TCP/UDP/raw/netlink do not
     f.add_rule(ERRNO(errno.EAFNOSUPPORT), "socket", Arg(0, NE, socket.AF_UNIX))
     # A socket's send buffer bounds what it can pin in its peer's queue; raised (to 2 x net.core.wmem_max, 8 MB here)
-    # it would break the per-socket bound the memory check charges (server.py, socket_memory_kb)
+    # it would break the per-socket bound the memory check charges (broker.py, socket_memory_kb)
     for opt in (socket.SO_SNDBUF, SO_SNDBUFFORCE):
         deny("setsockopt", Arg(1, EQ, socket.SOL_SOCKET), Arg(2, EQ, opt))
     # What would continue a stopped session again and again (timer_create above): F_SETSIG makes an fd's readiness,

@@ -1,8 +1,8 @@
 """rstar2 sandbox: the zygote and the children it forks (one per call), plus stateful sessions.
 
-This module does not run on its own. server.py (the broker) compiles it, runs it with CFG (the pool's
+This module does not run on its own. broker.py (the broker) compiles it, runs it with CFG (the pool's
 config dict) put into its namespace first, and starts the zygote as a fresh interpreter that gets the
-same compiled code and CFG over a pipe (see server.py, start_zygote). A fresh interpreter, not a fork of
+same compiled code and CFG over a pipe (see broker.py, start_zygote). A fresh interpreter, not a fork of
 the broker: fork copies the page tables of every resident anonymous page and each child's exit unmaps
 them again, ~0.05 ms per MiB per call on this machine, and the broker carries ~3 MiB the children never
 use (its compile of two modules, selectors and its own state).
@@ -41,7 +41,7 @@ import struct
 import sys
 import types
 
-CFG: dict  # set in this module's namespace by server.py before the module runs
+CFG: dict  # set in this module's namespace by broker.py before the module runs
 SLOTS = int(CFG["slots"])  # stateless slots first, then session slots
 SESSION_SLOTS = int(CFG.get("sessionSlots", 0))
 UID_BASE = int(CFG.get("uidBase", 0))
@@ -71,7 +71,7 @@ NPROC_LIMIT, NOFILE_LIMIT = capped(resource.RLIMIT_NPROC, NPROC), capped(resourc
 ZYGOTE_LIMITS = ((resource.RLIMIT_FSIZE, capped(resource.RLIMIT_FSIZE, FSIZE)), (resource.RLIMIT_CORE, (0, 0)),
                  (resource.RLIMIT_MSGQUEUE, (0, 0)))
 SHM = CFG.get("shmDir", "/dev/shm")
-# per slot, the cgroup.procs fds of its memory and pids groups (server.py's Cgroups): each call's process writes
+# per slot, the cgroup.procs fds of its memory and pids groups (broker.py's Cgroups): each call's process writes
 # "0" to them first, so the kernel holds it and all it forks to the slot's limits; closed before any snippet runs
 CG_ENTER = [tuple(fds) for fds in CFG.get("cgroupProcs") or ()]
 SETUP_FAILED = b"[rstar2-sandbox] setup failed: "
@@ -917,7 +917,7 @@ def anon_kb():
 
 
 def zygote_main(fd):
-    """The zygote process's entry (server.py's ZYGOTE_BOOT); fd is its socket to the broker."""
+    """The zygote process's entry (broker.py's ZYGOTE_BOOT); fd is its socket to the broker."""
     try:
         sock = _socket.socket(fileno=fd)
         devnull = os.open("/dev/null", os.O_RDWR)

@@ -44,7 +44,7 @@ export interface LaunchPlan {
   extraFds: number[];
   /** written to the broker's stdin before anything else: its config */
   input: Buffer;
-  /** config fields the Python broker (server.py) needs (scratch, uid base, paths) */
+  /** config fields the Python broker (broker.py) needs (scratch, uid base, paths) */
   brokerConfig: Record<string, unknown>;
   /** how the calls' memory and process limits are held: 'cgroup v1', 'cgroup v2' (by the kernel), or 'polling' */
   limits: string;
@@ -59,7 +59,7 @@ export interface LaunchInput {
   scratchMb: number;
   shmMb: number;
   uidBase?: number;
-  /** limits and preloads passed through to server.py */
+  /** limits and preloads passed through to broker.py */
   config: Record<string, unknown>;
 }
 
@@ -271,7 +271,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
       };
     }
     brokerConfig = { ...brokerConfig, scratch, uidBase, sysPath: DIST_PACKAGES, ...demote, ...cgroupConfig };
-    const broker = [inp.python, ...brokerArgs(join(SANDBOX_PY_DIR, 'server.py'))];
+    const broker = [inp.python, ...brokerArgs(join(SANDBOX_PY_DIR, 'broker.py'))];
     // landlock: the environment bwrap's --clearenv leaves, not this process's (tokens, keys) for every snippet
     const clean = inp.isolation === 'landlock' ? ['-i', 'PATH=/usr/bin:/bin', 'LANG=C.UTF-8'] : [];
     return {
@@ -361,7 +361,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
       'SETGID',
       'SETUID',
       ...(renice ? ['SYS_NICE'] : []),
-      // only for the broker's first steps: it remounts /proc with hidepid, then drops it (server.py, hide_pids)
+      // only for the broker's first steps: it remounts /proc with hidepid, then drops it (broker.py, hide_pids)
       'SYS_ADMIN',
     ])
       args.push('--cap-add', `CAP_${c}`);
@@ -373,7 +373,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
   // process's /proc/self/mountinfo (issue 42). The seccomp program too: the broker loads it itself (not bwrap's
   // --seccomp), once it has made what the filter refuses: its sock_diag socket and, as root, /proc's hidepid.
   const files: [string, string][] = [
-    [join(SANDBOX_PY_DIR, 'server.py'), 'server.py'],
+    [join(SANDBOX_PY_DIR, 'broker.py'), 'broker.py'],
     [join(SANDBOX_PY_DIR, 'zygote.py'), 'zygote.py'],
     ...(sec.path ? [[sec.path, 'seccomp.bpf'] as [string, string]] : []),
   ];
@@ -404,7 +404,7 @@ export function planLaunch(inp: LaunchInput): LaunchPlan {
   extraFds.push(argsFd);
   return {
     command: bwrap,
-    args: ['--args', String(2 + extraFds.length), py, ...brokerArgs(`${INNER_PY_DIR}/server.py`)],
+    args: ['--args', String(2 + extraFds.length), py, ...brokerArgs(`${INNER_PY_DIR}/broker.py`)],
     input: configFrame(brokerConfig),
     extraFds,
     brokerConfig,

@@ -47,7 +47,7 @@ describe('npm package', { timeout: 300_000 }, () => {
       'dist/reward/verify-thread.js',
       'dist/dashboard/static/app.js',
       'dist/dashboard/static/style.css',
-      'python/sandbox/server.py',
+      'python/sandbox/broker.py',
       'python/rstar2_worker/__main__.py',
       'data/recipes/quickstart.yaml',
       'data/benchmarks/aime24.jsonl',

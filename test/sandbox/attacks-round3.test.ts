@@ -14,7 +14,7 @@ import { descendants } from './helpers.js';
 const skip = findBwrap() ? false : 'bubblewrap not installed';
 const asRoot = process.getuid?.() === 0 ? false : 'needs root (per-slot uids)';
 
-// server.py's EXIT frame (zygote.EXIT, "<IiII"): magic b"EXIT", exit code 0, cpu us, rss kb
+// broker.py's EXIT frame (zygote.EXIT, "<IiII"): magic b"EXIT", exit code 0, cpu us, rss kb
 const FORGE_EXIT =
   'import os, struct\nos.write(3, struct.pack("<IiII", 0x54495845, 0, 0, 0))\nos.closerange(0, 4)\n';
 

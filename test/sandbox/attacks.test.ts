@@ -166,7 +166,7 @@ describe('sandbox attacks (bwrap)', { skip, timeout: 170_000 }, () => {
     const r = await attack(
       // every other slot's scratch too (which slot this call gets depends on timing)
       'import os\nres = []\nother = [f"/scratch/{i}/x" for i in range(4) if f"/scratch/{i}" != os.getcwd()]\n' +
-        'for p in ["/tmp/x", "/usr/lib/python3/x", "/opt/rstar2-sandbox/server.py", "/etc/x", "/x", "/dev/x", *other]:\n' +
+        'for p in ["/tmp/x", "/usr/lib/python3/x", "/opt/rstar2-sandbox/broker.py", "/etc/x", "/x", "/dev/x", *other]:\n' +
         '    try:\n        open(p, "w").write("pwned")\n        res.append(p)\n    except OSError:\n        pass\nprint(res, len(other))\n' +
         'open("mine.txt", "w").write("ok")\nprint(os.path.exists("mine.txt"))',
     );

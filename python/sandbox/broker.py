@@ -1,7 +1,7 @@
 """rstar2 sandbox: the broker, which runs untrusted Python snippets through a zygote, one fresh fork per call.
 
 Started by src/sandbox/pool.ts, normally inside one bubblewrap sandbox per pool, as
-    /usr/bin/python3 -I -S server.py
+    /usr/bin/python3 -I -S broker.py
 with u32 len | CONFIG_JSON first on its stdin (not in argv, which every process in the sandbox can read).
 
 Processes:
