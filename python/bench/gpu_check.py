@@ -18,6 +18,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # rstar2_worker, run from anywhere
 
+from tests.train_opts import full_train_opts  # noqa: E402  (python/tests: the train options tests and benches send)
+
 
 def settings(**over):
     """The worker's settings as the environment gives them (RSTAR2_*), with `over` in place of some."""
@@ -94,7 +96,7 @@ def parity():
         seq = ids[0].tolist()
         hf.train()
         ref_loss = hf(ids[:1], labels=ids[:1]).loss.item()
-        st = p.train_step("sft", [seq], [[0] + [1] * (len(seq) - 1)], [None], [0.0], {"lr": 0.0})
+        st = p.train_step("sft", [seq], [[0] + [1] * (len(seq) - 1)], [None], [0.0], full_train_opts(0.0))
         dloss = abs(st["loss"] - ref_loss)
         ok = diff < 2e-2 and dloss < 1e-3  # bf16-level tolerance on fp32 models: kernels differ, not the math
         print(f"parity {kind} (config.json with {rope_keys}): max |logits diff| {diff:.2e}, loss {st['loss']:.5f} vs transformers {ref_loss:.5f} {'ok' if ok else 'FAIL'}")
@@ -123,7 +125,7 @@ def hf_backend():
     diff = (ref - ours).abs().max().item()
     hf.train()
     ref_loss = hf(ids, labels=ids).loss.item()
-    st = p.train_step("sft", [seq], [[0] + [1] * (len(seq) - 1)], [None], [0.0], {"lr": 0.0})
+    st = p.train_step("sft", [seq], [[0] + [1] * (len(seq) - 1)], [None], [0.0], full_train_opts(0.0))
     ok = diff < 2e-2 and abs(st["loss"] - ref_loss) < 1e-3
     print(f"hf-backend llama: max |logprob diff| {diff:.2e}, loss {st['loss']:.5f} vs transformers {ref_loss:.5f} {'ok' if ok else 'FAIL'}")
     if not ok:
@@ -304,7 +306,7 @@ def throughput():
         n = info["params"] - V * h  # the embedding lookup is no matmul
         for label, (kind, seqs, masks, olds, advs, opts) in cases:
             torch.cuda.reset_peak_memory_stats()
-            args = (kind, seqs, masks, olds, advs, {"lr": 1e-5, **opts})
+            args = (kind, seqs, masks, olds, advs, full_train_opts(1e-5, **opts))
             dt = timed(torch, p, args)
             if dt is None:
                 continue

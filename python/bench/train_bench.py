@@ -27,6 +27,7 @@ import torch  # noqa: E402
 
 import gpu_check  # noqa: E402  (python/bench, beside this file)
 from rstar2_worker.models import model as M  # noqa: E402
+from tests.train_opts import full_train_opts  # noqa: E402
 
 THREE_B = dict(model_type="qwen2", vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
                num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1e6,
@@ -118,7 +119,7 @@ def measure(label, step, lens, cfg, peak_tflops, warmup, steps):
 
 
 def sft_args(seq):
-    return ("sft", [seq], [[0] + [1] * (len(seq) - 1)], [None], [0.0], {"lr": 1e-5, "microBatchTokens": len(seq)})
+    return ("sft", [seq], [[0] + [1] * (len(seq) - 1)], [None], [0.0], full_train_opts(1e-5, microBatchTokens=len(seq)))
 
 
 def grpo_args(g, V):
@@ -126,7 +127,7 @@ def grpo_args(g, V):
     rl = [torch.randint(0, V, (n,), generator=g, device="cpu").tolist() for n in lens]
     return lens, ("grpo", rl, [[0] * 128 + [1] * (n - 128) for n in lens], [None] * len(rl),
                   [(-1.0) ** i for i in range(len(rl))],
-                  {"lr": 1e-5, "maxTokensPerMicroBatch": 16384, "gradientCheckpointing": True})
+                  full_train_opts(1e-5, maxTokensPerMicroBatch=16384, gradientCheckpointing=True))
 
 
 def profile_step(step):

@@ -12,6 +12,7 @@ from rstar2_worker.train import policy as P
 from rstar2_worker.engine import sampler as SA
 from rstar2_worker.engine.kv_pool import BlockPool
 from tests.test_memory import CFG  # the same tiny GQA model the memory tests use
+from tests.train_opts import full_train_opts
 
 GREEDY = {"temperature": 0.0, "maxNewTokens": 24}
 
@@ -99,7 +100,7 @@ class Engine(unittest.TestCase):
         p = policy()
         q = prompt(3, 50)
         p.generate([q], GREEDY)
-        p.train_step("sft", [q + [5, 6]], [[0] * len(q) + [1, 1]], [None], [0.0], {"lr": 1e-2})
+        p.train_step("sft", [q + [5, 6]], [[0] * len(q) + [1, 1]], [None], [0.0], full_train_opts(1e-2))
         res = p.engine.run(("after", 1), [q], GREEDY)
         self.assertEqual(res["cached"], [0])
 
@@ -108,7 +109,7 @@ class Engine(unittest.TestCase):
         q = prompt(6, 20)
         before = p.generate([q], GREEDY)[0][0]
         p.settings = dataclasses.replace(p.settings, kv_release=True)  # RSTAR2_KV_RELEASE=1, as on a GPU
-        p.train_step("sft", [q + before], [[0] * len(q) + [1] * len(before)], [None], [0.0], {"lr": 0.0})
+        p.train_step("sft", [q + before], [[0] * len(q) + [1] * len(before)], [None], [0.0], full_train_opts(0.0))
         self.assertIsNone(p.engine.kv, "the train step ran without the pool")
         self.assertEqual(p.generate([q], GREEDY)[0][0], before, "lr 0: the same weights, a new pool, the same tokens")
         self.assertIsNotNone(p.engine.kv)

@@ -16,6 +16,7 @@ import torch.nn as nn
 from rstar2_worker.models import hf_model
 from rstar2_worker.models import model as M
 from rstar2_worker.train.policy import Policy, pick_backend
+from tests.train_opts import full_train_opts
 
 CFG = {
     "model_type": "qwen2",
@@ -100,7 +101,7 @@ class TransformersBackend(unittest.TestCase):
             want, got = native.logprobs(ROWS), hf.logprobs(ROWS)
             for a, b in zip(want[0], got[0]):
                 self.assertLess(max(abs(x - y) for x, y in zip(a, b)), 1e-5)
-            opts = {"lr": 1e-2, "gradientCheckpointing": True}
+            opts = full_train_opts(1e-2, gradientCheckpointing=True)
             s1 = native.train_step("sft", ROWS, [[0] + [1] * (len(r) - 1) for r in ROWS], [None] * 3, [0.0] * 3, opts)
             s2 = hf.train_step("sft", ROWS, [[0] + [1] * (len(r) - 1) for r in ROWS], [None] * 3, [0.0] * 3, opts)
             self.assertAlmostEqual(s1["loss"], s2["loss"], places=5)
@@ -111,7 +112,7 @@ class TransformersBackend(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "no generation"):
                 hf.generate([[1, 2]], {"maxNewTokens": 2})
             with self.assertRaisesRegex(ValueError, "no packed micro-batches"):
-                hf.train_step("sft", ROWS, [[0] + [1] * (len(r) - 1) for r in ROWS], [None] * 3, [0.0] * 3, {"lr": 1e-2, "maxTokensPerMicroBatch": 64})
+                hf.train_step("sft", ROWS, [[0] + [1] * (len(r) - 1) for r in ROWS], [None] * 3, [0.0] * 3, full_train_opts(1e-2, maxTokensPerMicroBatch=64))
 
     def test_a_missing_or_damaged_directory_is_named_and_nothing_else_is_loaded(self):
         # issue 56 item 6: from_pretrained takes a path that does not exist for a hub id (a download, or a model of

@@ -23,6 +23,7 @@ from rstar2_worker.engine import sampler as SA
 from rstar2_worker.engine import batch_scheduler as SC
 from rstar2_worker.settings import Settings
 from rstar2_worker.train.checkpoint import read_config, read_state_dict
+from tests.train_opts import full_train_opts
 
 CFG = {
     "vocab_size": 97,
@@ -373,7 +374,7 @@ class DeviceAndPrecision(unittest.TestCase):
         masks = [[0] + [1] * (len(r) - 1) for r in ROWS]
         olds = [None] * len(ROWS)
         advs = [1.0, -0.5, 0.3, 0.8, -1.0]
-        return pol.train_step("grpo", ROWS, masks, olds, advs, {"lr": 1e-3, "maxTokensPerMicroBatch": 12})
+        return pol.train_step("grpo", ROWS, masks, olds, advs, full_train_opts(1e-3, maxTokensPerMicroBatch=12))
 
     def test_bf16_runs_on_cpu_close_to_fp32(self):
         ref = self.step(self.policy("fp32"))

@@ -6,6 +6,8 @@ import torch
 
 from rstar2_worker.train import policy as P
 from tests.test_memory import CFG  # the memory tests' tiny GQA model
+from tests.train_opts import full_train_opts
+
 SEQS = [[3, 9, 2, 44, 7, 1, 3, 30], [8, 8, 1, 5, 6], [12, 3, 50, 4, 4, 9]]
 MASKS = [[0] + [1] * (len(s) - 1) for s in SEQS]
 
@@ -42,7 +44,7 @@ class KlTest(unittest.TestCase):
         p, ref = policy(1), token_logprobs(policy(2))
         gap = lambda: sum(abs(a - b) for lp, rf in zip(token_logprobs(p), ref) for a, b in zip(lp[1:], rf[1:]))
         before = gap()
-        opts = {"lr": 0.01, "klCoef": 1.0, "klEstimator": "k3", "refLogprobs": ref}
+        opts = full_train_opts(0.01, klCoef=1.0, klEstimator="k3", refLogprobs=ref)
         for _ in range(5):
             st = p.train_step("grpo", SEQS, MASKS, [None] * 3, [0.0] * 3, opts)  # advantage 0: only the KL term
         self.assertLess(gap(), 0.8 * before)
@@ -51,16 +53,16 @@ class KlTest(unittest.TestCase):
     def test_kl_against_itself_changes_nothing_and_bad_input_is_named(self):
         a, b = policy(3), policy(3)
         adv = [1.0, -0.5, 0.3]
-        plain = a.train_step("grpo", SEQS, MASKS, [None] * 3, adv, {"lr": 0.0})
-        same = b.train_step("grpo", SEQS, MASKS, [None] * 3, adv, {"lr": 0.0, "klCoef": 0.5, "refLogprobs": token_logprobs(b)})
+        plain = a.train_step("grpo", SEQS, MASKS, [None] * 3, adv, full_train_opts(0.0))
+        same = b.train_step("grpo", SEQS, MASKS, [None] * 3, adv, full_train_opts(0.0, klCoef=0.5, refLogprobs=token_logprobs(b)))
         self.assertAlmostEqual(same["loss"], plain["loss"], places=5)
         self.assertAlmostEqual(same["gradNorm"], plain["gradNorm"], places=4)
         self.assertAlmostEqual(same["kl"], 0.0, places=5)
         self.assertNotIn("kl", plain)
         with self.assertRaisesRegex(ValueError, "klCoef needs refLogprobs"):
-            b.train_step("grpo", SEQS, MASKS, [None] * 3, adv, {"lr": 0.0, "klCoef": 0.5})
+            b.train_step("grpo", SEQS, MASKS, [None] * 3, adv, full_train_opts(0.0, klCoef=0.5))
         with self.assertRaisesRegex(ValueError, "klEstimator must be 'k1' or 'k3'"):
-            b.train_step("grpo", SEQS, MASKS, [None] * 3, adv, {"lr": 0.0, "klEstimator": "k2"})
+            b.train_step("grpo", SEQS, MASKS, [None] * 3, adv, full_train_opts(0.0, klEstimator="k2"))
 
 
 class EntropyTest(unittest.TestCase):
@@ -79,8 +81,8 @@ class EntropyTest(unittest.TestCase):
     def test_a_bonus_changes_the_step_not_the_reported_entropy(self):
         a, b = policy(4), policy(4)
         adv = [1.0, -0.5, 0.3]
-        plain = a.train_step("grpo", SEQS, MASKS, [None] * 3, adv, {"lr": 0.0})
-        bonus = b.train_step("grpo", SEQS, MASKS, [None] * 3, adv, {"lr": 0.0, "entropyCoef": 0.1})
+        plain = a.train_step("grpo", SEQS, MASKS, [None] * 3, adv, full_train_opts(0.0))
+        bonus = b.train_step("grpo", SEQS, MASKS, [None] * 3, adv, full_train_opts(0.0, entropyCoef=0.1))
         self.assertAlmostEqual(bonus["entropy"], plain["entropy"], places=5)
         self.assertNotAlmostEqual(bonus["gradNorm"], plain["gradNorm"], places=4)
 
@@ -119,7 +121,7 @@ class VerlScalingTest(unittest.TestCase):
 
         torch.optim.AdamW.step = capture
         try:
-            st = p.train_step("grpo", seqs, masks, [None] * len(seqs), advs, {"lr": 0.0, "gradClip": 0, **opts})
+            st = p.train_step("grpo", seqs, masks, [None] * len(seqs), advs, full_train_opts(0.0, **{"gradClip": 0, **opts}))
         finally:
             torch.optim.AdamW.step = real
         return got[0], st
@@ -166,7 +168,23 @@ class VerlScalingTest(unittest.TestCase):
             ({"lossAgg": "seq-mean"}, "lossAgg must be one of token-mean, micro-mean-batch, micro-mean-nominal"),
         ):
             with self.assertRaisesRegex(ValueError, msg):
-                p.train_step("grpo", self.SEQS, self.MASKS, [None] * 4, self.ADV, {"lr": 0.0, **bad})
+                p.train_step("grpo", self.SEQS, self.MASKS, [None] * 4, self.ADV, full_train_opts(0.0, **bad))
+
+
+class OptionsTest(unittest.TestCase):
+    """train_step has no defaults of its own: they are TrainOptionsSchema's."""
+
+    def test_every_key_is_required_and_an_unknown_one_is_named(self):
+        p = policy(7)
+        with self.assertRaisesRegex(ValueError, r"^train_step: options missing: warmupSteps, weightDecay, .*, entropyCoef$"):
+            p.train_step("sft", SEQS, MASKS, [None] * 3, [0.0] * 3, {"lr": 0.0})
+        partial = full_train_opts(0.0)
+        del partial["clipHigh"], partial["nominalSeqs"]
+        with self.assertRaisesRegex(ValueError, r"^train_step: options missing: clipHigh, nominalSeqs$"):
+            p.train_step("sft", SEQS, MASKS, [None] * 3, [0.0] * 3, partial)
+        with self.assertRaisesRegex(ValueError, r"^train_step: unknown options: clipHihg$"):
+            p.train_step("sft", SEQS, MASKS, [None] * 3, [0.0] * 3, {**full_train_opts(0.0), "clipHihg": 0.3})
+        self.assertEqual(p.step, 0)  # refused before any change
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import unittest
 import torch
 
 from rstar2_worker.train.policy import Policy
+from tests.train_opts import full_train_opts
 
 SMALL = dict(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, rope_theta=1e6, tie_word_embeddings=False)
@@ -54,7 +55,7 @@ class TransformersParity(unittest.TestCase):
             self.assertLess((ref_lp - lp).abs().max().item(), TOL, f"{kind}: log-probs")
             hf.train()
             ref_loss = hf(ids[:1], labels=ids[:1]).loss.item()
-            st = p.train_step("sft", [seq], [[0] + [1] * (len(seq) - 1)], [None], [0.0], {"lr": 0.0})
+            st = p.train_step("sft", [seq], [[0] + [1] * (len(seq) - 1)], [None], [0.0], full_train_opts(0.0))
             self.assertAlmostEqual(st["loss"], ref_loss, delta=TOL, msg=f"{kind}: SFT loss")
             p.save(d2, False, 2)  # HF shards with an index, as a checkpoint is written
             with open(os.path.join(d2, "model.safetensors.index.json")) as f:

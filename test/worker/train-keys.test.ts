@@ -1,27 +1,37 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { PYTHON_DIR } from '../../src/util/python.js';
+import { findPython, PYTHON_DIR } from '../../src/util/python.js';
 import { TrainOptionsSchema } from '../../src/worker/types.js';
 
 // The contract between the client and the worker's train_step: the options the TS schema sends (every key, its
-// defaults filled in) are exactly those policy.py reads from `opts`. A key added on one side alone fails here.
+// defaults filled in) are exactly those policy.py requires (TRAIN_KEYS) and reads from `opts`, with no default of
+// its own; and the full set Python's tests and benches build (python/tests/train_opts.py) is the schema's. A key
+// added, or a default changed, on one side alone fails here.
 
-function pythonKeys(): string[] {
-  const src = readFileSync(join(PYTHON_DIR, 'rstar2_worker', 'train', 'policy.py'), 'utf8');
-  const body = src.slice(
-    src.indexOf('    def train_step('),
-    src.indexOf('\ndef ', src.indexOf('    def train_step(')),
-  );
-  return [...new Set([...body.matchAll(/\bopts(?:\.get\(|\[)"(\w+)"/g)].map((m) => m[1]))].sort();
+const POLICY = readFileSync(join(PYTHON_DIR, 'rstar2_worker', 'train', 'policy.py'), 'utf8');
+
+function trainStepBody(): string {
+  const at = POLICY.indexOf('    def train_step(');
+  assert.ok(at >= 0, 'policy.py has no train_step: has it moved?');
+  return POLICY.slice(at, POLICY.indexOf('\ndef ', at));
 }
 
-test("train options: the schema's keys are the keys policy.py's train_step reads", () => {
-  const ts = Object.keys(TrainOptionsSchema.shape).sort();
-  const py = pythonKeys();
-  assert.ok(py.length > 10, `found only ${py.length} keys in policy.py: has train_step moved?`);
-  assert.deepEqual(ts, py);
+const sorted = (keys: Iterable<string>) => [...new Set(keys)].sort();
+
+test("train options: the schema's keys are the keys policy.py's train_step requires and reads", () => {
+  const ts = sorted(Object.keys(TrainOptionsSchema.shape));
+  const tuple = POLICY.match(/^TRAIN_KEYS = \(([\s\S]*?)\n\)/m);
+  assert.ok(tuple, 'policy.py has no TRAIN_KEYS tuple');
+  const required = sorted([...tuple[1].matchAll(/"(\w+)"/g)].map((m) => m[1]));
+  const body = trainStepBody();
+  const read = sorted([...body.matchAll(/\bopts\["(\w+)"\]/g)].map((m) => m[1]));
+  assert.ok(read.length > 10, `found only ${read.length} keys read in train_step: has it changed shape?`);
+  assert.deepEqual(required, ts);
+  assert.deepEqual(read, ts);
+  assert.doesNotMatch(body, /\bopts\.get\(/, 'train_step must not default a key of its own: the schema does');
 });
 
 test('train options: a partial set parses to the full one, each default from the schema', () => {
@@ -29,4 +39,17 @@ test('train options: a partial set parses to the full one, each default from the
   assert.deepEqual(Object.keys(full).sort(), Object.keys(TrainOptionsSchema.shape).sort());
   assert.equal(full.clipHigh, 0.28);
   assert.equal(full.maxTokensPerMicroBatch, null);
+});
+
+test("train options: Python's test and bench helper full_train_opts holds the schema's defaults", () => {
+  const r = spawnSync(
+    findPython(),
+    [
+      '-c',
+      'import json; from tests.train_opts import full_train_opts; print(json.dumps(full_train_opts(0.1)))',
+    ],
+    { cwd: PYTHON_DIR, env: { ...process.env, PYTHONPATH: PYTHON_DIR }, encoding: 'utf8', timeout: 60_000 },
+  );
+  assert.equal(r.status, 0, r.stderr);
+  assert.deepEqual(JSON.parse(r.stdout), TrainOptionsSchema.parse({ lr: 0.1 }));
 });

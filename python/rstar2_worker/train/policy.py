@@ -20,6 +20,13 @@ from rstar2_worker.settings import MODEL_BACKENDS, Settings
 # micro-batch's token-mean times its sequences over the batch's ('micro-mean-batch') or over a nominal count
 # ('micro-mean-nominal': verl's dynamic-bsz scaling, response_mask.shape[0] / ppo_mini_batch_size)
 LOSS_AGGS = ("token-mean", "micro-mean-batch", "micro-mean-nominal")
+# the options train_step reads, every one required: their defaults are written once, in TrainOptionsSchema
+# (src/worker/types.ts), which test/worker/train-keys.test.ts holds to this set
+TRAIN_KEYS = (
+    "lr", "warmupSteps", "weightDecay", "betas", "eps", "gradClip", "clipLow", "clipHigh", "dualClip",
+    "microBatchTokens", "maxTokensPerMicroBatch", "gradientCheckpointing", "logitsChunkTokens", "lossAgg", "nominalSeqs", "klCoef",
+    "klEstimator", "refLogprobs", "entropyCoef",
+)
 
 # ---- the loss math: per-token GRPO loss, KL, entropy bonus, aggregation (Policy.train_step composes them) ----
 
@@ -332,27 +339,33 @@ class Policy:
 
     def train_step(self, kind, seqs, masks, olds, advs, opts):
         self._need_model()
+        missing = [k for k in TRAIN_KEYS if k not in opts]
+        if missing:  # the client sends every key, its defaults from the TS schema: this worker has none of its own
+            raise ValueError(f"train_step: options missing: {', '.join(missing)}")
+        unknown = sorted(set(opts) - set(TRAIN_KEYS))
+        if unknown:
+            raise ValueError(f"train_step: unknown options: {', '.join(unknown)}")
         o = {
             "lr": float(opts["lr"]),
-            "warmupSteps": int(opts.get("warmupSteps", 0) or 0),
-            "weightDecay": float(opts.get("weightDecay", 0.01)),
-            "betas": list(opts.get("betas", [0.9, 0.999])),
-            "eps": float(opts.get("eps", 1e-8)),
-            "gradClip": float(opts.get("gradClip", 1.0)),
-            "clipLow": float(opts.get("clipLow", 0.2)),
-            "clipHigh": float(opts.get("clipHigh", 0.28)),
-            "dualClip": float(opts.get("dualClip", 3.0)),
-            "microBatchTokens": int(opts.get("microBatchTokens", 8192)),
-            "maxTokensPerMicroBatch": opts.get("maxTokensPerMicroBatch"),
-            "gradientCheckpointing": bool(opts.get("gradientCheckpointing", False)),
-            "logitsChunkTokens": opts.get("logitsChunkTokens"),
-            "lossAgg": opts.get("lossAgg", "token-mean"),
-            "klCoef": float(opts.get("klCoef", 0.0) or 0.0),
-            "klEstimator": opts.get("klEstimator", "k3"),
-            "entropyCoef": float(opts.get("entropyCoef", 0.0) or 0.0),
+            "warmupSteps": int(opts["warmupSteps"]),
+            "weightDecay": float(opts["weightDecay"]),
+            "betas": list(opts["betas"]),
+            "eps": float(opts["eps"]),
+            "gradClip": float(opts["gradClip"]),
+            "clipLow": float(opts["clipLow"]),
+            "clipHigh": float(opts["clipHigh"]),
+            "dualClip": float(opts["dualClip"]),
+            "microBatchTokens": int(opts["microBatchTokens"]),
+            "maxTokensPerMicroBatch": opts["maxTokensPerMicroBatch"],
+            "gradientCheckpointing": bool(opts["gradientCheckpointing"]),
+            "logitsChunkTokens": opts["logitsChunkTokens"],
+            "lossAgg": opts["lossAgg"],
+            "klCoef": float(opts["klCoef"]),
+            "klEstimator": opts["klEstimator"],
+            "entropyCoef": float(opts["entropyCoef"]),
         }
         # per sequence, aligned with its ids as olds are: the reference policy's log-probs (KL loss)
-        refs = opts.get("refLogprobs") if o["klCoef"] else None
+        refs = opts["refLogprobs"] if o["klCoef"] else None
         if o["klCoef"] and (refs is None or len(refs) != len(seqs) or any(len(r) != len(s) for r, s in zip(refs, seqs))):
             raise ValueError("klCoef needs refLogprobs: one list per sequence, as long as its ids")
         if o["klEstimator"] not in ("k1", "k3"):
@@ -364,7 +377,7 @@ class Policy:
             raise ValueError("lossAgg 'verl' was renamed: 'micro-mean-batch' is what it computed; verl's own scaling is 'micro-mean-nominal'")
         if o["lossAgg"] not in LOSS_AGGS:
             raise ValueError(f"lossAgg must be one of {', '.join(LOSS_AGGS)}, got {o['lossAgg']!r}")
-        nominal = opts.get("nominalSeqs")
+        nominal = opts["nominalSeqs"]
         if o["lossAgg"] == "micro-mean-nominal" and not (isinstance(nominal, int) and nominal >= 1):
             raise ValueError(f"lossAgg 'micro-mean-nominal' needs nominalSeqs, a positive integer, got {nominal!r}")
         if o["dualClip"] <= 1.0:
