@@ -172,19 +172,26 @@ class VerlScalingTest(unittest.TestCase):
 
 
 class OptionsTest(unittest.TestCase):
-    """train_step has no defaults of its own: they are TrainOptionsSchema's."""
+    """train_step has no defaults of its own (they are TrainOptionsSchema's) and no lr schedule: it uses the lr sent."""
 
     def test_every_key_is_required_and_an_unknown_one_is_named(self):
         p = policy(7)
-        with self.assertRaisesRegex(ValueError, r"^train_step: options missing: warmupSteps, weightDecay, .*, entropyCoef$"):
+        with self.assertRaisesRegex(ValueError, r"^train_step: options missing: weightDecay, betas, .*, entropyCoef$"):
             p.train_step("sft", SEQS, MASKS, [None] * 3, [0.0] * 3, {"lr": 0.0})
         partial = full_train_opts(0.0)
         del partial["clipHigh"], partial["nominalSeqs"]
         with self.assertRaisesRegex(ValueError, r"^train_step: options missing: clipHigh, nominalSeqs$"):
             p.train_step("sft", SEQS, MASKS, [None] * 3, [0.0] * 3, partial)
-        with self.assertRaisesRegex(ValueError, r"^train_step: unknown options: clipHihg$"):
-            p.train_step("sft", SEQS, MASKS, [None] * 3, [0.0] * 3, {**full_train_opts(0.0), "clipHihg": 0.3})
+        with self.assertRaisesRegex(ValueError, r"^train_step: unknown options: warmupSteps$"):
+            p.train_step("sft", SEQS, MASKS, [None] * 3, [0.0] * 3, {**full_train_opts(0.0), "warmupSteps": 3})
         self.assertEqual(p.step, 0)  # refused before any change
+
+    def test_the_lr_sent_is_the_lr_used_at_every_step(self):
+        p = policy(8)
+        for k, lr in enumerate((1e-3, 2e-3, 2e-3, 5e-4), 1):
+            st = p.train_step("sft", SEQS, MASKS, [None] * 3, [0.0] * 3, full_train_opts(lr))
+            self.assertEqual((st["lr"], st["step"]), (lr, k))
+            self.assertEqual(p.opt.param_groups[0]["lr"], lr)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ TrainOptionsSchema's defaults (src/worker/types.ts), which the worker itself doe
 train-keys.test.ts holds them equal. No torch import: that test runs this module alone."""
 
 DEFAULTS = {
-    "warmupSteps": 0,
     "weightDecay": 0.01,
     "betas": [0.9, 0.999],
     "eps": 1e-8,

@@ -17,7 +17,7 @@ export {
   resampleOnCorrect,
   roundHalfEven,
 } from './roc.js';
-export { type LrSchedule, type MiniBatchPlan, miniBatchPlan, stageLr } from './schedule.js';
+export { type LrSchedule, type MiniBatchPlan, miniBatchPlan, stageLr, warmupLr } from './schedule.js';
 export {
   type KeptTrace,
   type RocMetrics,

@@ -1,5 +1,5 @@
-// The update's shape per RL step: the stage's learning rate at a step and how the kept trajectories split into
-// optimizer steps. Pure functions over plain numbers (the worker applies warmup on its own step count).
+// The update's shape per RL step: the learning rate each optimizer step uses (the stage's schedule times warmup)
+// and how the kept trajectories split into optimizer steps. Pure functions over plain numbers.
 
 export interface LrSchedule {
   lr: number;
@@ -8,10 +8,20 @@ export interface LrSchedule {
   steps: number;
 }
 
-/** The stage's learning rate at a step (1-based); the worker applies warmup on top. */
+/** The stage's learning rate at a step (1-based), counted in stage steps so a resume continues the curve. */
 export function stageLr(s: LrSchedule, step: number): number {
   if (s.lrSchedule !== 'cosine') return s.lr;
   return s.minLr + (s.lr - s.minLr) * 0.5 * (1 + Math.cos((Math.PI * (step - 1)) / s.steps));
+}
+
+/**
+ * Linear warmup on top of stageLr: lr · min(1, (taken + 1) / warmupSteps), `taken` the optimizer steps the worker
+ * has taken before this one (each mini-batch is one). That count is the worker's, not the stage's: optimizer.pt
+ * keeps it across a resume, a fresh optimizer restarts it, and it runs on across stages that keep the optimizer,
+ * so the client applies this on the count the worker reports (PolicyWorker.trainStep).
+ */
+export function warmupLr(lr: number, warmupSteps: number, taken: number): number {
+  return warmupSteps > 0 ? lr * Math.min(1, (taken + 1) / warmupSteps) : lr;
 }
 
 export interface MiniBatchPlan {

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { resolve } from 'node:path';
+import { warmupLr } from '../rl/index.js';
 import { freePort } from '../util/net.js';
 import { findPython, PYTHON_DIR } from '../util/python.js';
 import { checkLaunch, type Master, rankEnvs } from './launch.js';
@@ -239,6 +240,8 @@ export class PolicyWorker {
     null;
   private closed = false;
   private dead: string | null = null;
+  // the worker's optimizer steps taken, as its init/load/reset/train_step replies report it: warmup counts on it
+  private optimizerSteps = 0;
   restarts = 0;
   /** See WorkerStartOptions.callTimeoutMs; may be changed between calls. */
   callTimeoutMs: number;
@@ -342,8 +345,14 @@ export class PolicyWorker {
         this.restarts++;
         await this.spawnAll();
         const m = this.lastModel;
-        if (m?.op === 'init') await this.send('init', { config: m.config, seed: m.seed }, {});
-        else if (m?.op === 'load') await this.send('load', { dir: m.dir }, {});
+        this.optimizerSteps = 0; // a fresh process; the replayed model brings its own count, as its optimizer state
+        const replay =
+          m?.op === 'init'
+            ? await this.send('init', { config: m.config, seed: m.seed }, {})
+            : m?.op === 'load'
+              ? await this.send('load', { dir: m.dir }, {})
+              : null;
+        if (replay) this.tookSteps(replay.header.result);
       }
       return fn();
     };
@@ -400,6 +409,7 @@ export class PolicyWorker {
     return this.enqueue(async () => {
       const f = await this.send('init', { config, seed }, {});
       this.lastModel = { op: 'init', config, seed };
+      this.tookSteps(f.header.result);
       return f.header.result as ModelInfo;
     });
   }
@@ -409,6 +419,7 @@ export class PolicyWorker {
     return this.enqueue(async () => {
       const f = await this.send('load', { dir: abs }, {});
       this.lastModel = { op: 'load', dir: abs };
+      this.tookSteps(f.header.result);
       return f.header.result as ModelInfo;
     });
   }
@@ -416,7 +427,17 @@ export class PolicyWorker {
   /** Writes config.json, the weights and (with `optimizer`) optimizer.pt; returns the weight files written. */
   /** Drops the optimizer state and step count on every rank (the next train step starts a fresh AdamW). */
   async resetOptimizer(): Promise<void> {
-    await this.enqueue(() => this.send('reset_optimizer', {}, {}));
+    await this.enqueue(async () => {
+      await this.send('reset_optimizer', {}, {});
+      this.optimizerSteps = 0;
+    });
+  }
+
+  private tookSteps(result: unknown): void {
+    const step = (result as { step?: unknown }).step;
+    if (!(Number.isInteger(step) && (step as number) >= 0))
+      throw new Error(`policy worker reported no optimizer step count (step: ${JSON.stringify(step)})`);
+    this.optimizerSteps = step as number;
   }
 
   async save(dir: string, opts: SaveOptions = {}): Promise<string[]> {
@@ -497,14 +518,22 @@ export class PolicyWorker {
     const arrays = packTrainBatch(batch);
     if (!(typeof opts?.lr === 'number' && opts.lr >= 0))
       throw new Error('trainStep: opts.lr must be a number ≥ 0');
-    const parsed = TrainOptionsSchema.safeParse(opts);
+    const { warmupSteps = 0, ...sent } = opts;
+    if (!(Number.isInteger(warmupSteps) && warmupSteps >= 0))
+      throw new Error(`trainStep: opts.warmupSteps must be an integer ≥ 0, got ${warmupSteps}`);
+    const parsed = TrainOptionsSchema.safeParse(sent);
     if (!parsed.success) {
       const i = parsed.error.issues[0];
       throw new Error(`trainStep: opts.${i.path.join('.')}: ${i.message}`);
     }
-    const full: WorkerTrainOptions = parsed.data;
     return this.enqueue(async () => {
+      // the count read here, after any restart's replay: the step the worker takes next
+      const full: WorkerTrainOptions = {
+        ...parsed.data,
+        lr: warmupLr(parsed.data.lr, warmupSteps, this.optimizerSteps),
+      };
       const f = await this.send('train_step', { loss: batch.loss, opts: full }, arrays);
+      this.tookSteps(f.header.result);
       return f.header.result as TrainStats;
     });
   }

@@ -2,7 +2,7 @@
 //   u32 LE frame length (bytes after this field) | u32 LE header length | header JSON (utf8) | payload
 // The header lists the payload's arrays in order: {name, dtype: 'i32' | 'f32', length}. Token ids and
 // per-token floats travel as raw little-endian arrays, never as JSON lists.
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 
 export type WireArray = Int32Array | Float32Array;
 export interface ArraySpec {

@@ -117,6 +117,7 @@ export interface ModelInfo {
   params: number;
   dir?: string; // the checkpoint directory it came from, if loaded
   restoredOptimizer?: boolean;
+  step: number; // optimizer steps taken: 0 after init, optimizer.pt's count after a load (0 without one)
   device: string; // 'cpu', 'cuda:0', …
   precision: Precision;
   compiled?: 'on' | 'off' | 'unavailable'; // what model.compile decided on this worker
@@ -142,8 +143,7 @@ export interface TrainBatch {
 // into the full set it sends the worker (test/worker/train-keys.test.ts holds it to the keys policy.py reads).
 // Range checks on the memory options stay in the worker, which names them.
 export const TrainOptionsSchema = z.object({
-  lr: z.number().min(0), // peak learning rate
-  warmupSteps: z.number().int().min(0).default(0), // linear warmup from lr/warmupSteps to lr, then constant
+  lr: z.number().min(0), // the learning rate of this optimizer step, the whole schedule applied (src/rl/schedule.ts)
   weightDecay: z.number().default(0.01), // AdamW decoupled weight decay
   betas: z.tuple([z.number(), z.number()]).default([0.9, 0.999]),
   eps: z.number().default(1e-8), // AdamW eps
@@ -179,6 +179,9 @@ export const TrainOptionsSchema = z.object({
 export type TrainOptions = Omit<z.input<typeof TrainOptionsSchema>, 'lossAgg' | 'klEstimator'> & {
   lossAgg?: LossAgg;
   klEstimator?: 'k1' | 'k3';
+  // Linear warmup over the worker's first optimizer steps (rl/schedule.ts warmupLr, 0 = none): the client scales
+  // lr by it on the step count the worker reports, and sends the result as lr; this key is not sent.
+  warmupSteps?: number;
 };
 
 /** What the worker receives: every key. */

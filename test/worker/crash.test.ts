@@ -106,7 +106,7 @@ test('missing torch and a protocol version mismatch fail start() with a clear me
   }
   await assert.rejects(
     PolicyWorker.start({ env: { RSTAR2_WORKER_FAKE_VERSION: '99' } }),
-    /protocol version mismatch: this client speaks v3, python\/rstar2_worker speaks v99/,
+    /protocol version mismatch: this client speaks v4, python\/rstar2_worker speaks v99/,
   );
   await assert.rejects(PolicyWorker.start({ python: '/nonexistent/python3' }), /not found/);
 });

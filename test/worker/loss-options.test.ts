@@ -17,7 +17,7 @@ test('python: k1/k3 estimates, a k3 step toward the reference, the entropy bonus
     encoding: 'utf8',
   });
   assert.equal(r.status, 0, r.stderr);
-  assert.match(r.stderr, /Ran 9 tests/);
+  assert.match(r.stderr, /Ran 10 tests/);
 });
 
 test('reference logprobs reach train_step through the protocol: KL against itself is 0 and changes nothing', {

@@ -32,6 +32,10 @@ test("train options: the schema's keys are the keys policy.py's train_step requi
   assert.deepEqual(required, ts);
   assert.deepEqual(read, ts);
   assert.doesNotMatch(body, /\bopts\.get\(/, 'train_step must not default a key of its own: the schema does');
+  assert.ok(
+    !ts.includes('warmupSteps'),
+    'warmup is applied by the client, on the step count the worker reports',
+  );
 });
 
 test('train options: a partial set parses to the full one, each default from the schema', () => {

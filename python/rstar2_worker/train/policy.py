@@ -23,8 +23,8 @@ LOSS_AGGS = ("token-mean", "micro-mean-batch", "micro-mean-nominal")
 # the options train_step reads, every one required: their defaults are written once, in TrainOptionsSchema
 # (src/worker/types.ts), which test/worker/train-keys.test.ts holds to this set
 TRAIN_KEYS = (
-    "lr", "warmupSteps", "weightDecay", "betas", "eps", "gradClip", "clipLow", "clipHigh", "dualClip",
-    "microBatchTokens", "maxTokensPerMicroBatch", "gradientCheckpointing", "logitsChunkTokens", "lossAgg", "nominalSeqs", "klCoef",
+    "lr", "weightDecay", "betas", "eps", "gradClip", "clipLow", "clipHigh", "dualClip", "microBatchTokens",
+    "maxTokensPerMicroBatch", "gradientCheckpointing", "logitsChunkTokens", "lossAgg", "nominalSeqs", "klCoef",
     "klEstimator", "refLogprobs", "entropyCoef",
 )
 
@@ -117,7 +117,8 @@ class Policy:
             self.compiled = M.compile_pieces(mode, self.device)
 
     def _info(self, restored=False):
-        out = {"config": self.cfg.raw, "params": self.n_params, "restoredOptimizer": restored}
+        # step: the optimizer steps taken (optimizer.pt's after a load), on which the client's warmup counts
+        out = {"config": self.cfg.raw, "params": self.n_params, "restoredOptimizer": restored, "step": self.step}
         out.update(device=str(self.device), precision=self.precision, compiled=self.compiled)
         if self.src_dir:
             out["dir"] = self.src_dir
@@ -347,7 +348,6 @@ class Policy:
             raise ValueError(f"train_step: unknown options: {', '.join(unknown)}")
         o = {
             "lr": float(opts["lr"]),
-            "warmupSteps": int(opts["warmupSteps"]),
             "weightDecay": float(opts["weightDecay"]),
             "betas": list(opts["betas"]),
             "eps": float(opts["eps"]),
@@ -465,7 +465,7 @@ class Policy:
             dist.all_reduce(stats)
         max_norm = o["gradClip"] if o["gradClip"] > 0 else float("inf")
         grad_norm = ranks.clip_grad_norm(self.r, self.wrapped, [p for p in params if p.grad is not None], max_norm)
-        lr = o["lr"] * min(1.0, (self.step + 1) / o["warmupSteps"]) if o["warmupSteps"] > 0 else o["lr"]
+        lr = o["lr"]  # the whole schedule, warmup on this worker's step count included, is the client's (src/rl/schedule.ts)
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()
