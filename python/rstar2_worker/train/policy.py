@@ -79,6 +79,57 @@ TOKENIZER_FILES = (
 )
 
 
+def train_options(opts, seqs, vocab):
+    """train_step's options checked and typed, the KL reference's log-probs and nominalSeqs: (o, refs, nominal)."""
+    missing = [k for k in TRAIN_KEYS if k not in opts]
+    if missing:  # the client sends every key, its defaults from the TS schema: this worker has none of its own
+        raise ValueError(f"train_step: options missing: {', '.join(missing)}")
+    unknown = sorted(set(opts) - set(TRAIN_KEYS))
+    if unknown:
+        raise ValueError(f"train_step: unknown options: {', '.join(unknown)}")
+    o = {
+        "lr": float(opts["lr"]),
+        "weightDecay": float(opts["weightDecay"]),
+        "betas": list(opts["betas"]),
+        "eps": float(opts["eps"]),
+        "gradClip": float(opts["gradClip"]),
+        "clipLow": float(opts["clipLow"]),
+        "clipHigh": float(opts["clipHigh"]),
+        "dualClip": float(opts["dualClip"]),
+        "microBatchTokens": int(opts["microBatchTokens"]),
+        "maxTokensPerMicroBatch": opts["maxTokensPerMicroBatch"],
+        "gradientCheckpointing": bool(opts["gradientCheckpointing"]),
+        "logitsChunkTokens": opts["logitsChunkTokens"],
+        "lossAgg": opts["lossAgg"],
+        "klCoef": float(opts["klCoef"]),
+        "klEstimator": opts["klEstimator"],
+        "entropyCoef": float(opts["entropyCoef"]),
+    }
+    # per sequence, aligned with its ids as olds are: the reference policy's log-probs (KL loss)
+    refs = opts["refLogprobs"] if o["klCoef"] else None
+    if o["klCoef"] and (refs is None or len(refs) != len(seqs) or any(len(r) != len(s) for r, s in zip(refs, seqs))):
+        raise ValueError("klCoef needs refLogprobs: one list per sequence, as long as its ids")
+    if o["klEstimator"] not in ("k1", "k3"):
+        raise ValueError(f"klEstimator must be 'k1' or 'k3', got {o['klEstimator']!r}")
+    for k in ("maxTokensPerMicroBatch", "logitsChunkTokens"):
+        if o[k] is not None and not (isinstance(o[k], int) and o[k] >= 1):
+            raise ValueError(f"{k} must be a positive integer, got {o[k]!r}")
+    if o["lossAgg"] == "verl":  # the old name of micro-mean-batch, which is not verl's scaling
+        raise ValueError("lossAgg 'verl' was renamed: 'micro-mean-batch' is what it computed; verl's own scaling is 'micro-mean-nominal'")
+    if o["lossAgg"] not in LOSS_AGGS:
+        raise ValueError(f"lossAgg must be one of {', '.join(LOSS_AGGS)}, got {o['lossAgg']!r}")
+    nominal = opts["nominalSeqs"]
+    if o["lossAgg"] == "micro-mean-nominal" and not (isinstance(nominal, int) and nominal >= 1):
+        raise ValueError(f"lossAgg 'micro-mean-nominal' needs nominalSeqs, a positive integer, got {nominal!r}")
+    if o["dualClip"] <= 1.0:
+        raise ValueError("dualClip must be > 1")
+    V = vocab
+    for i, s in enumerate(seqs):
+        if s and (min(s) < 0 or max(s) >= V):
+            raise ValueError(f"sequences[{i}] has a token id outside the vocabulary [0, {V})")
+    return o, refs, nominal
+
+
 class Policy:
     def __init__(self, r=None, settings=None):
         """settings: the worker's (Settings.from_env at start-up); None: every default, whatever the environment."""
@@ -338,54 +389,66 @@ class Policy:
             g["betas"], g["eps"], g["weight_decay"] = tuple(o["betas"]), o["eps"], o["weightDecay"]
         return self.opt
 
+    def _token_loss(self, kind, idx, seqs, olds, advs, refs, o, logp, ent, mask, stats):
+        """One micro-batch's per-token loss and clipped flags: GRPO's clipped ratio (+ KL, - entropy), or SFT's
+        negative log-likelihood. The KL estimate is summed into stats[6]."""
+        dev = self.device
+        if kind == "grpo":
+            n_pred = [max(len(seqs[i]) - 1, 0) for i in idx]
+            old = torch.tensor(
+                [x for i, n in zip(idx, n_pred) for x in (olds[i][1:] if olds[i] is not None else [0.0] * n)],
+                dtype=torch.float32, device="cpu",
+            )
+            has_old = torch.tensor([olds[i] is not None for i, n in zip(idx, n_pred) for _ in range(n)], device="cpu")
+            old = torch.where(to_device(has_old, dev), to_device(old, dev), logp.detach())
+            adv = to_device(torch.tensor([advs[i] for i, n in zip(idx, n_pred) for _ in range(n)], dtype=torch.float32, device="cpu"), dev)
+            tok_loss, clipped = grpo_token_loss(logp, old, adv, o["clipLow"], o["clipHigh"], o["dualClip"])
+            if refs is not None:
+                ref = to_device(torch.tensor([x for i in idx for x in refs[i][1:]], dtype=torch.float32, device="cpu"), dev)
+                kl = kl_penalty(logp, ref, o["klEstimator"])
+                tok_loss = tok_loss + o["klCoef"] * kl
+                with torch.no_grad():
+                    stats[6] += (kl * mask).sum().double()
+            if o["entropyCoef"]:
+                tok_loss = tok_loss - o["entropyCoef"] * entropy_bonus(logp, ent)
+        else:
+            tok_loss, clipped = -logp, torch.zeros_like(logp)
+        return tok_loss, clipped
+
+    def _optimizer_step(self, opt, o, stats, passes, kl, t0):
+        """The summed gradients clipped and applied at the lr the client sent; the step's stats read once."""
+        params = unique_params(self.model)
+        if self.world > 1:
+            dist.all_reduce(stats)
+        max_norm = o["gradClip"] if o["gradClip"] > 0 else float("inf")
+        grad_norm = ranks.clip_grad_norm(self.r, self.wrapped, [p for p in params if p.grad is not None], max_norm)
+        lr = o["lr"]  # the whole schedule, warmup on this worker's step count included, is the client's (src/rl/schedule.ts)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        self.step += 1
+        dt = time.time() - t0
+        loss_v, clip_n, ent_s, trained, tokens, padded, kl_s = stats.tolist()
+        return {
+            "loss": loss_v,
+            "gradNorm": grad_norm,
+            "clipFrac": clip_n / max(trained, 1),
+            "entropy": ent_s / max(trained, 1),
+            **({"kl": kl_s / max(trained, 1)} if kl else {}),
+            "tokens": int(tokens),
+            "trainedTokens": int(trained),
+            "paddedTokens": int(padded),
+            "tokensPerS": tokens / dt if dt > 0 else 0.0,
+            "lr": lr,
+            "step": self.step,
+            "microBatches": passes,
+            "timeS": dt,
+        }
+
     def train_step(self, kind, seqs, masks, olds, advs, opts):
         self._need_model()
-        missing = [k for k in TRAIN_KEYS if k not in opts]
-        if missing:  # the client sends every key, its defaults from the TS schema: this worker has none of its own
-            raise ValueError(f"train_step: options missing: {', '.join(missing)}")
-        unknown = sorted(set(opts) - set(TRAIN_KEYS))
-        if unknown:
-            raise ValueError(f"train_step: unknown options: {', '.join(unknown)}")
-        o = {
-            "lr": float(opts["lr"]),
-            "weightDecay": float(opts["weightDecay"]),
-            "betas": list(opts["betas"]),
-            "eps": float(opts["eps"]),
-            "gradClip": float(opts["gradClip"]),
-            "clipLow": float(opts["clipLow"]),
-            "clipHigh": float(opts["clipHigh"]),
-            "dualClip": float(opts["dualClip"]),
-            "microBatchTokens": int(opts["microBatchTokens"]),
-            "maxTokensPerMicroBatch": opts["maxTokensPerMicroBatch"],
-            "gradientCheckpointing": bool(opts["gradientCheckpointing"]),
-            "logitsChunkTokens": opts["logitsChunkTokens"],
-            "lossAgg": opts["lossAgg"],
-            "klCoef": float(opts["klCoef"]),
-            "klEstimator": opts["klEstimator"],
-            "entropyCoef": float(opts["entropyCoef"]),
-        }
-        # per sequence, aligned with its ids as olds are: the reference policy's log-probs (KL loss)
-        refs = opts["refLogprobs"] if o["klCoef"] else None
-        if o["klCoef"] and (refs is None or len(refs) != len(seqs) or any(len(r) != len(s) for r, s in zip(refs, seqs))):
-            raise ValueError("klCoef needs refLogprobs: one list per sequence, as long as its ids")
-        if o["klEstimator"] not in ("k1", "k3"):
-            raise ValueError(f"klEstimator must be 'k1' or 'k3', got {o['klEstimator']!r}")
-        for k in ("maxTokensPerMicroBatch", "logitsChunkTokens"):
-            if o[k] is not None and not (isinstance(o[k], int) and o[k] >= 1):
-                raise ValueError(f"{k} must be a positive integer, got {o[k]!r}")
-        if o["lossAgg"] == "verl":  # the old name of micro-mean-batch, which is not verl's scaling
-            raise ValueError("lossAgg 'verl' was renamed: 'micro-mean-batch' is what it computed; verl's own scaling is 'micro-mean-nominal'")
-        if o["lossAgg"] not in LOSS_AGGS:
-            raise ValueError(f"lossAgg must be one of {', '.join(LOSS_AGGS)}, got {o['lossAgg']!r}")
-        nominal = opts["nominalSeqs"]
-        if o["lossAgg"] == "micro-mean-nominal" and not (isinstance(nominal, int) and nominal >= 1):
-            raise ValueError(f"lossAgg 'micro-mean-nominal' needs nominalSeqs, a positive integer, got {nominal!r}")
-        if o["dualClip"] <= 1.0:
-            raise ValueError("dualClip must be > 1")
-        V = self.cfg.vocab_size
-        for i, s in enumerate(seqs):
-            if s and (min(s) < 0 or max(s) >= V):
-                raise ValueError(f"sequences[{i}] has a token id outside the vocabulary [0, {V})")
+        o, refs, nominal = train_options(opts, seqs, self.cfg.vocab_size)
         t0 = time.time()
         if self.engine.release_for_training and self.engine.kv is not None:
             # only when there is a pool: emptying the allocator's cache made every step of a train-only loop
@@ -433,26 +496,7 @@ class Policy:
             mask = to_device(torch.tensor([m for i in idx for m in masks[i][1:]], dtype=torch.float32, device="cpu"), dev)
             with ranks.no_sync(self.r, self.wrapped, last), self._autocast():
                 logp, ent, _, computed = self.wrapped(rows=rows, packed=packed, chunk=o["logitsChunkTokens"], device=dev)
-            if kind == "grpo":
-                n_pred = [max(len(seqs[i]) - 1, 0) for i in idx]
-                old = torch.tensor(
-                    [x for i, n in zip(idx, n_pred) for x in (olds[i][1:] if olds[i] is not None else [0.0] * n)],
-                    dtype=torch.float32, device="cpu",
-                )
-                has_old = torch.tensor([olds[i] is not None for i, n in zip(idx, n_pred) for _ in range(n)], device="cpu")
-                old = torch.where(to_device(has_old, dev), to_device(old, dev), logp.detach())
-                adv = to_device(torch.tensor([advs[i] for i, n in zip(idx, n_pred) for _ in range(n)], dtype=torch.float32, device="cpu"), dev)
-                tok_loss, clipped = grpo_token_loss(logp, old, adv, o["clipLow"], o["clipHigh"], o["dualClip"])
-                if refs is not None:
-                    ref = to_device(torch.tensor([x for i in idx for x in refs[i][1:]], dtype=torch.float32, device="cpu"), dev)
-                    kl = kl_penalty(logp, ref, o["klEstimator"])
-                    tok_loss = tok_loss + o["klCoef"] * kl
-                    with torch.no_grad():
-                        stats[6] += (kl * mask).sum().double()
-                if o["entropyCoef"]:
-                    tok_loss = tok_loss - o["entropyCoef"] * entropy_bonus(logp, ent)
-            else:
-                tok_loss, clipped = -logp, torch.zeros_like(logp)
+            tok_loss, clipped = self._token_loss(kind, idx, seqs, olds, advs, refs, o, logp, ent, mask, stats)
             loss = aggregate(tok_loss, mask, o["lossAgg"], trained_global, len(idx), n_global, nominal)
             with ranks.no_sync(self.r, self.wrapped, last):
                 (loss * ranks.sum_scale(self.r)).backward()
@@ -460,34 +504,7 @@ class Policy:
                 stats[:4] += torch.stack([loss, (clipped * mask).sum(), (ent * mask).sum(), mask.sum()]).double()
             stats[4] += tokens
             stats[5] += computed
-        params = unique_params(model)
-        if self.world > 1:
-            dist.all_reduce(stats)
-        max_norm = o["gradClip"] if o["gradClip"] > 0 else float("inf")
-        grad_norm = ranks.clip_grad_norm(self.r, self.wrapped, [p for p in params if p.grad is not None], max_norm)
-        lr = o["lr"]  # the whole schedule, warmup on this worker's step count included, is the client's (src/rl/schedule.ts)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        self.step += 1
-        dt = time.time() - t0
-        loss_v, clip_n, ent_s, trained, tokens, padded, kl_s = stats.tolist()
-        return {
-            "loss": loss_v,
-            "gradNorm": grad_norm,
-            "clipFrac": clip_n / max(trained, 1),
-            "entropy": ent_s / max(trained, 1),
-            **({"kl": kl_s / max(trained, 1)} if refs is not None else {}),
-            "tokens": int(tokens),
-            "trainedTokens": int(trained),
-            "paddedTokens": int(padded),
-            "tokensPerS": tokens / dt if dt > 0 else 0.0,
-            "lr": lr,
-            "step": self.step,
-            "microBatches": passes,
-            "timeS": dt,
-        }
+        return self._optimizer_step(opt, o, stats, passes, refs is not None, t0)
 
 
 def pack(seqs, budget):
