@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # rstar2_work
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from rstar2_worker.models.model import varlen_impl  # noqa: E402
+from rstar2_worker.models.layers import varlen_impl  # noqa: E402
 
 # Qwen3-14B's config.json (the paper's base model)
 QWEN3_14B = dict(hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,

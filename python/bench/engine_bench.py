@@ -317,9 +317,9 @@ def main():
         if on and off:
             R["multiturn_fewer_re_prefilled"] = round(1 - on["re_prefilled"] / max(off["re_prefilled"], 1), 4)
             log(f"prefix reuse: {R['multiturn_fewer_re_prefilled'] * 100:.1f} % fewer re-prefilled tokens")
-    from rstar2_worker.models import model as M
+    from rstar2_worker.models import layers as L
 
-    R["meta"]["compiled"] = bool(M.FUSED)
+    R["meta"]["compiled"] = bool(L.FUSED)
     save()
     print(json.dumps({k: R[k] for k in ("decode", "hf", "multiturn", "errors")}, indent=1))
     sys.exit(1 if R["errors"] else 0)

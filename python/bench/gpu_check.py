@@ -297,7 +297,7 @@ def throughput():
         ("grpo", rl, [[0] * 128 + [1] * (n - 128) for n in lens], [None] * len(rl), [(-1.0) ** i for i in range(len(rl))],
          {"maxTokensPerMicroBatch": 16384, "gradientCheckpointing": True}),
     ))
-    from rstar2_worker.models import model as M
+    from rstar2_worker.models import layers as L
     from rstar2_worker.train.policy import pack
 
     for precision in ("bf16", "bf16-mixed"):  # bf16 weights and AdamW state; fp32 weights, bf16 matmuls
@@ -326,7 +326,7 @@ def throughput():
                                         "tokens": max(sum(len(seqs[i]) for i in mb) for mb in mbs)}) + "\n")
         del p
         torch.cuda.empty_cache()
-    print(f"throughput: packed micro-batches attended {'in one varlen flash call per layer' if M.VARLEN else 'one sequence at a time'}")
+    print(f"throughput: packed micro-batches attended {'in one varlen flash call per layer' if L.VARLEN else 'one sequence at a time'}")
 
 
 if __name__ == "__main__":

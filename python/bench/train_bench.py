@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))  # rstar2_work
 import torch  # noqa: E402
 
 import gpu_check  # noqa: E402  (python/bench, beside this file)
+from rstar2_worker.models import layers as L  # noqa: E402
 from rstar2_worker.models import model as M  # noqa: E402
 from tests.train_opts import full_train_opts  # noqa: E402
 
@@ -237,18 +238,18 @@ def main(argv=None):
 def variants(p, seq, cfg, peak):
     """The same step with one thing changed at a time, in the same process."""
     out = {}
-    saved_pieces, saved_chunk = dict(M.PIECES), M.LOGITS_CHUNK_BYTES
+    saved_pieces, saved_chunk = dict(L.PIECES), M.LOGITS_CHUNK_BYTES
     step = lambda: p.train_step(*sft_args(seq))  # noqa: E731
     try:
-        M.PIECES.clear()
+        L.PIECES.clear()
         out["compile off"] = measure("0.5b-bf16 variant: model.compile off", step, [T], cfg, peak, 2, 3)
-        M.PIECES.update(saved_pieces)
+        L.PIECES.update(saved_pieces)
         for mib in (128, 512, 1024, 2048):
             M.LOGITS_CHUNK_BYTES = mib << 20
             out[f"slices of {mib} MiB"] = measure(f"0.5b-bf16 variant: log-prob slices of {mib} MiB", step, [T], cfg, peak, 2, 3)
     finally:
-        M.PIECES.clear()
-        M.PIECES.update(saved_pieces)
+        L.PIECES.clear()
+        L.PIECES.update(saved_pieces)
         M.LOGITS_CHUNK_BYTES = saved_chunk
     return out
 

@@ -16,6 +16,7 @@ from torch.overrides import TorchFunctionMode
 
 from rstar2_worker.engine import engine as E
 from rstar2_worker.engine import kv_pool as KV
+from rstar2_worker.models import layers as L
 from rstar2_worker.models import model as M
 from rstar2_worker.engine import model_runner as MR
 from rstar2_worker.train import policy as P
@@ -110,7 +111,7 @@ class ChunkedLogprobs(unittest.TestCase):
         finally:
             M.F.linear = real
         self.assertGreater(len(seen), 1)
-        self.assertLessEqual(max(seen) * 151_936 * 4, M.CPU_BLOCK_BYTES)
+        self.assertLessEqual(max(seen) * 151_936 * 4, L.CPU_BLOCK_BYTES)
 
 
 class Packing(unittest.TestCase):
@@ -151,12 +152,12 @@ class Packing(unittest.TestCase):
 
         m = new_model(6)
         loop = loss_and_grads(m, ROWS, True)
-        saved = M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok, M.VARLEN_RAN[0]
-        M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok = varlen, {"window_size": (-1, 0)}, False, lambda q: True
+        saved = L.VARLEN, L.VARLEN_CAUSAL, L.VARLEN_GQA, L.varlen_ok, L.VARLEN_RAN[0]
+        L.VARLEN, L.VARLEN_CAUSAL, L.VARLEN_GQA, L.varlen_ok = varlen, {"window_size": (-1, 0)}, False, lambda q: True
         try:
             flash = loss_and_grads(m, ROWS, True)
         finally:
-            M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok, M.VARLEN_RAN[0] = saved
+            L.VARLEN, L.VARLEN_CAUSAL, L.VARLEN_GQA, L.varlen_ok, L.VARLEN_RAN[0] = saved
         self.assertEqual(calls[0], ([0, 7, 10, 11, 16, 18], 7, (-1, 0), torch.int32))
         self.assertEqual(len(calls), CFG["num_hidden_layers"])
         self.assertLess(float((loop[0] - flash[0]).abs().max()), 1e-5)
@@ -169,15 +170,15 @@ class Packing(unittest.TestCase):
 
         m = new_model(6)
         loop = loss_and_grads(m, ROWS, True)
-        saved = M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok, M.VARLEN_RAN[0]
-        M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok = refuses, {"window_size": (-1, 0)}, False, lambda q: True
-        M.VARLEN_RAN[0] = False
+        saved = L.VARLEN, L.VARLEN_CAUSAL, L.VARLEN_GQA, L.varlen_ok, L.VARLEN_RAN[0]
+        L.VARLEN, L.VARLEN_CAUSAL, L.VARLEN_GQA, L.varlen_ok = refuses, {"window_size": (-1, 0)}, False, lambda q: True
+        L.VARLEN_RAN[0] = False
         try:
             with contextlib.redirect_stderr(io.StringIO()) as err:
                 got = loss_and_grads(m, ROWS, True)
-            self.assertIsNone(M.VARLEN)
+            self.assertIsNone(L.VARLEN)
         finally:
-            M.VARLEN, M.VARLEN_CAUSAL, M.VARLEN_GQA, M.varlen_ok, M.VARLEN_RAN[0] = saved
+            L.VARLEN, L.VARLEN_CAUSAL, L.VARLEN_GQA, L.varlen_ok, L.VARLEN_RAN[0] = saved
         self.assertIn("varlen flash attention refused (FlashAttention only supports Ampere", err.getvalue())
         self.assertLess(float((loop[0] - got[0]).abs().max()), 1e-6)
         self.assertLess(max_diff(loop[3], got[3]), 1e-6)
@@ -230,10 +231,10 @@ def reference_sdpa(q, k, v, attn_mask=None, is_causal=False):
 
 class AttentionSelection(unittest.TestCase):
     def test_picks_sdpa_only_where_torch_has_it(self):
-        self.assertEqual(M.attention_impl(types.SimpleNamespace()), "eager")
-        self.assertEqual(M.attention_impl(types.SimpleNamespace(scaled_dot_product_attention=reference_sdpa)), "sdpa")
+        self.assertEqual(L.attention_impl(types.SimpleNamespace()), "eager")
+        self.assertEqual(L.attention_impl(types.SimpleNamespace(scaled_dot_product_attention=reference_sdpa)), "sdpa")
         expected = "sdpa" if hasattr(F, "scaled_dot_product_attention") else "eager"
-        self.assertEqual(M.ATTENTION, expected)
+        self.assertEqual(L.ATTENTION, expected)
 
     def test_sdpa_branch_matches_eager(self):
         m = new_model(7)
@@ -241,7 +242,7 @@ class AttentionSelection(unittest.TestCase):
         eager_train = loss_and_grads(m, ROWS, True)
         eager_gen = generate(m, prompts)
         real = getattr(F, "scaled_dot_product_attention", None)
-        F.scaled_dot_product_attention, M.ATTENTION = reference_sdpa, "sdpa"
+        F.scaled_dot_product_attention, L.ATTENTION = reference_sdpa, "sdpa"
         try:
             sdpa_train = loss_and_grads(m, ROWS, True)
             sdpa_gen = generate(m, prompts)
@@ -251,7 +252,7 @@ class AttentionSelection(unittest.TestCase):
                 del F.scaled_dot_product_attention
             else:
                 F.scaled_dot_product_attention = real
-            M.ATTENTION = M.attention_impl()
+            L.ATTENTION = L.attention_impl()
         self.assertLess(float((sdpa_train[0] - eager_train[0]).abs().max()), 1e-5)
         self.assertLess(float((sdpa_pad[0] - eager_train[0]).abs().max()), 1e-5)
         self.assertLess(max_diff(sdpa_train[3], eager_train[3]), 1e-5)
@@ -261,19 +262,19 @@ class AttentionSelection(unittest.TestCase):
     def test_eager_scores_in_row_blocks_equal_one_block(self):
         m = new_model(5)
         rows = ROWS + [[i % 97 for i in range(40)]]
-        old = M.CPU_BLOCK_BYTES
-        M.ATTENTION = "eager"  # the blocked path, also where torch has SDPA
+        old = L.CPU_BLOCK_BYTES
+        L.ATTENTION = "eager"  # the blocked path, also where torch has SDPA
         try:
             whole = [loss_and_grads(m, rows, packed) for packed in (False, True)]
-            M.CPU_BLOCK_BYTES = 1  # one query row per block
+            L.CPU_BLOCK_BYTES = 1  # one query row per block
             blocks = [loss_and_grads(m, rows, packed) for packed in (False, True)]
         finally:
-            M.CPU_BLOCK_BYTES, M.ATTENTION = old, M.attention_impl()
+            L.CPU_BLOCK_BYTES, L.ATTENTION = old, L.attention_impl()
         for a, b in zip(blocks, whole):
             self.assertLess(float((a[0] - b[0]).abs().max()), 1e-5)
             self.assertLess(max_diff(a[3], b[3]), 1e-5)
 
-    @unittest.skipUnless(M.ATTENTION == "eager", "torch has fused attention here")
+    @unittest.skipUnless(L.ATTENTION == "eager", "torch has fused attention here")
     def test_eager_scores_stay_under_the_mmap_threshold(self):
         # B * heads * T * T fp32 scores of 2 x 1200 tokens: 46 MB in one block, over the budget
         m, seen, real = new_model(5), [], torch.softmax
@@ -290,7 +291,7 @@ class AttentionSelection(unittest.TestCase):
         finally:
             torch.softmax = real
         self.assertGreater(len(seen), CFG["num_hidden_layers"])
-        self.assertLessEqual(max(seen), M.CPU_BLOCK_BYTES)
+        self.assertLessEqual(max(seen), L.CPU_BLOCK_BYTES)
 
 
 def generate(m, prompts, stop=()):

@@ -10,6 +10,8 @@ import unittest
 
 import torch
 
+from rstar2_worker.models import layers as L
+
 from rstar2_worker.models import model as M
 from rstar2_worker.train import policy as P
 from tests.test_memory import CFG  # the memory tests' tiny GQA model
@@ -20,14 +22,14 @@ ROWS = [[5, 9, 2, 44, 7, 1, 3], [8, 8, 1], [12, 3, 90, 4, 4], [2, 2]]
 @contextlib.contextmanager
 def plain_pieces():
     """PIECES as compile_pieces fills them, the functions themselves instead of their compiled forms."""
-    saved = dict(M.PIECES)
-    M.PIECES.clear()
-    M.PIECES.update({f.__name__: f for f in (M.attn_in, M.attn_out_mlp, M.slice_stats, M.slice_grad)}, cpu=True)
+    saved = dict(L.PIECES)
+    L.PIECES.clear()
+    L.PIECES.update({f.__name__: f for f in (L.attn_in, L.attn_out_mlp, M.slice_stats, M.slice_grad)}, cpu=True)
     try:
         yield
     finally:
-        M.PIECES.clear()
-        M.PIECES.update(saved)
+        L.PIECES.clear()
+        L.PIECES.update(saved)
 
 
 def model(seed, **over):
@@ -77,12 +79,12 @@ class PiecesTest(unittest.TestCase):
                 want = run(m, packed, ckpt, temp)
                 with plain_pieces():
                     calls = []
-                    real = M.DecoderLayer.in_pieces
-                    M.DecoderLayer.in_pieces = lambda *a: calls.append(1) or real(*a)
+                    real = L.DecoderLayer.in_pieces
+                    L.DecoderLayer.in_pieces = lambda *a: calls.append(1) or real(*a)
                     try:
                         got = run(m, packed, ckpt, temp)
                     finally:
-                        M.DecoderLayer.in_pieces = real
+                        L.DecoderLayer.in_pieces = real
                 self.assertGreaterEqual(len(calls), m.cfg.num_hidden_layers)  # the pieces ran, in every layer
                 self.same(want, got)
 
@@ -106,7 +108,7 @@ class PiecesTest(unittest.TestCase):
         with contextlib.redirect_stderr(err):
             self.assertEqual(M.compile_pieces("off", "cpu"), "off")
             self.assertEqual(M.compile_pieces("auto", "cpu"), "off")  # auto compiles on CUDA only
-        self.assertEqual(M.PIECES, {})
+        self.assertEqual(L.PIECES, {})
         self.assertEqual(err.getvalue(), "")
         # RSTAR2_COMPILE's parsing: test_settings.py
 
@@ -117,12 +119,12 @@ class PiecesTest(unittest.TestCase):
         try:
             if not hasattr(torch, "compile"):  # torch 1.13: said once, nothing compiled
                 self.assertEqual(got, "unavailable")
-                self.assertEqual(M.PIECES, {})
+                self.assertEqual(L.PIECES, {})
                 self.assertRegex(err.getvalue(), r"model\.compile: torch 1\.\d+\S* has no torch\.compile")
             elif not shutil.which(os.environ.get("CXX") or "g++") and not shutil.which("c++"):
                 # inductor's CPU code needs a C++ compiler: without one it says why not
                 self.assertIn(got, ("on", "unavailable"))
-                self.assertEqual(bool(M.PIECES), got == "on")
+                self.assertEqual(bool(L.PIECES), got == "on")
             else:  # CI's case (issue 51 item 7): compiled for real, and the compiled pieces give the modules' numbers
                 self.assertEqual(got, "on", err.getvalue())
                 # on the shapes compile_pieces tried (a real model's would compile each piece again: ~50 s more here)
@@ -138,7 +140,7 @@ class PiecesTest(unittest.TestCase):
                     "slice_grad": (x[0].detach(), t, torch.ones(4), 1.0),
                 }
                 for name, args in calls.items():
-                    p = M.PIECES[name]
+                    p = L.PIECES[name]
                     got_out, want_out = p(*args), p.fn(*args)
                     self.assertTrue(p.ran and p.compiled is not None, (name, err.getvalue()))  # compiled, no fallback
                     for a, b in zip(*(o if isinstance(o, tuple) else (o,) for o in (got_out, want_out))):
@@ -147,7 +149,7 @@ class PiecesTest(unittest.TestCase):
             ours = [ln for ln in err.getvalue().splitlines() if ln.startswith("rstar2 worker:")]
             self.assertLessEqual(len(ours), 1, err.getvalue())
         finally:
-            M.PIECES.clear()
+            L.PIECES.clear()
 
     def test_a_piece_falls_back_once_then_raises_after_a_success(self):
         state = {"fail": True}
@@ -191,7 +193,7 @@ def test_fused_linear_follows_in_place_weight_writes():
     x = torch.randn(3, 8)
     with torch.no_grad():
         for _ in range(2):
-            got = M.fused_linear(x, ls)
+            got = L.fused_linear(x, ls)
             for g, m in zip(got, ls):
                 torch.testing.assert_close(g, m(x))
             ls[1].weight.add_(1.0)

@@ -8,6 +8,8 @@ import unittest
 
 import torch
 
+from rstar2_worker.models import layers as L
+
 from rstar2_worker.models import model as M
 
 QWEN = {  # Qwen2.5-7B's shape with its published YaRN block
@@ -41,7 +43,7 @@ def yarn_reference(d, base, factor, original):
 class RopeScaling(unittest.TestCase):
     def test_yarn_matches_the_formula_for_factor_4(self):
         cfg = M.Config(QWEN)
-        inv, scale = M.rope_parameters(cfg)
+        inv, scale = L.rope_parameters(cfg)
         want, want_scale = yarn_reference(128, 1e6, 4.0, 32768)
         self.assertEqual(len(inv), 64)
         for i in range(64):
@@ -57,7 +59,7 @@ class RopeScaling(unittest.TestCase):
 
     def test_rotary_tables_carry_the_scaled_frequencies(self):
         cfg = M.Config({**QWEN, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}})
-        rope = M.Rotary(cfg)
+        rope = L.Rotary(cfg)
         cos, sin = rope.tables(40000, torch.device("cpu"))
         want, s = yarn_reference(128, 1e6, 4.0, 32768)
         for p in (1, 1000, 39999):
@@ -68,14 +70,14 @@ class RopeScaling(unittest.TestCase):
                 self.assertAlmostEqual(sin[p, 64 + i].item(), math.sin(angle) * s, delta=tol)
 
     def test_linear_divides_every_frequency(self):
-        inv, scale = M.rope_parameters(M.Config({**QWEN, "rope_scaling": {"type": "linear", "factor": 2.0}}))
+        inv, scale = L.rope_parameters(M.Config({**QWEN, "rope_scaling": {"type": "linear", "factor": 2.0}}))
         for i in (0, 7, 63):
             self.assertAlmostEqual(inv[i].item() / (1e6 ** (-2 * i / 128) / 2), 1.0, places=5)
         self.assertEqual(scale, 1.0)
 
     def test_default_and_missing_are_plain_rope(self):
-        plain, _ = M.rope_parameters(M.Config({**QWEN, "rope_scaling": None}))
-        dflt, s = M.rope_parameters(M.Config({**QWEN, "rope_scaling": {"rope_type": "default"}}))
+        plain, _ = L.rope_parameters(M.Config({**QWEN, "rope_scaling": None}))
+        dflt, s = L.rope_parameters(M.Config({**QWEN, "rope_scaling": {"rope_type": "default"}}))
         self.assertTrue(torch.equal(plain, dflt))
         self.assertEqual(s, 1.0)
 
@@ -93,7 +95,7 @@ class RopeScaling(unittest.TestCase):
                                                      "original_max_position_embeddings": 32768}})
         old = M.Config(QWEN)
         self.assertEqual((v5.rope_theta, v5.rope_type), (1e6, "yarn"))
-        for a, b in zip(M.rope_parameters(v5), M.rope_parameters(old)):
+        for a, b in zip(L.rope_parameters(v5), L.rope_parameters(old)):
             self.assertTrue(torch.equal(torch.as_tensor(a), torch.as_tensor(b)))
         plain = M.Config({**legacy, "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}})
         self.assertEqual((plain.rope_theta, plain.rope_type), (5e5, "default"))

@@ -17,7 +17,8 @@ import time
 
 import torch
 
-from rstar2_worker.models import model as M
+from rstar2_worker.models import layers as L
+
 from rstar2_worker.engine import sampler
 from rstar2_worker.engine.kv_pool import KVPool, bytes_per_token
 from rstar2_worker.engine.model_runner import ModelRunner
@@ -51,8 +52,8 @@ def compile_pieces():
     w = torch.ones(64, device="cuda", dtype=torch.bfloat16)
     t0 = time.time()
     try:
-        fused = {"norm": torch.compile(M.rms_norm, dynamic=True), "rotate": torch.compile(M.rotate, dynamic=True),
-                 "silu_mul": torch.compile(M.silu_mul, dynamic=True)}
+        fused = {"norm": torch.compile(L.rms_norm, dynamic=True), "rotate": torch.compile(L.rotate, dynamic=True),
+                 "silu_mul": torch.compile(L.silu_mul, dynamic=True)}
         with torch.no_grad():
             fused["norm"](x, w, 1e-6)
             fused["rotate"](x, x, x)
@@ -61,7 +62,7 @@ def compile_pieces():
         print(f"rstar2 worker: compiling the engine's fused pieces failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
               "the engine runs uncompiled", file=sys.stderr)
         return
-    M.FUSED.update(fused)
+    L.FUSED.update(fused)
     print(f"rstar2 worker: compiled the engine's fused pieces in {time.time() - t0:.1f} s", file=sys.stderr)
 
 
@@ -114,7 +115,7 @@ class Engine:
         max_batch = s.max_batch
         graphs = "eager" if s.cuda_graphs == "eager" else s.cuda_graphs == "1" and self.gpu
         autocast = torch.bfloat16 if p.precision == "bf16-mixed" else None
-        if self.gpu and s.compile != "off" and hasattr(torch, "compile") and not M.FUSED:
+        if self.gpu and s.compile != "off" and hasattr(torch, "compile") and not L.FUSED:
             compile_pieces()
         self.runner = ModelRunner(p.model, self.kv, p.device, self.max_len, autocast, graphs, max_batch)
         self.sched = BatchScheduler(self.kv.blocks, max_batch, s.prefill_tokens, s.prefix_cache)

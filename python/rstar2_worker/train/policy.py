@@ -14,7 +14,8 @@ from rstar2_worker.models import hf_model
 from rstar2_worker.train.checkpoint import read_config, read_state_dict, write_json, write_state_dict
 from rstar2_worker.engine.engine import Engine
 from rstar2_worker.models import model as M
-from rstar2_worker.models.model import CausalLM, Config, count_params, to_device
+from rstar2_worker.models.layers import to_device
+from rstar2_worker.models.model import CausalLM, Config, count_params
 from rstar2_worker.settings import MODEL_BACKENDS, Settings
 # how a train step's per-token losses become one: the mean over every trained token of the batch; or each
 # micro-batch's token-mean times its sequences over the batch's ('micro-mean-batch') or over a nominal count
