@@ -161,6 +161,55 @@ class Generating:
         return done
 
 
+def weights_op(policy, op, h):
+    """The weight-sync ops: the trainer's side (join, broadcast) and a served engine's (join, receive)."""
+    if op == "weights_join":  # once: rank 0 joins the engines' weight-update group, as its rank 0
+        policy._need_model()
+        named = weight_sync.weights(policy.r, policy)
+        if named is None:
+            return {}
+        policy.weight_group = weight_sync.join(
+            h["addr"], int(h["port"]), int(h["worldSize"]), h.get("groupName") or "weight_update_group",
+            h.get("backend") or "nccl", float(h.get("timeoutS") or 600), float(h.get("opTimeoutS") or 0) or None,
+        )
+        return weight_sync.meta(named, policy.settings.weight_sync_dtype)
+    if op == "weights_broadcast":  # per update, while each engine receives (the names weights_join returned)
+        policy._need_model()
+        named = weight_sync.weights(policy.r, policy)
+        if named is None:
+            return {}
+        if policy.weight_group is None:
+            raise RuntimeError("no weight-update group: call weights_join first")
+        return weight_sync.broadcast(policy.weight_group, named, policy.device, policy.settings.weight_sync_dtype)
+    if op == "weights_engine_join":  # `rstar2 serve`: joins a trainer's weight-update group as an engine rank
+        policy._need_model()
+        policy.recv_group = None
+        policy.recv_group = weight_sync.join_as_engine(
+            h["addr"], int(h["port"]), int(h["rank"]), int(h["worldSize"]), h["groupName"],
+            h.get("backend") or "nccl", float(h.get("timeoutS") or 600),
+        )
+        policy.staged = weight_sync.Staged()
+        return {"rank": int(h["rank"])}
+    if op == "weights_receive":  # one bucket; `commit` (the last) swaps them all in and drops cached prefixes
+        policy._need_model()
+        g = getattr(policy, "recv_group", None)
+        if g is None or g.name != h.get("groupName"):
+            raise ValueError(f"no weight-update group {h.get('groupName')!r} joined (or its last receive failed): "
+                             "join one with /init_weights_update_group")
+        try:
+            policy.staged.receive(g, policy.model, h["names"], h["dtypes"], h["shapes"], policy.device)
+        except Exception:
+            # the old weights serve on; the group's stream is out of step, so it is left
+            policy.staged, policy.recv_group = weight_sync.Staged(), None
+            raise
+        if not h.get("commit"):
+            return {"staged": len(policy.staged.tensors), "applied": 0}
+        n = policy.staged.apply(policy.model)
+        policy.engine.invalidate()
+        return {"staged": 0, "applied": n}
+    raise ValueError(f"unknown op {op!r}")
+
+
 def handle(policy, h, a):
     op = h.get("op")
     fail = policy.settings.worker_fail  # tests: "OP:RANK" makes that rank fail OP as out of memory would
@@ -199,50 +248,8 @@ def handle(policy, h, a):
         if kind not in ("grpo", "sft"):
             raise ValueError(f"loss must be 'grpo' or 'sft', got {kind!r}")
         return policy.train_step(kind, seqs, masks, olds, advs, h.get("opts") or {}), None
-    if op == "weights_join":  # once: rank 0 joins the engines' weight-update group, as its rank 0
-        policy._need_model()
-        named = weight_sync.weights(policy.r, policy)
-        if named is None:
-            return {}, None
-        policy.weight_group = weight_sync.join(
-            h["addr"], int(h["port"]), int(h["worldSize"]), h.get("groupName") or "weight_update_group",
-            h.get("backend") or "nccl", float(h.get("timeoutS") or 600), float(h.get("opTimeoutS") or 0) or None,
-        )
-        return weight_sync.meta(named, policy.settings.weight_sync_dtype), None
-    if op == "weights_broadcast":  # per update, while each engine receives (the names weights_join returned)
-        policy._need_model()
-        named = weight_sync.weights(policy.r, policy)
-        if named is None:
-            return {}, None
-        if policy.weight_group is None:
-            raise RuntimeError("no weight-update group: call weights_join first")
-        return weight_sync.broadcast(policy.weight_group, named, policy.device, policy.settings.weight_sync_dtype), None
-    if op == "weights_engine_join":  # `rstar2 serve`: joins a trainer's weight-update group as an engine rank
-        policy._need_model()
-        policy.recv_group = None
-        policy.recv_group = weight_sync.join_as_engine(
-            h["addr"], int(h["port"]), int(h["rank"]), int(h["worldSize"]), h["groupName"],
-            h.get("backend") or "nccl", float(h.get("timeoutS") or 600),
-        )
-        policy.staged = weight_sync.Staged()
-        return {"rank": int(h["rank"])}, None
-    if op == "weights_receive":  # one bucket; `commit` (the last) swaps them all in and drops cached prefixes
-        policy._need_model()
-        g = getattr(policy, "recv_group", None)
-        if g is None or g.name != h.get("groupName"):
-            raise ValueError(f"no weight-update group {h.get('groupName')!r} joined (or its last receive failed): "
-                             "join one with /init_weights_update_group")
-        try:
-            policy.staged.receive(g, policy.model, h["names"], h["dtypes"], h["shapes"], policy.device)
-        except Exception:
-            # the old weights serve on; the group's stream is out of step, so it is left
-            policy.staged, policy.recv_group = weight_sync.Staged(), None
-            raise
-        if not h.get("commit"):
-            return {"staged": len(policy.staged.tensors), "applied": 0}, None
-        n = policy.staged.apply(policy.model)
-        policy.engine.invalidate()
-        return {"staged": 0, "applied": n}, None
+    if op.startswith("weights_"):
+        return weights_op(policy, op, h), None
     if op == "bare_bench":  # bench/worker.ts's baseline, not part of the client API; the bench is not shipped
         try:
             import bare_bench  # python/bench/bare_bench.py
