@@ -416,7 +416,7 @@ class Policy:
             tok_loss, clipped = -logp, torch.zeros_like(logp)
         return tok_loss, clipped
 
-    def _optimizer_step(self, opt, o, stats, passes, kl, t0):
+    def _optimizer_step(self, opt, o, stats, passes, with_kl, t0):
         """The summed gradients clipped and applied at the lr the client sent; the step's stats read once."""
         params = unique_params(self.model)
         if self.world > 1:
@@ -436,7 +436,7 @@ class Policy:
             "gradNorm": grad_norm,
             "clipFrac": clip_n / max(trained, 1),
             "entropy": ent_s / max(trained, 1),
-            **({"kl": kl_s / max(trained, 1)} if kl else {}),
+            **({"kl": kl_s / max(trained, 1)} if with_kl else {}),
             "tokens": int(tokens),
             "trainedTokens": int(trained),
             "paddedTokens": int(padded),
