@@ -6,7 +6,8 @@
 # throughput and MFU of a random ~0.5B model at 4K and 8K tokens, with `rstar2 plan`'s memory estimate against
 # each case's measured peak (and the built-in engine's throughput against transformers' generate), (3) sharding: fsdp, world size 1, through the same launcher as DDP, (4) decode_timing's
 # samples (Qwen3-14B's TP4 rank) and their fit, (5) bench/live-engines.sh: rstar2 serve, and SGLang and vLLM where they
-# import, each served, probed and trained against with NCCL and disk weight sync, the served weights checked.
+# import, each served, probed and trained against with NCCL and disk weight sync, the served weights checked, (6)
+# bench/trl-compare.ts on the GPU where trl and datasets import (wheels carried: RSTAR2_GPU_OUT is where its JSON goes).
 # Needs CUDA, torch >= 2 (>= 2.2 for step 3) and transformers in $RSTAR2_PYTHON (default: the project venv, .venv).
 # Run from anywhere: bash bench/gpu-check.sh    Exit: 0 all passed, 1 a check failed, 2 missing prerequisites.
 # RSTAR2_GPU_CHECK_SKIP=train-bench leaves out the train step's benchmark (run alone: python python/bench/train_bench.py).
@@ -48,4 +49,9 @@ live=0
 LIVE_ENGINES=${LIVE_ENGINES:-sglang vllm rstar2} bash bench/live-engines.sh || live=$?
 if [ "$live" = 2 ]; then echo "gpu-check: live engines skipped: neither sglang nor vllm imports in $PY"
 elif [ "$live" != 0 ]; then echo "gpu-check: live engines failed (bench/live-engines.sh exit $live)" >&2; exit 1; fi
+# (6) rstar2's RL step against TRL's GRPOTrainer on the GPU (issue 55), Qwen2.5-0.5B's shape, where trl imports
+if "$PY" -c 'import trl, datasets' 2>/dev/null; then
+  node --import tsx bench/trl-compare.ts --device cuda --shape 0.5b --use-installed --rounds 1 --steps 3 \
+    --work "${TMPDIR:-/tmp}/rstar2-trl-compare-gpu" --out "${RSTAR2_GPU_OUT:-${TMPDIR:-/tmp}}/trl-compare-gpu.json"
+else echo "gpu-check: trl-compare skipped: trl or datasets does not import in $PY (carry the wheels of trl 1.13.0, datasets 5.0.1, dill and multiprocess: the rest is in the CUDA image)"; fi
 echo "gpu-check: all passed"

@@ -23,6 +23,10 @@
 //
 // Run: npx tsx bench/trl-compare.ts [--variants plain,tool] [--rounds 2] [--steps 5] [--sft-steps 120]
 //        [--work /tmp/rstar2-trl-compare] [--out bench/samples/trl-compare.json] [--threads 2] [--reuse] [--trl-spin]
+//        [--device auto|cpu|cuda] [--shape tiny|0.5b] [--use-installed]
+// --device: where both sides run (auto: the GPU where torch sees one; cpu hides it from both). --shape 0.5b is
+// Qwen2.5-0.5B's body on the same small vocabulary, for a GPU: there a 3.19M model measures kernel launches, not
+// either system. On a GPU this bench has not yet run (bench/gpu-check.sh runs it where trl imports).
 // Timings on a shared machine are noisy: compare the ratios of one run, whose sides alternate.
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -46,6 +50,10 @@ const { values } = benchArgs(import.meta.url, {
     // TRL's process under the worker's libgomp wait (GOMP_SPINCOUNT=1000) instead of libgomp's default, to tell
     // a thread-wait effect from the code's own speed on a loaded host
     'trl-spin': { type: 'boolean', default: false },
+    device: { type: 'string', default: 'auto' },
+    // TRL as the interpreter has it, pins unchecked and nothing installed (a GPU host without network)
+    'use-installed': { type: 'boolean', default: false },
+    shape: { type: 'string', default: 'tiny' },
   },
 });
 const variants = values.variants.split(',');
@@ -54,6 +62,13 @@ for (const v of variants)
 const rounds = Number(values.rounds);
 const steps = Number(values.steps);
 const threads = Number(values.threads);
+const shape = values.shape;
+if (shape !== 'tiny' && shape !== '0.5b') throw new Error(`--shape: '${shape}' is neither tiny nor 0.5b`);
+if (!['auto', 'cpu', 'cuda'].includes(values.device))
+  throw new Error(`--device: '${values.device}' is none of auto, cpu, cuda`);
+// every child of this bench (both sides, the build, the probe) sees the GPU or, for --device cpu, none
+const childEnv: NodeJS.ProcessEnv =
+  values.device === 'cpu' ? { ...process.env, CUDA_VISIBLE_DEVICES: '' } : process.env;
 if (!(steps >= 2)) throw new Error('--steps must be at least 2: the first step is timed apart');
 const ROOT = resolve(import.meta.dirname, '..');
 const BIN = join(ROOT, 'bin', 'rstar2.js');
@@ -62,7 +77,7 @@ const work = resolve(values.work);
 const python = findPython();
 const S = { prompts: 4, group: 8, maxTokens: 128, lr: 1e-5, maxTurns: 2 };
 
-function run(cmd: string, args: string[], what: string, env: NodeJS.ProcessEnv = process.env): string {
+function run(cmd: string, args: string[], what: string, env: NodeJS.ProcessEnv = childEnv): string {
   const r = spawnSync(cmd, args, { cwd: ROOT, env, encoding: 'utf8', maxBuffer: 64 << 20 });
   if (r.status !== 0) throw new Error(`${what} failed (exit ${r.status}):\n${r.stderr.slice(-3000)}`);
   return r.stdout;
@@ -76,6 +91,10 @@ function lastJson(out: string): Record<string, any> {
 // ---- setup ------------------------------------------------------------------------------------------------
 
 function ensureTrl(): void {
+  if (values['use-installed']) {
+    run(python, ['-c', 'import trl, datasets'], `--use-installed: importing trl and datasets in ${python}`);
+    return;
+  }
   const req = join(ROOT, 'python', 'bench', 'requirements.txt');
   const pins = readFileSync(req, 'utf8')
     .split('\n')
@@ -90,6 +109,7 @@ def have(p):
 bad = [p for p in sys.argv[1:] if not have(p)]`;
   const probe = spawnSync(python, ['-c', `${check}\nsys.exit(1 if bad else 0)`, ...pins], {
     encoding: 'utf8',
+    env: childEnv,
   });
   if (probe.status === 0) return;
   console.log(`installing ${req} into ${python} (offline: set PIP_INDEX_URL=file:///opt/pypi/simple)`);
@@ -120,6 +140,7 @@ interface Built {
   tool?: string;
   schema?: string;
   params: number;
+  shape?: string; // absent: built before --shape, so tiny
   sft?: Record<string, unknown>;
 }
 
@@ -128,7 +149,7 @@ function build(): Built {
   const saved = join(work, 'built.json');
   if (values.reuse && existsSync(saved)) {
     const b: Built = JSON.parse(readFileSync(saved, 'utf8'));
-    if (!variants.includes('tool') || b.tool) return b;
+    if ((b.shape ?? 'tiny') === shape && (!variants.includes('tool') || b.tool)) return b;
   }
   const data = join(work, 'data.jsonl');
   const base = join(work, 'base');
@@ -157,11 +178,11 @@ function build(): Built {
   const made = lastJson(
     run(
       python,
-      [SCRIPT, 'model', '--tokenizer-json', join(tok, 'tokenizer.json'), '--out', base],
+      [SCRIPT, 'model', '--tokenizer-json', join(tok, 'tokenizer.json'), '--out', base, '--shape', shape],
       'the model',
     ),
   );
-  const out: Built = { data, base, params: made.params };
+  const out: Built = { data, base, params: made.params, shape };
   if (variants.includes('tool')) {
     out.schema = join(work, 'tool-schema.json');
     writeFileSync(
@@ -190,6 +211,9 @@ function build(): Built {
           values['sft-steps'],
           '--threads',
           String(threads),
+          // the demos' rate for the tiny model diverges on the 0.5B one
+          '--lr',
+          shape === 'tiny' ? '2e-3' : '3e-4',
         ],
         'the tool-calling SFT',
       ),
@@ -203,19 +227,23 @@ function build(): Built {
 function machine(): Record<string, unknown> {
   const probe = `import json, time, torch, transformers, trl
 torch.set_num_threads(${threads})
-a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+gpu = torch.cuda.is_available()
+n = 4096 if gpu else 1024
+a, b = torch.randn(n, n, device="cuda" if gpu else "cpu"), torch.randn(n, n, device="cuda" if gpu else "cpu")
+sync = torch.cuda.synchronize if gpu else (lambda: None)
 for _ in range(3): a @ b
+sync()
 ts = []
 for _ in range(10):
-    t0 = time.perf_counter(); a @ b; ts.append(time.perf_counter() - t0)
+    t0 = time.perf_counter(); a @ b; sync(); ts.append(time.perf_counter() - t0)
 ts.sort()
 print(json.dumps({"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
-                  "matmul_gflops": 2 * 1024**3 / ts[len(ts) // 2] / 1e9}))`;
-  return {
-    cpu: cpus()[0]?.model ?? 'unknown',
-    cores: cpus().length,
-    ...lastJson(run(python, ['-c', probe], 'the matmul probe')),
-  };
+                  "gpu": torch.cuda.get_device_name() if gpu else None, "matmul_n": n,
+                  "matmul_gflops": 2 * n**3 / ts[len(ts) // 2] / 1e9}))`;
+  const got = lastJson(run(python, ['-c', probe], 'the matmul probe'));
+  if (values.device === 'cuda' && !got.gpu)
+    throw new Error(`--device cuda: torch in ${python} sees no GPU (torch.cuda.is_available() is false)`);
+  return { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, ...got };
 }
 
 // ---- measuring a process tree -------------------------------------------------------------------------------
@@ -365,7 +393,7 @@ stages:
     process.execPath,
     [BIN, 'train', '--recipe', recipe, '--out', runDir],
     {
-      ...process.env,
+      ...childEnv,
       RSTAR2_NO_PROGRESS: '1',
     },
   );
@@ -406,7 +434,7 @@ async function trl(model: string, data: string, variant: string, dir: string): P
   args.push('--lr', String(S.lr), '--threads', String(threads), '--max-turns', String(S.maxTurns));
   if (variant === 'tool') args.push('--tools');
   const { out, samples, t0 } = await measured(python, args, {
-    ...process.env,
+    ...childEnv,
     TRL_EXPERIMENTAL_SILENCE: '1',
     ...(values['trl-spin'] ? { GOMP_SPINCOUNT: '1000' } : {}),
   });
@@ -462,9 +490,10 @@ const built = build();
 const host = machine();
 const boundTokS = ((host.matmul_gflops as number) * 1e9) / (2 * built.params);
 console.log(
-  `${host.cpu}, ${host.cores} cores; torch ${host.torch}, transformers ${host.transformers}, trl ${host.trl}; ` +
-    `fp32 matmul ${fmt(host.matmul_gflops as number)} GFLOP/s on ${threads} threads -> decode bound ` +
-    `${fmt(boundTokS, 0)} tokens/s for ${built.params} parameters`,
+  `${host.cpu}, ${host.cores} cores${host.gpu ? `, ${host.gpu}` : ''}; torch ${host.torch}, transformers ` +
+    `${host.transformers}, trl ${host.trl}; fp32 matmul ${fmt(host.matmul_gflops as number)} GFLOP/s ` +
+    `${host.gpu ? 'on the GPU' : `on ${threads} threads -> decode bound ${fmt(boundTokS, 0)} tokens/s`} for ` +
+    `${built.params} parameters (${shape})`,
 );
 if (built.sft) console.log(`tool SFT: ${JSON.stringify(built.sft)}`);
 const results: Record<string, { rstar2: SideRun[]; trl: SideRun[] }> = {};
@@ -501,10 +530,12 @@ const report: Record<string, unknown> = {
     steps,
     rounds,
     threads,
+    shape,
+    device: host.gpu ? 'cuda' : 'cpu',
     trlSpin: values['trl-spin'],
     params: built.params,
     sft: built.sft,
-    decodeBoundTokensPerS: boundTokS,
+    decodeBoundTokensPerS: host.gpu ? null : boundTokS,
   },
   variants: {} as Record<string, unknown>,
 };
@@ -527,7 +558,9 @@ for (const [variant, got] of Object.entries(results)) {
   if (a.toolCallsPerSample !== undefined || b.toolCallsPerSample !== undefined)
     row('tool calls per sample', a.toolCallsPerSample ?? Number.NaN, b.toolCallsPerSample ?? Number.NaN, 2);
   row('host load (1 min)', a.meanLoad, b.meanLoad);
-  console.log(`rstar2 generation: ${fmt((100 * a.genTokensPerS) / boundTokS)} % of the decode bound`);
+  // a GPU's decode is bound by memory, not by this rate
+  if (!host.gpu)
+    console.log(`rstar2 generation: ${fmt((100 * a.genTokensPerS) / boundTokS)} % of the decode bound`);
 }
 writeFileSync(values.out, `${JSON.stringify(report, null, 1)}\n`);
 console.log(`\nwrote ${values.out}`);

@@ -1,9 +1,12 @@
 """TRL's side of bench/trl-compare.ts: builds the model directory both sides load, the tool-calling SFT
 checkpoint, and runs TRL's GRPOTrainer on the settings the bench gives, printing one JSON line of timings.
 
-  model --tokenizer-json F --out DIR [--seed 0]         a random-init Qwen2 saved by transformers
-  sft --model DIR --data F --out DIR [--steps 300]      tool-calling demos (user → tool call → result → \\boxed{})
-  grpo --model DIR --data F --steps N [--tools] ...     TRL GRPOTrainer; prints {"steps": [...], ...}
+  model --tokenizer-json F --out DIR [--shape tiny] [--seed 0]   a random-init Qwen2 saved by transformers
+  sft --model DIR --data F --out DIR [--steps 300]               tool-calling demos (user → tool call → result → \\boxed{})
+  grpo --model DIR --data F --steps N [--tools] ...              TRL GRPOTrainer; prints {"steps": [...], ...}
+
+On a machine with CUDA, sft and grpo run on the GPU (CUDA_VISIBLE_DEVICES= keeps them on the CPU), as the
+worker does.
 
 Not part of the shipped worker: it needs trl (python/bench/requirements.txt), which the worker does not.
 """
@@ -18,6 +21,9 @@ import time
 import torch
 
 TOOL_NAME = "python_code_with_standard_io"
+# Qwen2 shapes (hidden, intermediate, layers, heads, kv heads): tiny for a CPU; 0.5b is Qwen2.5-0.5B's body (with the
+# bench's own small vocabulary), for a GPU, where a 3M model measures launch overhead rather than either system
+SHAPES = {"tiny": (256, 688, 4, 4, 2), "0.5b": (896, 4864, 24, 14, 2)}
 BOXED = re.compile(r"\\boxed\{\s*(-?\d+)\s*\}")
 
 
@@ -84,8 +90,9 @@ def build_model(args):
     tok = PreTrainedTokenizerFast(tokenizer_file=args.tokenizer_json, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     tok.chat_template = qwen2_5_chat_template
     torch.manual_seed(args.seed)
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+    hidden, inter, layers, heads, kv = SHAPES[args.shape]
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=2048,
                       tie_word_embeddings=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                       bos_token_id=None)
     model = Qwen2ForCausalLM(cfg)
@@ -122,7 +129,8 @@ def sft(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tok = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).to(device)
     tools = [tool_schema()]
     rows = read_rows(args.data)
     demos = [demo(tok, tools, r["question"], r["answer"], r["expr"]) for r in rows]
@@ -138,7 +146,7 @@ def sft(args):
             t, m = demos[i]
             ids[b, : len(t)] = torch.tensor(t)
             labels[b, : len(t)] = torch.where(torch.tensor(m) == 1, torch.tensor(t), torch.tensor(-100))
-        loss = model(input_ids=ids, labels=labels).loss
+        loss = model(input_ids=ids.to(device), labels=labels.to(device)).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -152,7 +160,7 @@ def sft(args):
     for r in rows[:8]:
         p = tok.apply_chat_template([{"role": "user", "content": r["question"]}], tools=tools, tokenize=True,
                                     add_generation_prompt=True, return_dict=False)
-        out = model.generate(torch.tensor([p]), max_new_tokens=64, do_sample=False)
+        out = model.generate(torch.tensor([p], device=device), max_new_tokens=64, do_sample=False)
         calls += "<tool_call>" in tok.decode(out[0, len(p):])
     print(json.dumps({"loss": loss.item(), "greedy_calls_of_8": calls}))
 
@@ -188,8 +196,9 @@ def grpo(args):
         output_dir=args.out_dir, max_steps=args.steps, per_device_train_batch_size=args.prompts * args.group,
         num_generations=args.group, gradient_accumulation_steps=1, max_completion_length=args.max_tokens,
         learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0, temperature=1.0, beta=0.0,
-        num_iterations=1, use_cpu=True, bf16=False, gradient_checkpointing=False, save_strategy="no",
-        report_to="none", logging_steps=1, seed=args.seed, dataloader_num_workers=0, disable_tqdm=True,
+        num_iterations=1, use_cpu=not torch.cuda.is_available(), bf16=False, gradient_checkpointing=False,
+        save_strategy="no", report_to="none", logging_steps=1, seed=args.seed, dataloader_num_workers=0,
+        disable_tqdm=True,
         max_tool_calling_iterations=args.max_turns - 1 if args.tools else None,
     )
     timing = {"gen": [], "gen_tokens": [], "train_tokens": [], "tool_calls": []}
@@ -243,6 +252,7 @@ def main():
     m.add_argument("--tokenizer-json", required=True)
     m.add_argument("--out", required=True)
     m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     c = sub.add_parser("corpus")
     c.add_argument("--data", required=True)
     c.add_argument("--out", required=True)
