@@ -422,7 +422,8 @@ export function registerRecipeCommands(program: Command): void {
     )
     .option(
       '--weight-sync <mode>',
-      'how engines get each update: nccl (broadcast from the trainer over a process group), disk (via --sync-dir), ' +
+      'how engines get each update: nccl (broadcast from the trainer over a process group: NCCL from a GPU ' +
+        'trainer, gloo from a CPU one), disk (via --sync-dir), ' +
         'or auto: nccl when every engine can join a group and is on a private network, else disk; ' +
         'a failed broadcast falls back to disk',
       'auto',

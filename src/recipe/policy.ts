@@ -284,6 +284,9 @@ export class EmbeddedPolicy implements Policy {
       const stack = await openStack(recipe, worker, engines, tokenizer, opts);
       const broadcast = new BroadcastSync(worker, engines, {
         log: opts.log,
+        // NCCL needs the trainer's weights on a GPU; from a CPU trainer (CPU engines, `rstar2 serve` on a laptop,
+        // the CI) the same broadcast runs over gloo instead of falling back to disk
+        backend: w && !w.device.startsWith('cuda') ? 'gloo' : 'nccl',
         dtype: syncDtype,
         bucketBytes: recipe.weightSync.bucketMiB * 2 ** 20,
         ...opts.weightSync,

@@ -6,9 +6,10 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { findPython } from '../../src/util/python.js';
 
-// bench/live-engines.sh on rstar2's own server (LIVE_ENGINES=rstar2), for real on this CPU: probe, the NCCL run
-// (no GPU: it falls back to disk and says SKIP), the disk run, and after each the served log-probs checked against
-// the run's last checkpoint. What gpu-check runs on a GPU, where the NCCL run must broadcast.
+// bench/live-engines.sh on rstar2's own server (LIVE_ENGINES=rstar2), for real on this CPU: probe, the
+// --weight-sync nccl run (no GPU: the CPU trainer broadcasts over gloo, the initial push and one per update), the
+// disk run, and after each the served log-probs checked against the run's last checkpoint. What gpu-check runs on
+// a GPU, where the same run broadcasts over NCCL.
 
 const dir = mkdtempSync(join(tmpdir(), 'rstar2-live-serve-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -34,7 +35,8 @@ test('live-engines.sh on rstar2 serve: probe, both runs, and the served weights 
   });
   assert.equal(r.code, 0, r.out);
   assert.match(r.out, /rstar2 probe: PASS \(engine sglang:\S+: version \S+, dtype float32, .*seeds honoured/);
-  assert.match(r.out, /rstar2 nccl: SKIP \(0 GPU\(s\): fell back to disk and passed/);
+  // 2 steps: the first rollout's push of the trainer's weights, then one after each update
+  assert.match(r.out, /rstar2 nccl: PASS \(3 broadcasts over gloo; weight sync v2: broadcast \d+ tensors/);
   for (const run of ['nccl', 'disk'])
     assert.match(
       r.out,
@@ -44,6 +46,6 @@ test('live-engines.sh on rstar2 serve: probe, both runs, and the served weights 
     );
   assert.match(
     r.out,
-    /live-engines: rstar2 ran: probe PASS, nccl SKIP, weights-nccl PASS, disk PASS, weights-disk PASS/,
+    /live-engines: rstar2 ran: probe PASS, nccl PASS, weights-nccl PASS, disk PASS, weights-disk PASS/,
   );
 });

@@ -8,7 +8,8 @@ import { findPython } from '../../src/util/python.js';
 
 // bench/live-engines.sh behind a stand-in python: `-c import sglang|vllm` answers as told, the servers' entry
 // points start the fake servers (fake-engine-main.ts, which read the flags the script passes), anything else is
-// the real python (the worker of model init and of the runs). No GPU here, so the NCCL run must fall back to disk.
+// the real python (the worker of model init and of the runs). No GPU here, so the trainer is on the CPU and the
+// --weight-sync nccl run broadcasts over gloo, which the fakes' ranks join.
 
 const dir = mkdtempSync(join(tmpdir(), 'rstar2-live-test-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -63,18 +64,18 @@ test('live-engines.sh: neither sglang nor vllm imports, so nothing is checked (e
   assert.match(r.out, /neither sglang nor vllm imports in .*: nothing to check/);
 });
 
-test('live-engines.sh: both engines, served as the fakes of each: probe and disk pass, NCCL falls back without a GPU', async () => {
+test('live-engines.sh: both engines, served as the fakes of each: probe, the broadcast (gloo without a GPU) and disk pass', async () => {
   const r = await live(standIn('both', 'sglang vllm', 'fake'));
   assert.equal(r.code, 0, r.out);
   for (const e of ['sglang', 'vllm']) {
     assert.match(r.out, new RegExp(`${e} probe: PASS \\(engine ${e}:.* dtype bfloat16`));
-    assert.match(r.out, new RegExp(`${e} nccl: SKIP \\(0 GPU\\(s\\).*syncing through disk from now on`));
+    assert.match(r.out, new RegExp(`${e} nccl: PASS \\(3 broadcasts over gloo; weight sync v2: broadcast`));
     assert.match(r.out, new RegExp(`${e} disk: PASS`));
     // per engine, what ran and how it ended
     assert.match(
       r.out,
       new RegExp(
-        `live-engines: ${e} ran: probe PASS, nccl SKIP, weights-nccl SKIP, disk PASS, weights-disk SKIP`,
+        `live-engines: ${e} ran: probe PASS, nccl PASS, weights-nccl SKIP, disk PASS, weights-disk SKIP`,
       ),
     );
   }
