@@ -486,9 +486,10 @@ function summarise(runs: SideRun[]): Summary {
 const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : '-');
 
 ensureTrl();
-const built = build();
+// the probe first: --device cuda without a GPU fails before minutes of building
 const host = machine();
-const boundTokS = ((host.matmul_gflops as number) * 1e9) / (2 * built.params);
+const host = machine();
+const built = build();
 console.log(
   `${host.cpu}, ${host.cores} cores${host.gpu ? `, ${host.gpu}` : ''}; torch ${host.torch}, transformers ` +
     `${host.transformers}, trl ${host.trl}; fp32 matmul ${fmt(host.matmul_gflops as number)} GFLOP/s ` +
