@@ -488,8 +488,8 @@ const fmt = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : '-');
 ensureTrl();
 // the probe first: --device cuda without a GPU fails before minutes of building
 const host = machine();
-const host = machine();
 const built = build();
+const boundTokS = ((host.matmul_gflops as number) * 1e9) / (2 * built.params);
 console.log(
   `${host.cpu}, ${host.cores} cores${host.gpu ? `, ${host.gpu}` : ''}; torch ${host.torch}, transformers ` +
     `${host.transformers}, trl ${host.trl}; fp32 matmul ${fmt(host.matmul_gflops as number)} GFLOP/s ` +
